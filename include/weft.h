@@ -1,0 +1,183 @@
+/* weft: collective communication for training clusters.
+ * The one public header: communicators, collectives, point-to-point, groups and host
+ * streams. Plain C11, usable from C++, no CUDA types (a cudaStream_t is passed cast to
+ * weft_stream_t on device communicators). */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+#define WEFT_VERSION_CODE (WEFT_VERSION_MAJOR * 10000 + WEFT_VERSION_MINOR * 100 + WEFT_VERSION_PATCH)
+
+typedef enum {
+  WEFT_SUCCESS = 0,
+  WEFT_ERR_INVALID_ARG = 1, /* bad argument; nothing was changed */
+  WEFT_ERR_NO_MEMORY = 2,   /* an allocation failed (host or shared memory) */
+  WEFT_ERR_SYSTEM = 3,      /* an operating-system call failed (see the message) */
+  WEFT_ERR_TIMEOUT = 4,     /* a wait outlasted its timeout (WEFT_TIMEOUT_MS) */
+  WEFT_ERR_PEER_LOST = 5,   /* a peer closed its connection or died */
+  WEFT_ERR_PROTOCOL = 6,    /* a peer sent bytes that break the wire protocol */
+  WEFT_ERR_MISMATCH = 7,    /* ranks called different operations */
+  WEFT_ERR_ABORTED = 8,     /* weft_comm_abort was called, or the communicator failed */
+  WEFT_ERR_UNSUPPORTED = 9, /* valid request this build or machine cannot serve */
+  WEFT_ERR_INTERNAL = 10,   /* a bug in weft; please report the message */
+  WEFT_ERR_IN_PROGRESS = 11 /* asynchronous work has not finished yet (queries) */
+} weft_result_t;
+
+typedef enum {
+  WEFT_F32 = 0,
+  WEFT_F64,
+  WEFT_F16,
+  WEFT_BF16,
+  WEFT_I8,
+  WEFT_U8,
+  WEFT_I32,
+  WEFT_I64,
+  WEFT_FP8_E4M3,
+  WEFT_FP8_E5M2,
+  WEFT_DTYPE_COUNT
+} weft_dtype_t;
+
+/* Reductions of f16, bf16 and fp8 accumulate in f32 inside each step. AVG divides the sum
+ * by the number of ranks (integer division for integer types). */
+typedef enum { WEFT_SUM = 0, WEFT_PROD, WEFT_MIN, WEFT_MAX, WEFT_AVG, WEFT_OP_COUNT } weft_op_t;
+
+typedef struct weft_comm *weft_comm_t;
+typedef struct weft_stream *weft_stream_t;
+
+#define WEFT_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[WEFT_UNIQUE_ID_BYTES];
+} weft_unique_id_t;
+
+#define WEFT_SPLIT_NOCOLOR (-1)
+
+/* Communicator options. Always start from WEFT_CONFIG_INIT so that fields added later keep
+ * their defaults; zero or negative means "use the environment or the default". */
+typedef struct {
+  size_t size;        /* sizeof(weft_config_t), set by WEFT_CONFIG_INIT */
+  int64_t timeout_ms; /* every blocking wait; default WEFT_TIMEOUT_MS */
+  int device;         /* CUDA device for device communicators; -1: host buffers */
+} weft_config_t;
+
+#define WEFT_CONFIG_INIT {sizeof(weft_config_t), 0, -1}
+
+/* Version as WEFT_VERSION_CODE of the library actually loaded. */
+int weft_get_version(void);
+const char *weft_result_string(weft_result_t r);
+/* Last error message of this comm's asynchronous work or, with comm NULL (or when the comm
+ * has none), of the calling thread's last failed call. Never NULL. */
+const char *weft_get_last_error(weft_comm_t comm);
+
+/* ---- communicators ---- */
+
+/* Makes an id for a new communicator and starts its rendezvous service in this process;
+ * hand the id to every rank (e.g. through MPI_Bcast or a file). */
+weft_result_t weft_get_unique_id(weft_unique_id_t *id);
+weft_result_t weft_comm_init(weft_comm_t *comm, int nranks, weft_unique_id_t id, int rank,
+                             const weft_config_t *config);
+/* From WEFT_ROOT=host:port, WEFT_RANK, WEFT_NRANKS, or torchrun's MASTER_ADDR, MASTER_PORT,
+ * RANK, WORLD_SIZE. Rank 0 listens on the port. */
+weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config);
+/* Ranks with the same color form a new communicator, ordered by key then old rank.
+ * WEFT_SPLIT_NOCOLOR gives *newcomm = NULL. Collective over comm. */
+weft_result_t weft_comm_split(weft_comm_t comm, int color, int key, weft_comm_t *newcomm,
+                              const weft_config_t *config);
+/* Waits for this comm's queued work, then frees it. Local: peers are not waited for. */
+weft_result_t weft_comm_destroy(weft_comm_t comm);
+/* Safe from any thread: every blocked or queued operation of comm ends with
+ * WEFT_ERR_ABORTED. The comm still has to be destroyed. */
+weft_result_t weft_comm_abort(weft_comm_t comm);
+/* First error of asynchronous work on comm, WEFT_SUCCESS if none. */
+weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t *error);
+weft_result_t weft_comm_count(weft_comm_t comm, int *count);
+weft_result_t weft_comm_rank(weft_comm_t comm, int *rank);
+
+/* ---- host streams ----
+ * A host stream orders asynchronous operations issued by one thread: the call returns
+ * once the operation is queued, and the caller may compute while the progress thread
+ * moves data. Passing NULL as stream makes the call blocking. */
+weft_result_t weft_stream_create(weft_stream_t *stream);
+/* Waits for all work queued on stream; returns the first error any of it met. */
+weft_result_t weft_stream_synchronize(weft_stream_t stream);
+/* WEFT_SUCCESS when all work is done, WEFT_ERR_IN_PROGRESS while some is queued. */
+weft_result_t weft_stream_query(weft_stream_t stream);
+weft_result_t weft_stream_destroy(weft_stream_t stream);
+
+/* ---- collectives (count in elements; NCCL's argument conventions) ---- */
+
+weft_result_t weft_allreduce(const void *sendbuf, void *recvbuf, size_t count, weft_dtype_t dtype,
+                             weft_op_t op, weft_comm_t comm, weft_stream_t stream);
+/* sendbuf holds nranks * recvcount elements. */
+weft_result_t weft_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                  weft_dtype_t dtype, weft_op_t op, weft_comm_t comm,
+                                  weft_stream_t stream);
+/* recvbuf holds nranks * sendcount elements. */
+weft_result_t weft_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                             weft_dtype_t dtype, weft_comm_t comm, weft_stream_t stream);
+weft_result_t weft_broadcast(const void *sendbuf, void *recvbuf, size_t count, weft_dtype_t dtype,
+                             int root, weft_comm_t comm, weft_stream_t stream);
+/* recvbuf is only written (and may be NULL) on ranks other than root. */
+weft_result_t weft_reduce(const void *sendbuf, void *recvbuf, size_t count, weft_dtype_t dtype,
+                          weft_op_t op, int root, weft_comm_t comm, weft_stream_t stream);
+/* count elements to and from every rank: buffers hold nranks * count. */
+weft_result_t weft_alltoall(const void *sendbuf, void *recvbuf, size_t count, weft_dtype_t dtype,
+                            weft_comm_t comm, weft_stream_t stream);
+/* Counts and displacements in elements, one per rank. */
+weft_result_t weft_alltoallv(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                             void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
+                             weft_dtype_t dtype, weft_comm_t comm, weft_stream_t stream);
+/* Matched in issue order per (sender, receiver) pair; put a send and a recv between the
+ * same ranks in one group to avoid a deadlock. */
+weft_result_t weft_send(const void *sendbuf, size_t count, weft_dtype_t dtype, int peer,
+                        weft_comm_t comm, weft_stream_t stream);
+weft_result_t weft_recv(void *recvbuf, size_t count, weft_dtype_t dtype, int peer, weft_comm_t comm,
+                        weft_stream_t stream);
+weft_result_t weft_barrier(weft_comm_t comm, weft_stream_t stream);
+
+/* Operations issued between start and end (on this thread) run as one: concurrently, and
+ * with the stream of the first one. Nestable; errors are reported by weft_group_end. */
+weft_result_t weft_group_start(void);
+weft_result_t weft_group_end(void);
+
+/* ---- environment parameters (WEFT_*): one table, printable ---- */
+int weft_param_count(void);
+/* value is the current setting (environment or default). */
+weft_result_t weft_param_info(int index, const char **name, const char **value,
+                              const char **default_value, const char **help);
+
+const char *weft_dtype_name(weft_dtype_t dtype);
+size_t weft_dtype_size(weft_dtype_t dtype);
+const char *weft_op_name(weft_op_t op);
+
+#ifdef MPI_VERSION
+/* Open MPI helper, compiled into the caller (include mpi.h before weft.h): libweft itself
+ * never depends on MPI. Collective over mpi_comm. */
+static inline weft_result_t weft_comm_init_mpi(weft_comm_t *comm, MPI_Comm mpi_comm,
+                                               const weft_config_t *config) {
+  int rank = 0, nranks = 0, rc = 0;
+  weft_unique_id_t id;
+  weft_result_t r = WEFT_SUCCESS;
+  MPI_Comm_rank(mpi_comm, &rank);
+  MPI_Comm_size(mpi_comm, &nranks);
+  if (rank == 0) r = weft_get_unique_id(&id);
+  rc = (int)r;
+  MPI_Bcast(&rc, 1, MPI_INT, 0, mpi_comm);
+  if (rc != 0) return (weft_result_t)rc;
+  MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mpi_comm);
+  return weft_comm_init(comm, nranks, id, rank, config);
+}
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

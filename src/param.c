@@ -1,0 +1,70 @@
+/* The table of every WEFT_* variable. README.md's table is generated from the same
+ * entries (collbench --params prints them); keep the help text short and true. */
+#include "param.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+static const struct {
+  const char *name, *dflt, *help;
+} params[] = {
+    {"WEFT_DEBUG", "", "log level: WARN, INFO or TRACE (default: silent)"},
+    {"WEFT_DEBUG_SUBSYS", "ALL", "log filter: comma list of INIT,BOOT,NET,SHM,COLL,TUNE,ALL"},
+    {"WEFT_DEBUG_FILE", "", "log to this file instead of stderr; %h = host, %p = pid"},
+    {"WEFT_TIMEOUT_MS", "300000", "timeout of every blocking wait (bootstrap, connect, each op)"},
+    {"WEFT_TRANSPORT", "auto", "force a transport between all ranks: auto, shm or tcp"},
+    {"WEFT_ALGO", "auto", "force an algorithm: auto, ring, rhd, tree, direct, pairwise, chain"},
+    {"WEFT_CHUNK_BYTES", "0", "pipeline chunk size in bytes (0: the tuner picks)"},
+    {"WEFT_SHM_RING_BYTES", "1048576", "bytes of each shared-memory ring (one per local pair)"},
+    {"WEFT_TCP_FRAME_BYTES", "524288", "largest TCP frame payload; larger frames are refused"},
+    {"WEFT_TCP_BUF_BYTES", "4194304", "bytes of each TCP receive staging ring"},
+    {"WEFT_SOCKET_IFADDR", "", "IPv4 address to bind listeners to (default: all interfaces)"},
+    {"WEFT_SPIN", "2000", "progress-loop spins before a waiting rank sleeps"},
+    {"WEFT_HOSTID", "", "override the host identity (fake several hosts on one machine)"},
+    {"WEFT_ROOT", "", "host:port of rank 0 for weft_comm_init_env"},
+    {"WEFT_RANK", "", "this process's rank for weft_comm_init_env"},
+    {"WEFT_NRANKS", "", "number of ranks for weft_comm_init_env"},
+};
+
+#define NPARAMS ((int)(sizeof params / sizeof params[0]))
+
+static int find(const char *name) {
+  for (int i = 0; i < NPARAMS; i++)
+    if (strcmp(params[i].name, name) == 0) return i;
+  return -1;
+}
+
+const char *weft_param_str(const char *name) {
+  int i = find(name);
+  if (i < 0) return "";
+  const char *v = getenv(name);
+  return v ? v : params[i].dflt;
+}
+
+int64_t weft_param_int(const char *name) {
+  const char *s = weft_param_str(name);
+  char *end = NULL;
+  long long v = strtoll(s, &end, 0);
+  if (end == s || *end != 0) {
+    int i = find(name);
+    WEFT_WARN(WEFT_SUB_INIT, "%s=%s is not an integer; using %s", name, s,
+              i >= 0 ? params[i].dflt : "0");
+    v = i >= 0 ? strtoll(params[i].dflt, NULL, 0) : 0;
+  }
+  return (int64_t)v;
+}
+
+int weft_param_count(void) { return NPARAMS; }
+
+weft_result_t weft_param_info(int index, const char **name, const char **value,
+                              const char **default_value, const char **help) {
+  if (index < 0 || index >= NPARAMS)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "param index %d not in [0, %d)", index, NPARAMS);
+  if (name) *name = params[index].name;
+  if (value) *value = weft_param_str(params[index].name);
+  if (default_value) *default_value = params[index].dflt;
+  if (help) *help = params[index].help;
+  return WEFT_SUCCESS;
+}
