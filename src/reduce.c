@@ -115,7 +115,7 @@ void weft_reduce_host(weft_dtype_t t, weft_op_t op, void *dst, const void *a, co
 }
 
 #define DIV_LOOP(T)                                                                      \
-  for (size_t i = 0; i < n; i++) ((T *)buf)[i] = (T)(((T *)buf)[i] / (T)nranks)
+  for (size_t i = 0; i < n; i++) ((T *)buf)[i] = (T)(((T *)buf)[i] / nranks)
 
 void weft_avg_host(weft_dtype_t t, void *buf, size_t n, int nranks) {
   switch (t) {

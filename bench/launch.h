@@ -1,0 +1,14 @@
+/* Spawns N local ranks as forked processes that share one unique id (collbench --ranks and
+ * the multi-process tests). Not part of libweft: programs use it to start ranks. */
+#ifndef WEFT_LAUNCH_H
+#define WEFT_LAUNCH_H
+
+#include "weft.h"
+
+typedef int (*launch_fn)(int rank, int nranks, weft_unique_id_t id, void *arg);
+
+/* Runs fn in nranks child processes; returns 0 when every rank returned 0 in time. A rank
+ * that fails or outlives timeout_s gets its siblings killed, and the result is nonzero. */
+int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s);
+
+#endif

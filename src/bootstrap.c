@@ -1,0 +1,249 @@
+/* Root rendezvous: every rank connects to the root with a hello {id magic, version, type,
+ * rank, nranks, its listening address}; the root answers each with the table of all
+ * addresses and a fresh random magic for the communicator's own traffic. Then each rank
+ * connects to the next one, making a ring for allgather and barrier. */
+#include "bootstrap.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "socket.h"
+
+typedef struct {
+  uint64_t magic;
+  uint32_t version, type;
+  int32_t rank, nranks;
+  struct sockaddr_in addr;
+} root_hello_t;
+
+typedef struct {
+  uint64_t magic;
+  uint32_t version, type;
+  int32_t status, nranks;
+  uint64_t comm_magic;
+} root_reply_t;
+
+typedef struct {
+  uint64_t magic;
+  uint32_t version, type;
+  int32_t rank, reserved;
+} ring_hello_t;
+
+uint64_t weft_random_u64(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v = ((uint64_t)ts.tv_nsec << 32) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 16);
+  }
+  return v ? v : 1;
+}
+
+typedef struct {
+  int listen_fd;
+  uint64_t magic;
+  int64_t timeout_ms;
+  int want; /* 1 until the first hello says how many ranks there are */
+  int nranks;
+  int *fd_of_rank;
+  struct sockaddr_in *addrs;
+} root_t;
+
+static int root_accept(void *ctx, const void *hello, int fd) {
+  root_t *R = ctx;
+  root_hello_t h;
+  memcpy(&h, hello, sizeof h);
+  if (h.version != WEFT_WIRE_VERSION || h.type != WEFT_MSG_ROOT_HELLO || h.nranks <= 0 ||
+      h.nranks > (1 << 20) || h.rank < 0 || h.rank >= h.nranks)
+    return -1;
+  if (R->nranks == 0) {
+    R->fd_of_rank = malloc((size_t)h.nranks * sizeof *R->fd_of_rank);
+    R->addrs = calloc((size_t)h.nranks, sizeof *R->addrs);
+    if (!R->fd_of_rank || !R->addrs) return -1;
+    for (int i = 0; i < h.nranks; i++) R->fd_of_rank[i] = -1;
+    R->nranks = R->want = h.nranks;
+  }
+  if (h.nranks != R->nranks) {
+    WEFT_WARN(WEFT_SUB_BOOT, "root: rank %d says nranks=%d, others said %d", h.rank, h.nranks,
+              R->nranks);
+    return -1;
+  }
+  if (R->fd_of_rank[h.rank] >= 0) {
+    WEFT_WARN(WEFT_SUB_BOOT, "root: rank %d joined twice", h.rank);
+    return -1;
+  }
+  R->fd_of_rank[h.rank] = fd;
+  R->addrs[h.rank] = h.addr;
+  return 0;
+}
+
+static void *root_main(void *arg) {
+  root_t *R = arg;
+  int64_t deadline = weft_deadline(R->timeout_ms);
+  R->want = 1;
+  weft_result_t rc = weft_sock_accept_hellos(R->listen_fd, &R->want, sizeof(root_hello_t),
+                                             R->magic, root_accept, R, NULL, deadline, NULL);
+  if (rc == WEFT_SUCCESS) {
+    root_reply_t rep = {.magic = R->magic, .version = WEFT_WIRE_VERSION,
+                        .type = WEFT_MSG_ROOT_TABLE, .nranks = R->nranks,
+                        .comm_magic = weft_random_u64()};
+    for (int i = 0; i < R->nranks; i++) {
+      int fd = R->fd_of_rank[i];
+      if (weft_sock_send_all(fd, &rep, sizeof rep, deadline, NULL) != WEFT_SUCCESS ||
+          weft_sock_send_all(fd, R->addrs, sizeof(*R->addrs) * (size_t)R->nranks, deadline,
+                             NULL) != WEFT_SUCCESS)
+        WEFT_WARN(WEFT_SUB_BOOT, "root: could not send the table to rank %d", i);
+    }
+  } else {
+    WEFT_WARN(WEFT_SUB_BOOT, "root: rendezvous failed: %s", weft_thread_error());
+  }
+  for (int i = 0; i < R->nranks; i++)
+    if (R->fd_of_rank[i] >= 0) close(R->fd_of_rank[i]);
+  close(R->listen_fd);
+  free(R->fd_of_rank);
+  free(R->addrs);
+  free(R);
+  return NULL;
+}
+
+weft_result_t weft_bootstrap_root_start(int listen_fd, uint64_t id_magic, int64_t timeout_ms) {
+  root_t *R = calloc(1, sizeof *R);
+  if (!R) {
+    close(listen_fd);
+    return weft_set_error(WEFT_ERR_NO_MEMORY, "bootstrap root: out of memory");
+  }
+  *R = (root_t){.listen_fd = listen_fd, .magic = id_magic, .timeout_ms = timeout_ms};
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int e = pthread_create(&t, &attr, root_main, R);
+  pthread_attr_destroy(&attr);
+  if (e != 0) {
+    close(listen_fd);
+    free(R);
+    return weft_set_error(WEFT_ERR_SYSTEM, "bootstrap root thread: %s", strerror(e));
+  }
+  return WEFT_SUCCESS;
+}
+
+typedef struct {
+  int prev;
+  uint64_t magic;
+} ring_ctx_t;
+
+static int ring_accept(void *ctx, const void *hello, int fd) {
+  (void)fd;
+  const ring_ctx_t *c = ctx;
+  ring_hello_t h;
+  memcpy(&h, hello, sizeof h);
+  return (h.version == WEFT_WIRE_VERSION && h.type == WEFT_MSG_RING_HELLO && h.rank == c->prev)
+             ? 0
+             : -1;
+}
+
+weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks,
+                                  int64_t timeout_ms, const atomic_int *abort_flag,
+                                  weft_bootstrap_t **out) {
+  weft_result_t rc = WEFT_SUCCESS;
+  int listen_fd = -1, root_fd = -1;
+  struct sockaddr_in *table = NULL;
+  int64_t deadline = weft_deadline(timeout_ms);
+  weft_bootstrap_t *b = calloc(1, sizeof *b);
+  if (!b) return weft_set_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
+  *b = (weft_bootstrap_t){.rank = rank, .nranks = nranks, .timeout_ms = timeout_ms,
+                          .abort_flag = abort_flag, .next_fd = -1, .prev_fd = -1};
+  if (id->version != WEFT_WIRE_VERSION)
+    ERR_GOTO(rc, fail, WEFT_ERR_INVALID_ARG,
+             "unique id has version %u, this weft speaks %u (mixed weft versions?)", id->version,
+             WEFT_WIRE_VERSION);
+  struct sockaddr_in mine;
+  CHECK_GOTO(weft_sock_listen(0, &listen_fd, &mine), rc, fail);
+  CHECK_GOTO(weft_sock_connect(&id->root, deadline, abort_flag, &root_fd), rc, fail);
+  struct sockaddr_in local;
+  socklen_t len = sizeof local;
+  getsockname(root_fd, (struct sockaddr *)&local, &len);
+  b->my_ip = local.sin_addr;
+  mine.sin_addr = local.sin_addr;
+  root_hello_t h = {.magic = id->magic, .version = WEFT_WIRE_VERSION,
+                    .type = WEFT_MSG_ROOT_HELLO, .rank = rank, .nranks = nranks, .addr = mine};
+  CHECK_GOTO(weft_sock_send_all(root_fd, &h, sizeof h, deadline, abort_flag), rc, fail);
+  root_reply_t rep;
+  rc = weft_sock_recv_all(root_fd, &rep, sizeof rep, deadline, abort_flag);
+  if (rc == WEFT_ERR_PEER_LOST)
+    ERR_GOTO(rc, fail, WEFT_ERR_PEER_LOST,
+             "rank %d: the rendezvous root closed the connection (another rank used a different "
+             "nranks or the same rank, or not all %d ranks joined before the root's timeout)",
+             rank, nranks);
+  if (rc != WEFT_SUCCESS) goto fail;
+  if (rep.magic != id->magic || rep.version != WEFT_WIRE_VERSION ||
+      rep.type != WEFT_MSG_ROOT_TABLE || rep.nranks != nranks || rep.status != 0)
+    ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL, "rank %d: invalid reply from the rendezvous root", rank);
+  table = malloc(sizeof *table * (size_t)nranks);
+  if (!table) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
+  CHECK_GOTO(weft_sock_recv_all(root_fd, table, sizeof *table * (size_t)nranks, deadline,
+                                abort_flag),
+             rc, fail);
+  close(root_fd);
+  root_fd = -1;
+  b->magic = rep.comm_magic;
+  if (nranks > 1) {
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    CHECK_GOTO(weft_sock_connect(&table[next], deadline, abort_flag, &b->next_fd), rc, fail);
+    ring_hello_t rh = {.magic = b->magic, .version = WEFT_WIRE_VERSION,
+                       .type = WEFT_MSG_RING_HELLO, .rank = rank};
+    CHECK_GOTO(weft_sock_send_all(b->next_fd, &rh, sizeof rh, deadline, abort_flag), rc, fail);
+    ring_ctx_t ctx = {.prev = prev, .magic = b->magic};
+    int one = 1;
+    CHECK_GOTO(weft_sock_accept_hellos(listen_fd, &one, sizeof(ring_hello_t), b->magic,
+                                       ring_accept, &ctx, &b->prev_fd, deadline, abort_flag),
+               rc, fail);
+  }
+  close(listen_fd);
+  free(table);
+  *out = b;
+  return WEFT_SUCCESS;
+fail:
+  if (listen_fd >= 0) close(listen_fd);
+  if (root_fd >= 0) close(root_fd);
+  free(table);
+  weft_bootstrap_free(b);
+  return rc;
+}
+
+weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t size) {
+  int n = b->nranks, r = b->rank;
+  int64_t deadline = weft_deadline(b->timeout_ms);
+  char *d = data;
+  for (int s = 0; s < n - 1; s++) {
+    int sb = ((r - s) % n + n) % n, rb = ((r - s - 1) % n + n) % n;
+    weft_result_t rc = weft_sock_sendrecv(b->next_fd, d + (size_t)sb * size, size, b->prev_fd,
+                                          d + (size_t)rb * size, size, deadline, b->abort_flag);
+    if (rc != WEFT_SUCCESS)
+      return weft_set_error(rc, "bootstrap allgather (rank %d, step %d of %d): %s", r, s + 1,
+                            n - 1, weft_thread_error());
+  }
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_bootstrap_barrier(weft_bootstrap_t *b) {
+  char *tmp = calloc((size_t)b->nranks, 1);
+  if (!tmp) return weft_set_error(WEFT_ERR_NO_MEMORY, "barrier: out of memory");
+  weft_result_t rc = weft_bootstrap_allgather(b, tmp, 1);
+  free(tmp);
+  return rc;
+}
+
+void weft_bootstrap_free(weft_bootstrap_t *b) {
+  if (!b) return;
+  if (b->next_fd >= 0) close(b->next_fd);
+  if (b->prev_fd >= 0) close(b->prev_fd);
+  free(b);
+}

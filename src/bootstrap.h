@@ -1,0 +1,50 @@
+/* Bootstrap: the unique id, the TCP rendezvous at the root, and a ring of sockets between
+ * ranks for the small collective exchanges that setting up a communicator needs
+ * (allgather, barrier). Slow path only: data never goes through here. */
+#ifndef WEFT_BOOTSTRAP_H
+#define WEFT_BOOTSTRAP_H
+
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+#define WEFT_WIRE_VERSION 1u
+
+enum weft_msg_type {
+  WEFT_MSG_ROOT_HELLO = 0x10,
+  WEFT_MSG_ROOT_TABLE = 0x11,
+  WEFT_MSG_RING_HELLO = 0x12,
+  WEFT_MSG_TCP_HELLO = 0x13
+};
+
+/* What a weft_unique_id_t holds. */
+typedef struct {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t reserved;
+  struct sockaddr_in root;
+} weft_id_body_t;
+
+typedef struct weft_bootstrap {
+  int rank, nranks;
+  uint64_t magic; /* random per communicator, chosen by the root */
+  int64_t timeout_ms;
+  const atomic_int *abort_flag;
+  int next_fd, prev_fd;
+  struct in_addr my_ip; /* how the others reach this rank */
+} weft_bootstrap_t;
+
+/* Starts the root's rendezvous thread on listen_fd (which it then owns). */
+weft_result_t weft_bootstrap_root_start(int listen_fd, uint64_t id_magic, int64_t timeout_ms);
+weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks,
+                                  int64_t timeout_ms, const atomic_int *abort_flag,
+                                  weft_bootstrap_t **out);
+/* data holds nranks blocks of size bytes; this rank's block must be filled in. */
+weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t size);
+weft_result_t weft_bootstrap_barrier(weft_bootstrap_t *b);
+void weft_bootstrap_free(weft_bootstrap_t *b);
+uint64_t weft_random_u64(void);
+
+#endif

@@ -1,0 +1,332 @@
+/* Communicator lifecycle: unique ids, init (from an id or the environment), split, abort
+ * and destroy. Init is: bootstrap ring, host identities (who shares memory with whom),
+ * then each transport's collective setup. */
+#include "comm.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "param.h"
+#include "socket.h"
+
+enum { HOSTID_BYTES = 64 };
+
+static void host_identity(char out[HOSTID_BYTES]) {
+  const char *forced = weft_param_str("WEFT_HOSTID");
+  memset(out, 0, HOSTID_BYTES);
+  if (forced[0]) {
+    snprintf(out, HOSTID_BYTES, "id:%.60s", forced);
+    return;
+  }
+  char host[64] = "", boot[40] = "";
+  gethostname(host, sizeof host - 1);
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (!fgets(boot, sizeof boot, f)) boot[0] = 0;
+    fclose(f);
+  }
+  boot[strcspn(boot, "\n")] = 0;
+  snprintf(out, HOSTID_BYTES, "%.26s/%.36s", host, boot);
+}
+
+weft_result_t weft_get_unique_id(weft_unique_id_t *id) {
+  if (!id) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_get_unique_id: id is NULL");
+  int fd = -1;
+  weft_id_body_t body = {.magic = weft_random_u64(), .version = WEFT_WIRE_VERSION};
+  CHECK(weft_sock_listen(0, &fd, &body.root));
+  weft_result_t rc = weft_sock_host_addr(&body.root.sin_addr);
+  if (rc == WEFT_SUCCESS) rc = weft_bootstrap_root_start(fd, body.magic, 0);
+  else close(fd);
+  if (rc != WEFT_SUCCESS) return rc;
+  memset(id, 0, sizeof *id);
+  memcpy(id->internal, &body, sizeof body);
+  return WEFT_SUCCESS;
+}
+
+void weft_comm_fail(weft_comm_t c, weft_result_t err, const char *msg) {
+  pthread_mutex_lock(&c->mu);
+  if (c->async_error == WEFT_SUCCESS) {
+    c->async_error = err;
+    snprintf(c->error, sizeof c->error, "%s", msg);
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void comm_free(weft_comm_t c) {
+  weft_progress_stop(c);
+  for (int t = 0; t < WEFT_TR_COUNT; t++)
+    if (c->tr[t] && c->tr_state[t]) c->tr[t]->teardown(c->tr_state[t]);
+  weft_bootstrap_free(c->boot);
+  for (int i = 0; i < WEFT_SCHED_CACHE; i++) weft_sched_free(&c->cache[i].sched);
+  if (c->wake_fd >= 0) close(c->wake_fd);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c->scratch);
+  free(c->local_rank);
+  free(c->peer_tr);
+  free(c);
+}
+
+/* Decides the transport for every pair from the same table on every rank, so that the
+ * collective setups agree. */
+static weft_result_t choose_transports(weft_comm_t c, char (*hosts)[HOSTID_BYTES],
+                                       uint8_t *use_shm, uint8_t *use_tcp, int *any_tcp) {
+  const char *force = weft_param_str("WEFT_TRANSPORT");
+  int f_shm = strcmp(force, "shm") == 0, f_tcp = strcmp(force, "tcp") == 0;
+  if (!f_shm && !f_tcp && strcmp(force, "auto") != 0 && force[0])
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_TRANSPORT=%s: use auto, shm or tcp", force);
+  *any_tcp = 0;
+  for (int i = 0; i < c->nranks; i++)
+    for (int j = 0; j < c->nranks; j++) {
+      int same = memcmp(hosts[i], hosts[j], HOSTID_BYTES) == 0;
+      if (f_shm && !same)
+        return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                              "WEFT_TRANSPORT=shm, but ranks %d and %d are on different hosts", i, j);
+      int tcp = i != j && (!same || f_tcp);
+      if (tcp) *any_tcp = 1;
+      if (i == c->rank) {
+        use_tcp[j] = (uint8_t)tcp;
+        use_shm[j] = (uint8_t)!tcp;
+        c->peer_tr[j] = tcp ? WEFT_TR_TCP : WEFT_TR_SHM;
+      }
+    }
+  return WEFT_SUCCESS;
+}
+
+static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
+  weft_result_t rc = WEFT_SUCCESS;
+  char(*hosts)[HOSTID_BYTES] = NULL;
+  uint8_t *use = NULL;
+  CHECK_GOTO(weft_bootstrap_init(id, c->rank, c->nranks, c->timeout_ms, &c->aborted, &c->boot), rc,
+             out);
+  c->magic = c->boot->magic;
+  hosts = calloc((size_t)c->nranks, HOSTID_BYTES);
+  use = calloc((size_t)c->nranks * 2, 1);
+  c->local_rank = malloc(sizeof(int) * (size_t)c->nranks);
+  c->peer_tr = calloc((size_t)c->nranks, 1);
+  if (!hosts || !use || !c->local_rank || !c->peer_tr)
+    ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "comm init: out of memory");
+  host_identity(hosts[c->rank]);
+  CHECK_GOTO(weft_bootstrap_allgather(c->boot, hosts, HOSTID_BYTES), rc, out);
+  c->nlocal = 0;
+  for (int p = 0; p < c->nranks; p++)
+    c->local_rank[p] = memcmp(hosts[p], hosts[c->rank], HOSTID_BYTES) == 0 ? c->nlocal++ : -1;
+  int any_tcp = 0;
+  CHECK_GOTO(choose_transports(c, hosts, use, use + c->nranks, &any_tcp), rc, out);
+  weft_transport_init_t in = {.boot = c->boot, .rank = c->rank, .nranks = c->nranks,
+                              .local_rank = c->local_rank, .nlocal = c->nlocal, .magic = c->magic,
+                              .abort_flag = &c->aborted, .wake_fd = c->wake_fd};
+  in.use = use;
+  c->tr[WEFT_TR_SHM] = &weft_transport_shm;
+  CHECK_GOTO(weft_transport_shm.setup(&in, &c->tr_state[WEFT_TR_SHM]), rc, out);
+  if (any_tcp) {
+    in.use = use + c->nranks;
+    c->tr[WEFT_TR_TCP] = &weft_transport_tcp;
+    CHECK_GOTO(weft_transport_tcp.setup(&in, &c->tr_state[WEFT_TR_TCP]), rc, out);
+  }
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  c->spin = (int)weft_param_int("WEFT_SPIN");
+  /* More ranks than cores: a spinning rank steals the core its peer needs. */
+  if (cpus > 0 && c->nlocal > cpus && c->spin > 16) c->spin = 16;
+  if (c->spin < 1) c->spin = 1;
+  WEFT_INFO(WEFT_SUB_INIT, "rank %d/%d ready: %d on this host, tcp %s, spin %d", c->rank,
+            c->nranks, c->nlocal, any_tcp ? "on" : "off", c->spin);
+out:
+  free(hosts);
+  free(use);
+  return rc;
+}
+
+static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_body_t *id,
+                                 int rank, const weft_config_t *config) {
+  if (!comm) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_init: comm is NULL");
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_init: rank %d of %d ranks is invalid",
+                          rank, nranks);
+  if (config && config->size != sizeof(weft_config_t))
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "weft_comm_init: config->size is %zu, expected %zu (start from "
+                          "WEFT_CONFIG_INIT)",
+                          config->size, sizeof(weft_config_t));
+  if (config && config->device >= 0)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_comm_init: device communicators are not in this build yet");
+  weft_comm_t c = calloc(1, sizeof *c);
+  if (!c) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
+  c->rank = rank;
+  c->nranks = nranks;
+  c->timeout_ms = config && config->timeout_ms > 0 ? config->timeout_ms
+                                                   : weft_param_int("WEFT_TIMEOUT_MS");
+  if (c->timeout_ms <= 0) c->timeout_ms = 300000;
+  c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  weft_result_t rc = comm_setup(c, id);
+  if (rc != WEFT_SUCCESS) {
+    comm_free(c);
+    return rc;
+  }
+  *comm = c;
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_comm_init(weft_comm_t *comm, int nranks, weft_unique_id_t id, int rank,
+                             const weft_config_t *config) {
+  weft_id_body_t body;
+  memcpy(&body, id.internal, sizeof body);
+  return comm_create(comm, nranks, &body, rank, config);
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out) {
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (!s[0] || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config) {
+  const char *root = weft_param_str("WEFT_ROOT"), *rank_s = weft_param_str("WEFT_RANK"),
+             *n_s = weft_param_str("WEFT_NRANKS");
+  char host[256];
+  long port = 0, rank = 0, n = 0;
+  int torch = !root[0];
+  if (torch) { /* torchrun: weft listens one above MASTER_PORT, which PyTorch's store holds */
+    const char *ma = getenv("MASTER_ADDR"), *mp = getenv("MASTER_PORT");
+    rank_s = getenv("RANK");
+    n_s = getenv("WORLD_SIZE");
+    if (!ma || !mp || !rank_s || !n_s)
+      return weft_set_error(WEFT_ERR_INVALID_ARG,
+                            "weft_comm_init_env: set WEFT_ROOT=host:port, WEFT_RANK and "
+                            "WEFT_NRANKS (or torchrun's MASTER_ADDR, MASTER_PORT, RANK, "
+                            "WORLD_SIZE)");
+    snprintf(host, sizeof host, "%s", ma);
+    if (parse_int(mp, 1, 65534, &port) != 0)
+      return weft_set_error(WEFT_ERR_INVALID_ARG, "MASTER_PORT=%s is not a port", mp);
+    port++;
+  } else {
+    const char *colon = strrchr(root, ':');
+    if (!colon || colon == root || parse_int(colon + 1, 1, 65535, &port) != 0)
+      return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_ROOT=%s: expected host:port", root);
+    snprintf(host, sizeof host, "%.*s", (int)(colon - root), root);
+  }
+  if (parse_int(n_s, 1, 1 << 20, &n) != 0 || parse_int(rank_s, 0, n - 1, &rank) != 0)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "rank '%s' of '%s' ranks is invalid", rank_s, n_s);
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  int e = getaddrinfo(host, NULL, &hints, &res);
+  if (e != 0 || !res)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "cannot resolve root host '%s': %s", host,
+                          gai_strerror(e));
+  weft_id_body_t id = {.version = WEFT_WIRE_VERSION};
+  id.root = *(struct sockaddr_in *)res->ai_addr;
+  id.root.sin_port = htons((uint16_t)port);
+  freeaddrinfo(res);
+  /* The id's magic must be the same on every rank without an exchange: derive it. */
+  char key[300];
+  snprintf(key, sizeof key, "%s:%ld/%ld", host, port, n);
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = key; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+  id.magic = h;
+  if (rank == 0) {
+    int fd = -1;
+    CHECK(weft_sock_listen((uint16_t)port, &fd, NULL));
+    CHECK(weft_bootstrap_root_start(fd, id.magic, config ? config->timeout_ms : 0));
+  }
+  return comm_create(comm, (int)n, &id, (int)rank, config);
+}
+
+weft_result_t weft_comm_split(weft_comm_t comm, int color, int key, weft_comm_t *newcomm,
+                              const weft_config_t *config) {
+  if (!comm || !newcomm)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_split: comm or newcomm is NULL");
+  if (color < 0 && color != WEFT_SPLIT_NOCOLOR)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_split: color %d is negative", color);
+  int n = comm->nranks;
+  weft_result_t rc = WEFT_SUCCESS;
+  int(*ck)[2] = calloc((size_t)n, sizeof *ck);
+  weft_unique_id_t *ids = calloc((size_t)n, sizeof *ids);
+  if (!ck || !ids) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "weft_comm_split: out of memory");
+  ck[comm->rank][0] = color;
+  ck[comm->rank][1] = key;
+  CHECK_GOTO(weft_bootstrap_allgather(comm->boot, ck, sizeof *ck), rc, out);
+  /* New rank: position by (key, old rank) among the same color; the first one leads. */
+  int size = 0, newrank = 0, leader = -1;
+  for (int p = 0; p < n; p++) {
+    if (ck[p][0] != color || color == WEFT_SPLIT_NOCOLOR) continue;
+    size++;
+    if (ck[p][1] < key || (ck[p][1] == key && p < comm->rank)) newrank++;
+    if (leader < 0 || ck[p][1] < ck[leader][1]) leader = p;
+  }
+  weft_result_t idrc = WEFT_SUCCESS;
+  if (leader == comm->rank) idrc = weft_get_unique_id(&ids[comm->rank]);
+  CHECK_GOTO(weft_bootstrap_allgather(comm->boot, ids, sizeof *ids), rc, out);
+  if (idrc != WEFT_SUCCESS) ERR_GOTO(rc, out, idrc, "weft_comm_split: %s", weft_thread_error());
+  *newcomm = NULL;
+  if (color != WEFT_SPLIT_NOCOLOR) {
+    weft_config_t cfg = WEFT_CONFIG_INIT;
+    cfg.timeout_ms = comm->timeout_ms;
+    rc = weft_comm_init(newcomm, size, ids[leader], newrank, config ? config : &cfg);
+  }
+out:
+  free(ck);
+  free(ids);
+  return rc;
+}
+
+weft_result_t weft_comm_abort(weft_comm_t comm) {
+  if (!comm) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_abort: comm is NULL");
+  atomic_store(&comm->aborted, 1);
+  uint64_t one = 1;
+  if (comm->wake_fd >= 0 && write(comm->wake_fd, &one, sizeof one) < 0) {
+    /* a full eventfd is already readable: the waiter wakes anyway */
+  }
+  for (int t = 0; t < WEFT_TR_COUNT; t++)
+    if (comm->tr[t] && comm->tr[t]->wake && comm->tr_state[t]) comm->tr[t]->wake(comm->tr_state[t]);
+  pthread_mutex_lock(&comm->mu);
+  pthread_cond_broadcast(&comm->cv);
+  pthread_mutex_unlock(&comm->mu);
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_comm_destroy(weft_comm_t comm) {
+  if (!comm) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_destroy: comm is NULL");
+  comm_free(comm);
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t *error) {
+  if (!comm || !error)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_get_async_error: NULL argument");
+  pthread_mutex_lock(&comm->mu);
+  *error = comm->async_error;
+  pthread_mutex_unlock(&comm->mu);
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_comm_count(weft_comm_t comm, int *count) {
+  if (!comm || !count) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_count: NULL argument");
+  *count = comm->nranks;
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_comm_rank(weft_comm_t comm, int *rank) {
+  if (!comm || !rank) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_rank: NULL argument");
+  *rank = comm->rank;
+  return WEFT_SUCCESS;
+}
+
+const char *weft_get_last_error(weft_comm_t comm) {
+  if (comm) {
+    pthread_mutex_lock(&comm->mu);
+    int has = comm->async_error != WEFT_SUCCESS;
+    pthread_mutex_unlock(&comm->mu);
+    if (has) return comm->error;
+  }
+  return weft_thread_error();
+}

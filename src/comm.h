@@ -1,0 +1,101 @@
+/* The communicator: identity, peers and the transport serving each, the queue of
+ * operations and the progress thread that runs queued work, failure state, and the
+ * caches. Everything mutable in weft lives here (or in a host stream). */
+#ifndef WEFT_COMM_H
+#define WEFT_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "bootstrap.h"
+#include "schedule.h"
+#include "transport.h"
+#include "weft.h"
+
+enum { WEFT_TR_SHM = 0, WEFT_TR_TCP, WEFT_TR_COUNT };
+
+/* One collective (or send/recv) as the user asked for it. */
+typedef struct {
+  weft_coll_args_t args;
+  weft_algo_t algo;
+  weft_dtype_t dtype;
+  weft_op_t op;
+  const void *sendbuf;
+  void *recvbuf;
+  void *owned; /* freed with the task: alltoallv's copied arrays, a barrier's sink */
+} weft_task_t;
+
+/* A queued unit of work: one task, or a group's tasks, run together. */
+typedef struct weft_work {
+  weft_task_t *tasks;
+  int ntasks;
+  weft_stream_t stream;
+  uint64_t ticket;
+  uint64_t seq;
+  weft_result_t result;
+  int done;
+  struct weft_work *next;
+} weft_work_t;
+
+typedef struct {
+  weft_coll_args_t key; /* without the alltoallv arrays */
+  weft_algo_t algo;
+  weft_sched_t sched;
+  uint64_t last_use;
+} weft_sched_entry_t;
+
+enum { WEFT_SCHED_CACHE = 64 };
+
+struct weft_comm {
+  int rank, nranks;
+  int64_t timeout_ms;
+  weft_bootstrap_t *boot;
+  uint64_t magic;
+
+  /* topology */
+  int *local_rank; /* index among ranks on this host, -1 elsewhere */
+  int nlocal;
+  int spin;
+
+  /* transports */
+  const weft_transport_t *tr[WEFT_TR_COUNT];
+  void *tr_state[WEFT_TR_COUNT];
+  uint8_t *peer_tr; /* transport index serving each peer */
+  int wake_fd;
+
+  /* work queue and progress thread */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  weft_work_t *qhead, *qtail;
+  int running; /* an op is executing (progress thread or inline) */
+  int stop;
+  int thread_started;
+  pthread_t thread;
+
+  /* failure */
+  atomic_int aborted;
+  weft_result_t async_error;
+  char error[1024];
+
+  /* executor resources: touched only by the thread running an op */
+  uint64_t seq;
+  char *scratch;
+  size_t scratch_bytes;
+  weft_sched_entry_t cache[WEFT_SCHED_CACHE];
+  uint64_t cache_clock;
+};
+
+/* Runs one op's tasks to completion on the calling thread. */
+weft_result_t weft_exec_op(struct weft_comm *comm, weft_work_t *op);
+/* Queues op (or runs it inline when the queue is idle and stream is NULL). */
+weft_result_t weft_enqueue(struct weft_comm *comm, weft_work_t *op);
+weft_result_t weft_progress_start(struct weft_comm *comm);
+void weft_progress_stop(struct weft_comm *comm);
+/* Records err as the comm's failure (first one wins). */
+void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg);
+/* Tuner: fills task->algo and task->args.chunk when automatic. */
+void weft_tune(const struct weft_comm *comm, weft_task_t *task);
+void weft_task_free(weft_task_t *t);
+
+#endif

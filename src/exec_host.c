@@ -1,0 +1,402 @@
+/* The host executor: runs the schedules of one op (one task, or a group's tasks at once)
+ * on the calling thread. Per peer it keeps the send and the receive steps in schedule
+ * order; a step moves when its dependencies are done, as far as the channel allows.
+ * Incoming bytes are reduced where they lie in the channel (no extra copy). When nothing
+ * moves it spins briefly, then sleeps in the transports' wait, checking the op's deadline
+ * and the comm's abort flag. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "dtype.h"
+#include "err.h"
+#include "reduce.h"
+#include "socket.h"
+
+typedef struct {
+  const weft_sched_t *s;
+  const weft_task_t *task;
+  char *buf[WEFT_BUF_COUNT];
+  size_t es;
+  weft_dtype_t dtype;
+  weft_op_t op;
+  uint64_t *done; /* bytes done per step */
+} plan_t;
+
+typedef struct {
+  int plan;
+  int32_t step;
+} ref_t;
+
+typedef struct {
+  ref_t *q[2]; /* 0: sends, 1: receives */
+  size_t n[2], pos[2];
+} peerq_t;
+
+typedef struct {
+  weft_comm_t comm;
+  plan_t *plans;
+  int nplans;
+  peerq_t *pq;
+  int *active; /* peers with steps */
+  int nactive;
+  ref_t *local; /* copy and reduce steps */
+  size_t nlocal, local_pos;
+  size_t remaining;
+  int uses[WEFT_TR_COUNT];
+} exec_t;
+
+static int step_done(const plan_t *pl, int32_t i) {
+  return i < 0 || pl->done[i] == pl->s->steps[i].count * pl->es;
+}
+static int deps_done(const plan_t *pl, const weft_step_t *st) {
+  return step_done(pl, st->dep[0]) && step_done(pl, st->dep[1]);
+}
+static char *addr(const plan_t *pl, int buf, uint64_t off) { return pl->buf[buf] + off * pl->es; }
+static weft_op_t red_op(weft_op_t op) { return op == WEFT_AVG ? WEFT_SUM : op; }
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Moves the send queue of peer p as far as it goes. */
+static weft_result_t run_sends(exec_t *x, int p, int *moved) {
+  peerq_t *q = &x->pq[p];
+  const weft_transport_t *tr = x->comm->tr[x->comm->peer_tr[p]];
+  void *ts = x->comm->tr_state[x->comm->peer_tr[p]];
+  while (q->pos[0] < q->n[0]) {
+    ref_t r = q->q[0][q->pos[0]];
+    plan_t *pl = &x->plans[r.plan];
+    const weft_step_t *st = &pl->s->steps[r.step];
+    if (!deps_done(pl, st)) return WEFT_SUCCESS;
+    size_t len = st->count * pl->es, done = pl->done[r.step], acc = 0;
+    CHECK(tr->send(ts, p, addr(pl, st->buf, st->off) + done, len - done, &acc));
+    if (acc) *moved = 1;
+    pl->done[r.step] = done + acc;
+    if (done + acc < len) return WEFT_SUCCESS;
+    q->pos[0]++;
+    x->remaining--;
+  }
+  return WEFT_SUCCESS;
+}
+
+/* An element split by a ring's wrap: gather its two parts into tmp and consume them. */
+static weft_result_t gather_element(const weft_transport_t *tr, void *ts, int p, char *tmp,
+                                    size_t es, const void *in, size_t contig) {
+  memcpy(tmp, in, contig);
+  tr->consume(ts, p, contig);
+  size_t c2, t2;
+  CHECK(tr->peek(ts, p, &in, &c2, &t2));
+  if (c2 < es - contig) return weft_set_error(WEFT_ERR_INTERNAL, "channel lost part of an element");
+  memcpy(tmp + contig, in, es - contig);
+  tr->consume(ts, p, es - contig);
+  return WEFT_SUCCESS;
+}
+
+static weft_result_t run_recvs(exec_t *x, int p, int *moved) {
+  peerq_t *q = &x->pq[p];
+  const weft_transport_t *tr = x->comm->tr[x->comm->peer_tr[p]];
+  void *ts = x->comm->tr_state[x->comm->peer_tr[p]];
+  while (q->pos[1] < q->n[1]) {
+    ref_t r = q->q[1][q->pos[1]];
+    plan_t *pl = &x->plans[r.plan];
+    const weft_step_t *st = &pl->s->steps[r.step];
+    if (!deps_done(pl, st)) return WEFT_SUCCESS;
+    size_t len = st->count * pl->es, done = pl->done[r.step];
+    while (done < len) {
+      const void *in;
+      size_t contig, total;
+      CHECK(tr->peek(ts, p, &in, &contig, &total));
+      if (total == 0) break;
+      size_t k = contig < len - done ? contig : len - done;
+      char *dst = addr(pl, st->buf, st->off) + done;
+      if (st->kind == WEFT_STEP_RECV) {
+        memcpy(dst, in, k);
+        tr->consume(ts, p, k);
+      } else {
+        const char *own = addr(pl, st->src_buf, st->src_off) + done;
+        k -= k % pl->es;
+        if (k == 0) {
+          char tmp[16];
+          if (total < pl->es) break; /* the rest of the element is still on its way */
+          CHECK(gather_element(tr, ts, p, tmp, pl->es, in, contig));
+          weft_reduce_host(pl->dtype, red_op(pl->op), dst, own, tmp, 1);
+          k = pl->es;
+        } else {
+          weft_reduce_host(pl->dtype, red_op(pl->op), dst, own, in, k / pl->es);
+          tr->consume(ts, p, k);
+        }
+      }
+      done += k;
+      *moved = 1;
+    }
+    pl->done[r.step] = done;
+    if (done < len) return WEFT_SUCCESS;
+    q->pos[1]++;
+    x->remaining--;
+  }
+  return WEFT_SUCCESS;
+}
+
+static void run_locals(exec_t *x, int *moved) {
+  for (size_t i = x->local_pos; i < x->nlocal; i++) {
+    ref_t r = x->local[i];
+    plan_t *pl = &x->plans[r.plan];
+    const weft_step_t *st = &pl->s->steps[r.step];
+    if (step_done(pl, r.step) || !deps_done(pl, st)) continue;
+    char *dst = addr(pl, st->buf, st->off);
+    const char *src = addr(pl, st->src_buf, st->src_off);
+    if (st->kind == WEFT_STEP_COPY) {
+      if (dst != src) memmove(dst, src, st->count * pl->es);
+    } else {
+      weft_reduce_host(pl->dtype, red_op(pl->op), dst, dst, src, st->count);
+    }
+    pl->done[r.step] = st->count * pl->es;
+    x->remaining--;
+    *moved = 1;
+  }
+  while (x->local_pos < x->nlocal &&
+         step_done(&x->plans[x->local[x->local_pos].plan], x->local[x->local_pos].step))
+    x->local_pos++;
+}
+
+/* Names what the op still waits for, for timeout messages. */
+static void describe_wait(const exec_t *x, char *buf, size_t len) {
+  snprintf(buf, len, "local steps");
+  for (int a = 0; a < x->nactive; a++) {
+    int p = x->active[a];
+    const peerq_t *q = &x->pq[p];
+    for (int d = 1; d >= 0; d--)
+      if (q->pos[d] < q->n[d]) {
+        ref_t r = q->q[d][q->pos[d]];
+        const plan_t *pl = &x->plans[r.plan];
+        snprintf(buf, len, "%s rank %d (%llu of %llu bytes of step %d)", d ? "receiving from" : "sending to",
+                 p, (unsigned long long)pl->done[r.step],
+                 (unsigned long long)(pl->s->steps[r.step].count * pl->es), (int)r.step);
+        return;
+      }
+  }
+}
+
+static weft_result_t build_queues(exec_t *x) {
+  weft_comm_t c = x->comm;
+  size_t total = 0;
+  for (int i = 0; i < x->nplans; i++) {
+    const weft_sched_t *s = x->plans[i].s;
+    total += s->nsteps;
+    for (size_t j = 0; j < s->nsteps; j++) {
+      const weft_step_t *st = &s->steps[j];
+      if (st->kind == WEFT_STEP_COPY || st->kind == WEFT_STEP_REDUCE) {
+        x->nlocal++;
+        continue;
+      }
+      if (st->peer < 0 || st->peer >= c->nranks)
+        return weft_set_error(WEFT_ERR_INTERNAL, "schedule names rank %d of %d", st->peer, c->nranks);
+      x->pq[st->peer].n[st->kind == WEFT_STEP_SEND ? 0 : 1]++;
+    }
+  }
+  x->remaining = total;
+  ref_t *refs = malloc((total + 1) * sizeof *refs);
+  if (!refs) return weft_set_error(WEFT_ERR_NO_MEMORY, "executor: out of memory");
+  x->local = refs;
+  ref_t *next = refs + x->nlocal;
+  for (int p = 0; p < c->nranks; p++) {
+    for (int d = 0; d < 2; d++) {
+      x->pq[p].q[d] = next;
+      next += x->pq[p].n[d];
+      x->pq[p].n[d] = 0;
+    }
+  }
+  size_t nl = 0;
+  for (int i = 0; i < x->nplans; i++) {
+    const weft_sched_t *s = x->plans[i].s;
+    for (size_t j = 0; j < s->nsteps; j++) {
+      const weft_step_t *st = &s->steps[j];
+      ref_t r = {i, (int32_t)j};
+      if (st->kind == WEFT_STEP_COPY || st->kind == WEFT_STEP_REDUCE) {
+        refs[nl++] = r;
+        continue;
+      }
+      peerq_t *q = &x->pq[st->peer];
+      int d = st->kind == WEFT_STEP_SEND ? 0 : 1;
+      q->q[d][q->n[d]++] = r;
+    }
+  }
+  for (int p = 0; p < c->nranks; p++)
+    if (x->pq[p].n[0] || x->pq[p].n[1]) {
+      x->active[x->nactive++] = p;
+      x->uses[c->peer_tr[p]] = 1;
+    }
+  return WEFT_SUCCESS;
+}
+
+static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
+  weft_comm_t c = x->comm;
+  int64_t deadline = weft_deadline(c->timeout_ms);
+  int idle = 0;
+  uint64_t token[WEFT_TR_COUNT] = {0};
+  while (x->remaining) {
+    int sleepy = idle >= c->spin;
+    if (sleepy)
+      for (int t = 0; t < WEFT_TR_COUNT; t++)
+        if (x->uses[t]) token[t] = c->tr[t]->arm(c->tr_state[t]);
+    int moved = 0;
+    for (int a = 0; a < x->nactive; a++) {
+      CHECK(run_sends(x, x->active[a], &moved));
+      CHECK(run_recvs(x, x->active[a], &moved));
+    }
+    if (x->local_pos < x->nlocal) run_locals(x, &moved);
+    if (moved) {
+      idle = 0;
+      continue;
+    }
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+      return weft_set_error(WEFT_ERR_ABORTED, "%s (op %llu) ended: communicator aborted", what,
+                            (unsigned long long)seq);
+    if (++idle < c->spin) {
+      cpu_relax();
+      continue;
+    }
+    if (weft_now_ms() > deadline) {
+      char buf[160];
+      describe_wait(x, buf, sizeof buf);
+      return weft_set_error(WEFT_ERR_TIMEOUT,
+                            "rank %d: %s (op %llu) timed out after %lld ms %s; a peer may have "
+                            "died or called a different operation",
+                            c->rank, what, (unsigned long long)seq, (long long)c->timeout_ms, buf);
+    }
+    if (!sleepy) continue; /* arm first, then one more look, then sleep */
+    if (x->uses[WEFT_TR_TCP])
+      CHECK(c->tr[WEFT_TR_TCP]->wait(c->tr_state[WEFT_TR_TCP], 0, x->uses[WEFT_TR_SHM] ? 1 : 100));
+    else if (x->uses[WEFT_TR_SHM])
+      CHECK(c->tr[WEFT_TR_SHM]->wait(c->tr_state[WEFT_TR_SHM], token[WEFT_TR_SHM], 100));
+    else
+      sched_yield();
+  }
+  return WEFT_SUCCESS;
+}
+
+static int same_key(const weft_coll_args_t *a, const weft_coll_args_t *b) {
+  return a->coll == b->coll && a->nranks == b->nranks && a->rank == b->rank &&
+         a->root == b->root && a->count == b->count && a->chunk == b->chunk &&
+         a->in_place == b->in_place;
+}
+
+/* The schedule for task, from the comm's cache when it can be kept (not alltoallv).
+ * *owned is set when the caller must free it. */
+static weft_result_t get_sched(weft_comm_t c, const weft_task_t *t, const weft_sched_t **out,
+                               weft_sched_t *owned, int *is_owned) {
+  weft_algo_fn fn = weft_algo_lookup(t->args.coll, t->algo);
+  if (!fn)
+    return weft_set_error(WEFT_ERR_INTERNAL, "no %s algorithm for %s", weft_algo_name(t->algo),
+                          weft_coll_name(t->args.coll));
+  *is_owned = 0;
+  if (t->args.coll != WEFT_COLL_ALLTOALLV) {
+    weft_sched_entry_t *victim = &c->cache[0];
+    for (int i = 0; i < WEFT_SCHED_CACHE; i++) {
+      weft_sched_entry_t *e = &c->cache[i];
+      if (e->last_use && e->algo == t->algo && same_key(&e->key, &t->args)) {
+        e->last_use = ++c->cache_clock;
+        *out = &e->sched;
+        return WEFT_SUCCESS;
+      }
+      if (e->last_use < victim->last_use) victim = e;
+    }
+    weft_sched_free(&victim->sched);
+    victim->last_use = 0;
+    weft_result_t rc = fn(&t->args, &victim->sched);
+    if (rc != WEFT_SUCCESS) {
+      weft_sched_free(&victim->sched);
+      return weft_set_error(rc, "building the %s schedule for %s failed", weft_algo_name(t->algo),
+                            weft_coll_name(t->args.coll));
+    }
+    victim->key = t->args;
+    victim->algo = t->algo;
+    victim->last_use = ++c->cache_clock;
+    *out = &victim->sched;
+    return WEFT_SUCCESS;
+  }
+  weft_sched_init(owned);
+  weft_result_t rc = fn(&t->args, owned);
+  if (rc != WEFT_SUCCESS) {
+    weft_sched_free(owned);
+    return weft_set_error(rc, "building the alltoallv schedule failed");
+  }
+  *is_owned = 1;
+  *out = owned;
+  return WEFT_SUCCESS;
+}
+
+static void finish_avg(weft_comm_t c, const weft_task_t *t) {
+  if (t->op != WEFT_AVG) return;
+  weft_coll_t k = t->args.coll;
+  if (k == WEFT_COLL_ALLREDUCE || k == WEFT_COLL_REDUCE_SCATTER ||
+      (k == WEFT_COLL_REDUCE && c->rank == t->args.root))
+    weft_avg_host(t->dtype, t->recvbuf, t->args.count, c->nranks);
+}
+
+weft_result_t weft_exec_op(weft_comm_t c, weft_work_t *op) {
+  weft_result_t rc = WEFT_SUCCESS;
+  int n = op->ntasks;
+  exec_t x = {.comm = c, .nplans = n};
+  weft_sched_t *owned = calloc((size_t)n, sizeof *owned);
+  int *is_owned = calloc((size_t)n, sizeof *is_owned);
+  x.plans = calloc((size_t)n, sizeof *x.plans);
+  x.pq = calloc((size_t)c->nranks, sizeof *x.pq);
+  x.active = calloc((size_t)c->nranks, sizeof *x.active);
+  if (!owned || !is_owned || !x.plans || !x.pq || !x.active)
+    ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "executor: out of memory");
+  size_t scratch = 0, steps = 0;
+  for (int i = 0; i < n; i++) {
+    const weft_task_t *t = &op->tasks[i];
+    plan_t *pl = &x.plans[i];
+    CHECK_GOTO(get_sched(c, t, &pl->s, &owned[i], &is_owned[i]), rc, out);
+    pl->task = t;
+    pl->es = weft_dtype_size(t->dtype);
+    pl->dtype = t->dtype;
+    pl->op = t->op;
+    pl->buf[WEFT_BUF_SEND] = (char *)t->sendbuf;
+    pl->buf[WEFT_BUF_RECV] = t->recvbuf;
+    scratch += (pl->s->scratch_count * pl->es + 63) & ~(size_t)63;
+    steps += pl->s->nsteps;
+  }
+  if (scratch > c->scratch_bytes) {
+    char *ns = realloc(c->scratch, scratch);
+    if (!ns) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "executor: no memory for %zu scratch bytes", scratch);
+    c->scratch = ns;
+    c->scratch_bytes = scratch;
+  }
+  uint64_t *done = calloc(steps + 1, sizeof *done);
+  if (!done) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "executor: out of memory");
+  scratch = 0;
+  steps = 0;
+  for (int i = 0; i < n; i++) {
+    plan_t *pl = &x.plans[i];
+    pl->buf[WEFT_BUF_SCRATCH] = c->scratch + scratch;
+    scratch += (pl->s->scratch_count * pl->es + 63) & ~(size_t)63;
+    pl->done = done + steps;
+    steps += pl->s->nsteps;
+  }
+  rc = build_queues(&x);
+  if (rc == WEFT_SUCCESS) {
+    const char *what = n == 1 ? weft_coll_name(op->tasks[0].args.coll) : "group";
+    rc = run(&x, what, op->seq);
+  }
+  if (rc == WEFT_SUCCESS)
+    for (int i = 0; i < n; i++) finish_avg(c, &op->tasks[i]);
+  free(done);
+out:
+  for (int i = 0; i < n && owned && is_owned; i++)
+    if (is_owned[i]) weft_sched_free(&owned[i]);
+  free(owned);
+  free(is_owned);
+  free(x.plans);
+  free(x.pq);
+  free(x.active);
+  free(x.local);
+  return rc;
+}

@@ -1,0 +1,111 @@
+/* The tuner: an alpha-beta(-gamma) cost model per link class picks the algorithm and the
+ * pipeline chunk; WEFT_ALGO and WEFT_CHUNK_BYTES override it (tests and benchmarks). The
+ * constants are for shared memory and TCP on one host; collbench measures the crossovers. */
+#include <math.h>
+#include <string.h>
+
+#include "comm.h"
+#include "dtype.h"
+#include "err.h"
+#include "param.h"
+
+typedef struct {
+  double alpha; /* seconds per message */
+  double beta;  /* seconds per byte moved */
+  double gamma; /* seconds per byte reduced */
+} link_cost_t;
+
+static const link_cost_t SHM = {2.0e-6, 1.0 / 6e9, 1.0 / 4e9};
+static const link_cost_t TCP = {25e-6, 1.0 / 1.5e9, 1.0 / 4e9};
+
+static double log2i(int n) { return ceil(log2((double)(n < 2 ? 2 : n))); }
+
+static double cost(weft_coll_t coll, weft_algo_t a, int n, double m, const link_cost_t *L) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  double fold = p == n ? 0 : 2 * L->alpha + 2 * m * L->beta + m * L->gamma;
+  double frac = (double)(n - 1) / n;
+  switch (coll) {
+  case WEFT_COLL_ALLREDUCE:
+    switch (a) {
+    case WEFT_ALGO_RING: return 2 * (n - 1) * L->alpha + 2 * frac * m * L->beta + frac * m * L->gamma;
+    case WEFT_ALGO_RHD: return 2 * log2i(p) * L->alpha + 2 * m * L->beta + m * L->gamma + fold;
+    case WEFT_ALGO_TREE: return 2 * log2i(n) * L->alpha + 2.5 * m * L->beta + m * L->gamma;
+    case WEFT_ALGO_DIRECT: return 2 * L->alpha + (n - 1) * m * (L->beta + L->gamma);
+    default: return INFINITY;
+    }
+  case WEFT_COLL_REDUCE_SCATTER:
+  case WEFT_COLL_ALLGATHER: { /* m is the whole buffer (n blocks) */
+    double g = coll == WEFT_COLL_REDUCE_SCATTER ? frac * m * L->gamma : 0;
+    switch (a) {
+    case WEFT_ALGO_RING: return (n - 1) * L->alpha + frac * m * L->beta + g;
+    case WEFT_ALGO_RHD: return p == n ? log2i(n) * L->alpha + frac * m * L->beta + g : INFINITY;
+    case WEFT_ALGO_DIRECT: return L->alpha + frac * m * L->beta * 1.5 + g;
+    default: return INFINITY;
+    }
+  }
+  case WEFT_COLL_BROADCAST:
+  case WEFT_COLL_REDUCE: {
+    double g = coll == WEFT_COLL_REDUCE ? m * L->gamma : 0;
+    switch (a) {
+    case WEFT_ALGO_CHAIN: return (n - 1) * L->alpha + m * L->beta + g;
+    case WEFT_ALGO_TREE: return log2i(n) * L->alpha + 2 * m * L->beta + g;
+    default: return INFINITY;
+    }
+  }
+  case WEFT_COLL_ALLTOALL:
+  case WEFT_COLL_ALLTOALLV:
+    switch (a) {
+    case WEFT_ALGO_DIRECT: return L->alpha + frac * m * L->beta * (n > 8 ? 1.5 : 1.0);
+    case WEFT_ALGO_PAIRWISE: return (n - 1) * L->alpha + frac * m * L->beta;
+    default: return INFINITY;
+    }
+  default: return a == WEFT_ALGO_DIRECT ? 0 : INFINITY;
+  }
+}
+
+static int usable(const weft_task_t *t, weft_algo_t a) {
+  if (!weft_algo_lookup(t->args.coll, a)) return 0;
+  int n = t->args.nranks;
+  if (a == WEFT_ALGO_RHD && t->args.coll != WEFT_COLL_ALLREDUCE && (n & (n - 1))) return 0;
+  return 1;
+}
+
+void weft_tune(const struct weft_comm *c, weft_task_t *t) {
+  int n = c->nranks;
+  size_t es = weft_dtype_size(t->dtype);
+  double m = (double)t->args.count * (double)es;
+  if (t->args.coll == WEFT_COLL_REDUCE_SCATTER || t->args.coll == WEFT_COLL_ALLGATHER ||
+      t->args.coll == WEFT_COLL_ALLTOALL)
+    m *= n;
+  int remote = 0;
+  for (int p = 0; p < n; p++) remote |= c->peer_tr[p] == WEFT_TR_TCP;
+  const link_cost_t *L = remote ? &TCP : &SHM;
+  weft_algo_t forced = weft_algo_parse(weft_param_str("WEFT_ALGO"));
+  if (forced != WEFT_ALGO_AUTO && forced != WEFT_ALGO_COUNT && usable(t, forced)) {
+    t->algo = forced;
+  } else {
+    double best = INFINITY;
+    t->algo = WEFT_ALGO_DIRECT;
+    for (int a = WEFT_ALGO_RING; a < WEFT_ALGO_COUNT; a++) {
+      if (!usable(t, (weft_algo_t)a)) continue;
+      double v = cost(t->args.coll, (weft_algo_t)a, n, m, L);
+      if (v < best) {
+        best = v;
+        t->algo = (weft_algo_t)a;
+      }
+    }
+  }
+  /* Chunks: small enough that a ring has several in flight per segment, large enough
+   * that per-step overhead stays small. */
+  int64_t cb = weft_param_int("WEFT_CHUNK_BYTES");
+  if (cb <= 0) {
+    double seg = m / (n > 1 ? n : 1) / 4;
+    cb = seg < 32768 ? 32768 : seg > 524288 ? 524288 : (int64_t)seg;
+  }
+  uint64_t chunk = (uint64_t)cb / es;
+  t->args.chunk = chunk ? chunk : 1;
+  WEFT_TRACE(WEFT_SUB_TUNE, "%s %.0f bytes on %d ranks: %s, chunk %llu elements",
+             weft_coll_name(t->args.coll), m, n, weft_algo_name(t->algo),
+             (unsigned long long)t->args.chunk);
+}

@@ -1,0 +1,223 @@
+/* Shared-memory transport: each rank owns one POSIX shared-memory segment holding a
+ * single-producer single-consumer ring per local sender, plus a doorbell word. The fast
+ * path is memcpy and an acquire/release counter update; a rank that has nothing to do
+ * sleeps on its doorbell with a futex, so idle ranks burn no core. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "param.h"
+#include "transport.h"
+
+typedef struct {
+  _Atomic uint64_t head; /* bytes written, by the producer */
+  char pad0[56];
+  _Atomic uint64_t tail; /* bytes consumed, by the consumer */
+  char pad1[56];
+} ring_ctl_t;
+
+typedef struct {
+  _Atomic uint32_t bell;     /* bumped by every peer that wrote to us or read from us */
+  _Atomic uint32_t sleeping; /* owner is (about to be) in futex_wait */
+  int32_t pid;
+  uint32_t nlocal;
+  uint64_t magic;
+  char pad[40];
+} seg_hdr_t;
+
+typedef struct {
+  int rank, nranks, nlocal, my_local;
+  const int *local_rank;
+  size_t ring_bytes, seg_bytes;
+  char **segs; /* by local index; the own one included */
+  char name[64];
+  int own_linked;
+} shm_t;
+
+static void seg_name(char *buf, size_t len, uint64_t magic, int rank) {
+  snprintf(buf, len, "/weft-%016llx-%d", (unsigned long long)magic, rank);
+}
+
+static ring_ctl_t *ring_ctl(const shm_t *s, int owner_local, int sender_local) {
+  return (ring_ctl_t *)(s->segs[owner_local] + sizeof(seg_hdr_t) +
+                        (size_t)sender_local * (sizeof(ring_ctl_t) + s->ring_bytes));
+}
+static char *ring_data(const shm_t *s, int owner_local, int sender_local) {
+  return (char *)ring_ctl(s, owner_local, sender_local) + sizeof(ring_ctl_t);
+}
+static seg_hdr_t *hdr(const shm_t *s, int local) { return (seg_hdr_t *)s->segs[local]; }
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+  return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static void ring_bell(const shm_t *s, int local) {
+  seg_hdr_t *h = hdr(s, local);
+  atomic_fetch_add(&h->bell, 1);
+  if (atomic_load(&h->sleeping)) futex(&h->bell, FUTEX_WAKE, 1, NULL);
+}
+
+static void shm_teardown(void *state) {
+  shm_t *s = state;
+  if (!s) return;
+  if (s->own_linked) shm_unlink(s->name);
+  for (int i = 0; i < s->nlocal && s->segs; i++)
+    if (s->segs[i]) munmap(s->segs[i], s->seg_bytes);
+  free(s->segs);
+  free(s);
+}
+
+static weft_result_t map_seg(const char *name, size_t bytes, int create, char **out) {
+  int fd = shm_open(name, O_RDWR | (create ? O_CREAT | O_EXCL : 0), 0600);
+  if (fd < 0 && create && errno == EEXIST) { /* left by a crashed run with the same magic */
+    shm_unlink(name);
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+  }
+  if (fd < 0) return weft_set_error(WEFT_ERR_SYSTEM, "shm_open %s: %s", name, strerror(errno));
+  if (create) {
+    int e = ftruncate(fd, (off_t)bytes) == 0 ? posix_fallocate(fd, 0, (off_t)bytes) : errno;
+    if (e != 0) {
+      close(fd);
+      shm_unlink(name);
+      return weft_set_error(e == ENOSPC ? WEFT_ERR_NO_MEMORY : WEFT_ERR_SYSTEM,
+                            "shared memory %s (%zu bytes): %s; /dev/shm may be too small "
+                            "(lower WEFT_SHM_RING_BYTES)",
+                            name, bytes, strerror(e));
+    }
+  }
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (p == MAP_FAILED) return weft_set_error(WEFT_ERR_SYSTEM, "mmap %s: %s", name, strerror(e));
+  *out = p;
+  return WEFT_SUCCESS;
+}
+
+static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
+  weft_result_t rc = WEFT_SUCCESS;
+  shm_t *s = calloc(1, sizeof *s);
+  if (!s) return weft_set_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
+  s->rank = in->rank;
+  s->nranks = in->nranks;
+  s->nlocal = in->nlocal;
+  s->my_local = in->local_rank[in->rank];
+  s->local_rank = in->local_rank;
+  int64_t rb = weft_param_int("WEFT_SHM_RING_BYTES");
+  if (rb < 4096) rb = 4096;
+  s->ring_bytes = ((size_t)rb + 4095) & ~(size_t)4095;
+  s->seg_bytes = sizeof(seg_hdr_t) + (size_t)s->nlocal * (sizeof(ring_ctl_t) + s->ring_bytes);
+  s->segs = calloc((size_t)s->nlocal, sizeof *s->segs);
+  if (!s->segs) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "shm: out of memory");
+  seg_name(s->name, sizeof s->name, in->magic, in->rank);
+  CHECK_GOTO(map_seg(s->name, s->seg_bytes, 1, &s->segs[s->my_local]), rc, fail);
+  s->own_linked = 1;
+  seg_hdr_t *h = hdr(s, s->my_local);
+  h->pid = (int32_t)getpid();
+  h->nlocal = (uint32_t)s->nlocal;
+  h->magic = in->magic;
+  /* Everyone's segment exists after this barrier; after the second, all are mapped and the
+   * names can go, so a crash later leaves nothing behind in /dev/shm. */
+  CHECK_GOTO(weft_bootstrap_barrier(in->boot), rc, fail);
+  for (int p = 0; p < in->nranks; p++) {
+    int l = in->local_rank[p];
+    if (p == in->rank || l < 0 || !in->use[p]) continue;
+    char name[64];
+    seg_name(name, sizeof name, in->magic, p);
+    CHECK_GOTO(map_seg(name, s->seg_bytes, 0, &s->segs[l]), rc, fail);
+    if (hdr(s, l)->magic != in->magic || hdr(s, l)->nlocal != (uint32_t)s->nlocal)
+      ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL, "shm: segment of rank %d does not match", p);
+  }
+  CHECK_GOTO(weft_bootstrap_barrier(in->boot), rc, fail);
+  shm_unlink(s->name);
+  s->own_linked = 0;
+  *state = s;
+  return WEFT_SUCCESS;
+fail:
+  shm_teardown(s);
+  return rc;
+}
+
+static weft_result_t shm_send(void *state, int peer, const void *src, size_t n, size_t *accepted) {
+  shm_t *s = state;
+  int pl = s->local_rank[peer];
+  ring_ctl_t *c = ring_ctl(s, pl, s->my_local);
+  char *data = ring_data(s, pl, s->my_local);
+  uint64_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&c->tail, memory_order_acquire);
+  size_t space = s->ring_bytes - (size_t)(head - tail), w = n < space ? n : space;
+  *accepted = w;
+  if (w == 0) return WEFT_SUCCESS;
+  size_t pos = (size_t)(head % s->ring_bytes), first = s->ring_bytes - pos;
+  if (first > w) first = w;
+  memcpy(data + pos, src, first);
+  memcpy(data, (const char *)src + first, w - first);
+  atomic_store_explicit(&c->head, head + w, memory_order_release);
+  ring_bell(s, pl);
+  return WEFT_SUCCESS;
+}
+
+static weft_result_t shm_peek(void *state, int peer, const void **p, size_t *contig,
+                              size_t *total) {
+  shm_t *s = state;
+  int pl = s->local_rank[peer];
+  ring_ctl_t *c = ring_ctl(s, s->my_local, pl);
+  uint64_t head = atomic_load_explicit(&c->head, memory_order_acquire);
+  uint64_t tail = atomic_load_explicit(&c->tail, memory_order_relaxed);
+  size_t pos = (size_t)(tail % s->ring_bytes);
+  *total = (size_t)(head - tail);
+  *contig = s->ring_bytes - pos < *total ? s->ring_bytes - pos : *total;
+  *p = ring_data(s, s->my_local, pl) + pos;
+  return WEFT_SUCCESS;
+}
+
+static void shm_consume(void *state, int peer, size_t n) {
+  shm_t *s = state;
+  int pl = s->local_rank[peer];
+  ring_ctl_t *c = ring_ctl(s, s->my_local, pl);
+  atomic_fetch_add_explicit(&c->tail, n, memory_order_release);
+  ring_bell(s, pl); /* the producer may be waiting for room */
+}
+
+static uint64_t shm_arm(void *state) {
+  shm_t *s = state;
+  return atomic_load(&hdr(s, s->my_local)->bell);
+}
+
+static weft_result_t shm_wait(void *state, uint64_t token, int timeout_ms) {
+  shm_t *s = state;
+  seg_hdr_t *h = hdr(s, s->my_local);
+  atomic_store(&h->sleeping, 1);
+  if (atomic_load(&h->bell) == (uint32_t)token) {
+    struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+    futex(&h->bell, FUTEX_WAIT, (uint32_t)token, &ts);
+  }
+  atomic_store(&h->sleeping, 0);
+  return WEFT_SUCCESS;
+}
+
+static void shm_wake(void *state) {
+  shm_t *s = state;
+  ring_bell(s, s->my_local);
+}
+
+const weft_transport_t weft_transport_shm = {
+    .size = sizeof(weft_transport_t),
+    .name = "shm",
+    .setup = shm_setup,
+    .teardown = shm_teardown,
+    .send = shm_send,
+    .peek = shm_peek,
+    .consume = shm_consume,
+    .arm = shm_arm,
+    .wait = shm_wait,
+    .wake = shm_wake,
+};

@@ -1,0 +1,291 @@
+/* TCP transport: one non-blocking socket per peer pair. Data goes in frames {magic, length}
+ * with a bounded length, so a corrupt or foreign stream is refused instead of trusted;
+ * received payload lands in a staging ring that the executor peeks into. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "param.h"
+#include "socket.h"
+#include "transport.h"
+
+typedef struct {
+  int fd;
+  /* send side: the frame being written */
+  int in_frame;
+  uint32_t hdr[2];
+  size_t hdr_sent, payload_left;
+  int send_blocked;
+  /* receive side */
+  char *ring;
+  uint64_t head, tail;
+  int in_rframe;
+  uint32_t rhdr[2];
+  size_t rhdr_got, rpayload_left;
+  weft_result_t rerr; /* EOF or error seen; raised once the staged bytes run out */
+  char rerr_msg[200];
+} conn_t;
+
+typedef struct {
+  int rank, nranks;
+  uint32_t magic32;
+  size_t max_frame, ring_bytes;
+  conn_t *conns;
+  const atomic_int *abort_flag;
+  int wake_fd;
+  struct pollfd *pfds;
+} tcp_t;
+
+typedef struct {
+  uint64_t magic;
+  uint32_t version, type;
+  int32_t rank, reserved;
+} tcp_hello_t;
+
+static void tcp_teardown(void *state) {
+  tcp_t *t = state;
+  if (!t) return;
+  for (int p = 0; p < t->nranks && t->conns; p++) {
+    if (t->conns[p].fd >= 0) close(t->conns[p].fd);
+    free(t->conns[p].ring);
+  }
+  free(t->conns);
+  free(t->pfds);
+  free(t);
+}
+
+typedef struct {
+  tcp_t *t;
+  const uint8_t *use;
+} accept_ctx_t;
+
+static int tcp_accept(void *ctx, const void *hello, int fd) {
+  accept_ctx_t *c = ctx;
+  tcp_hello_t h;
+  memcpy(&h, hello, sizeof h);
+  if (h.version != WEFT_WIRE_VERSION || h.type != WEFT_MSG_TCP_HELLO || h.rank <= c->t->rank ||
+      h.rank >= c->t->nranks || !c->use[h.rank] || c->t->conns[h.rank].fd >= 0)
+    return -1;
+  c->t->conns[h.rank].fd = fd;
+  return 0;
+}
+
+static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
+  weft_result_t rc = WEFT_SUCCESS;
+  int listen_fd = -1;
+  struct sockaddr_in *addrs = NULL;
+  tcp_t *t = calloc(1, sizeof *t);
+  if (!t) return weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
+  *t = (tcp_t){.rank = in->rank, .nranks = in->nranks, .magic32 = (uint32_t)(in->magic >> 32),
+               .abort_flag = in->abort_flag, .wake_fd = in->wake_fd};
+  int64_t mf = weft_param_int("WEFT_TCP_FRAME_BYTES"), rb = weft_param_int("WEFT_TCP_BUF_BYTES");
+  t->max_frame = mf < 4096 ? 4096 : (size_t)mf;
+  t->ring_bytes = rb < 65536 ? 65536 : (size_t)rb;
+  t->conns = calloc((size_t)in->nranks, sizeof *t->conns);
+  t->pfds = calloc((size_t)in->nranks + 1, sizeof *t->pfds);
+  addrs = calloc((size_t)in->nranks, sizeof *addrs);
+  if (!t->conns || !t->pfds || !addrs) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
+  for (int p = 0; p < in->nranks; p++) t->conns[p].fd = -1;
+  CHECK_GOTO(weft_sock_listen(0, &listen_fd, &addrs[in->rank]), rc, fail);
+  addrs[in->rank].sin_addr = in->boot->my_ip;
+  CHECK_GOTO(weft_bootstrap_allgather(in->boot, addrs, sizeof *addrs), rc, fail);
+  int64_t deadline = weft_deadline(in->boot->timeout_ms);
+  int want = 0;
+  for (int p = 0; p < in->nranks; p++) {
+    if (!in->use[p] || p == in->rank) continue;
+    if (p > in->rank) {
+      want++;
+      continue;
+    }
+    /* Lower ranks listen, higher ranks connect: each pair gets exactly one socket. */
+    CHECK_GOTO(weft_sock_connect(&addrs[p], deadline, in->abort_flag, &t->conns[p].fd), rc, fail);
+    tcp_hello_t h = {.magic = in->magic, .version = WEFT_WIRE_VERSION,
+                     .type = WEFT_MSG_TCP_HELLO, .rank = in->rank};
+    CHECK_GOTO(weft_sock_send_all(t->conns[p].fd, &h, sizeof h, deadline, in->abort_flag), rc,
+               fail);
+  }
+  accept_ctx_t ctx = {.t = t, .use = in->use};
+  CHECK_GOTO(weft_sock_accept_hellos(listen_fd, &want, sizeof(tcp_hello_t), in->magic, tcp_accept,
+                                     &ctx, NULL, deadline, in->abort_flag),
+             rc, fail);
+  for (int p = 0; p < in->nranks; p++) {
+    if (t->conns[p].fd < 0) continue;
+    weft_sock_nonblock(t->conns[p].fd);
+    t->conns[p].ring = malloc(t->ring_bytes);
+    if (!t->conns[p].ring) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
+  }
+  close(listen_fd);
+  free(addrs);
+  *state = t;
+  return WEFT_SUCCESS;
+fail:
+  if (listen_fd >= 0) close(listen_fd);
+  free(addrs);
+  tcp_teardown(t);
+  return rc;
+}
+
+static weft_result_t lost(int peer, const char *what, int err) {
+  return weft_set_error(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s%s%s", peer, what,
+                        err ? ": " : "", err ? strerror(err) : "");
+}
+
+static weft_result_t tcp_send(void *state, int peer, const void *src, size_t n, size_t *accepted) {
+  tcp_t *t = state;
+  conn_t *c = &t->conns[peer];
+  size_t done = 0;
+  c->send_blocked = 0;
+  while (done < n) {
+    if (!c->in_frame) {
+      size_t len = n - done < t->max_frame ? n - done : t->max_frame;
+      c->hdr[0] = t->magic32;
+      c->hdr[1] = (uint32_t)len;
+      c->hdr_sent = 0;
+      c->payload_left = len;
+      c->in_frame = 1;
+    }
+    struct iovec iov[2];
+    int k = 0;
+    if (c->hdr_sent < sizeof c->hdr)
+      iov[k++] = (struct iovec){(char *)c->hdr + c->hdr_sent, sizeof c->hdr - c->hdr_sent};
+    size_t pl = n - done < c->payload_left ? n - done : c->payload_left;
+    iov[k++] = (struct iovec){(char *)src + done, pl};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+    ssize_t r = sendmsg(c->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        c->send_blocked = 1;
+        break;
+      }
+      return lost(peer, "failed on send", errno);
+    }
+    size_t got = (size_t)r;
+    if (c->hdr_sent < sizeof c->hdr) {
+      size_t h = sizeof c->hdr - c->hdr_sent < got ? sizeof c->hdr - c->hdr_sent : got;
+      c->hdr_sent += h;
+      got -= h;
+    }
+    done += got;
+    c->payload_left -= got;
+    if (c->hdr_sent == sizeof c->hdr && c->payload_left == 0) c->in_frame = 0;
+  }
+  *accepted = done;
+  return WEFT_SUCCESS;
+}
+
+static weft_result_t fill_socket(tcp_t *t, int peer);
+
+/* Moves what the socket holds into the staging ring, checking every frame header. A peer
+ * that closed after sending its last bytes is not an error until those bytes are used. */
+static weft_result_t fill(tcp_t *t, int peer) {
+  conn_t *c = &t->conns[peer];
+  if (c->rerr != WEFT_SUCCESS) return WEFT_SUCCESS;
+  weft_result_t rc = fill_socket(t, peer);
+  if (rc == WEFT_ERR_PEER_LOST) {
+    c->rerr = rc;
+    snprintf(c->rerr_msg, sizeof c->rerr_msg, "%s", weft_thread_error());
+    return WEFT_SUCCESS;
+  }
+  return rc;
+}
+
+static weft_result_t fill_socket(tcp_t *t, int peer) {
+  conn_t *c = &t->conns[peer];
+  for (;;) {
+    size_t used = (size_t)(c->head - c->tail);
+    if (!c->in_rframe) {
+      ssize_t r = recv(c->fd, (char *)c->rhdr + c->rhdr_got, sizeof c->rhdr - c->rhdr_got,
+                       MSG_DONTWAIT);
+      if (r == 0) return lost(peer, "was closed by the peer", 0);
+      if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return WEFT_SUCCESS;
+        return lost(peer, "failed on receive", errno);
+      }
+      c->rhdr_got += (size_t)r;
+      if (c->rhdr_got < sizeof c->rhdr) continue;
+      c->rhdr_got = 0;
+      if (c->rhdr[0] != t->magic32 || c->rhdr[1] == 0 || c->rhdr[1] > t->max_frame)
+        return weft_set_error(WEFT_ERR_PROTOCOL,
+                              "tcp: rank %d sent a bad frame header (magic %08x, length %u, "
+                              "largest allowed %zu)",
+                              peer, c->rhdr[0], c->rhdr[1], t->max_frame);
+      c->in_rframe = 1;
+      c->rpayload_left = c->rhdr[1];
+      continue;
+    }
+    if (used == t->ring_bytes) return WEFT_SUCCESS;
+    size_t pos = (size_t)(c->head % t->ring_bytes);
+    size_t room = t->ring_bytes - used, contig = t->ring_bytes - pos;
+    size_t want = room < contig ? room : contig;
+    if (want > c->rpayload_left) want = c->rpayload_left;
+    ssize_t r = recv(c->fd, c->ring + pos, want, MSG_DONTWAIT);
+    if (r == 0) return lost(peer, "was closed by the peer", 0);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return WEFT_SUCCESS;
+      return lost(peer, "failed on receive", errno);
+    }
+    c->head += (uint64_t)r;
+    c->rpayload_left -= (size_t)r;
+    if (c->rpayload_left == 0) c->in_rframe = 0;
+  }
+}
+
+static weft_result_t tcp_peek(void *state, int peer, const void **p, size_t *contig,
+                              size_t *total) {
+  tcp_t *t = state;
+  conn_t *c = &t->conns[peer];
+  if (c->head - c->tail < t->ring_bytes) CHECK(fill(t, peer));
+  size_t pos = (size_t)(c->tail % t->ring_bytes);
+  *total = (size_t)(c->head - c->tail);
+  if (*total == 0 && c->rerr != WEFT_SUCCESS) return weft_set_error(c->rerr, "%s", c->rerr_msg);
+  *contig = t->ring_bytes - pos < *total ? t->ring_bytes - pos : *total;
+  *p = c->ring + pos;
+  return WEFT_SUCCESS;
+}
+
+static void tcp_consume(void *state, int peer, size_t n) {
+  tcp_t *t = state;
+  t->conns[peer].tail += n;
+}
+
+static uint64_t tcp_arm(void *state) {
+  (void)state;
+  return 0;
+}
+
+static weft_result_t tcp_wait(void *state, uint64_t token, int timeout_ms) {
+  (void)token;
+  tcp_t *t = state;
+  nfds_t n = 0;
+  for (int p = 0; p < t->nranks; p++) {
+    conn_t *c = &t->conns[p];
+    if (c->fd < 0) continue;
+    /* Data left in the kernel would make poll return at once: stage it first. */
+    if (c->head - c->tail < t->ring_bytes) CHECK(fill(t, p));
+    short ev = (c->head - c->tail < t->ring_bytes && c->rerr == WEFT_SUCCESS) ? POLLIN : 0;
+    if (c->send_blocked) ev |= POLLOUT;
+    if (ev) t->pfds[n++] = (struct pollfd){.fd = c->fd, .events = ev};
+  }
+  if (t->wake_fd >= 0) t->pfds[n++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
+  if (poll(t->pfds, n, timeout_ms) < 0 && errno != EINTR)
+    return weft_set_error(WEFT_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
+  return WEFT_SUCCESS;
+}
+
+const weft_transport_t weft_transport_tcp = {
+    .size = sizeof(weft_transport_t),
+    .name = "tcp",
+    .setup = tcp_setup,
+    .teardown = tcp_teardown,
+    .send = tcp_send,
+    .peek = tcp_peek,
+    .consume = tcp_consume,
+    .arm = tcp_arm,
+    .wait = tcp_wait,
+};

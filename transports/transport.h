@@ -1,0 +1,48 @@
+/* The transport interface: a byte channel per ordered pair of ranks, with non-blocking
+ * send, and peek/consume on the receive side so that reductions can read incoming bytes
+ * where they lie. Every transport fills one weft_transport_t with designated initializers;
+ * `size` lets the struct grow; optional operations may be NULL. */
+#ifndef WEFT_TRANSPORT_H
+#define WEFT_TRANSPORT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bootstrap.h"
+#include "weft.h"
+
+typedef struct {
+  weft_bootstrap_t *boot;
+  int rank, nranks;
+  const uint8_t *use;    /* use[p] != 0: this transport serves peer p (collective: all ranks) */
+  const int *local_rank; /* index of each rank among those on this host; -1 elsewhere */
+  int nlocal;
+  uint64_t magic;
+  const atomic_int *abort_flag;
+  int wake_fd; /* eventfd that weft_comm_abort writes, for transports that poll */
+} weft_transport_init_t;
+
+typedef struct weft_transport {
+  size_t size;
+  const char *name;
+  /* Collective over the communicator; allocates *state. */
+  weft_result_t (*setup)(const weft_transport_init_t *init, void **state);
+  void (*teardown)(void *state);
+  /* Takes up to n bytes of src; *accepted may be 0 when the channel is full. */
+  weft_result_t (*send)(void *state, int peer, const void *src, size_t n, size_t *accepted);
+  /* Bytes received from peer and not consumed: *contig of them at *p, *total in all. */
+  weft_result_t (*peek)(void *state, int peer, const void **p, size_t *contig, size_t *total);
+  void (*consume)(void *state, int peer, size_t n);
+  /* Before the last progress attempt: a token for wait (so no wake-up is lost). */
+  uint64_t (*arm)(void *state);
+  /* Sleeps until something may have changed since arm returned token, at most timeout_ms. */
+  weft_result_t (*wait)(void *state, uint64_t token, int timeout_ms);
+  /* Optional: wakes a thread sleeping in wait (abort). */
+  void (*wake)(void *state);
+} weft_transport_t;
+
+extern const weft_transport_t weft_transport_shm;
+extern const weft_transport_t weft_transport_tcp;
+
+#endif
