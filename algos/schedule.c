@@ -49,6 +49,14 @@ void weft_split(uint64_t count, int parts, int i, uint64_t *off, uint64_t *len) 
   *len = base + (ui < rem ? 1 : 0);
 }
 
+int32_t weft_alltoall_snapshot(const weft_coll_args_t *a, weft_sched_t *s) {
+  if (!a->in_place) return -1;
+  uint64_t total = (uint64_t)a->nranks * a->count;
+  s->scratch_count = total;
+  return weft_sched_add(s, WEFT_STEP_COPY, a->rank, WEFT_BUF_SCRATCH, 0, WEFT_BUF_SEND, 0, total, -1,
+                        -1);
+}
+
 static const char *algo_names[WEFT_ALGO_COUNT] = {"auto",   "ring",     "rhd",  "tree",
                                                   "direct", "pairwise", "chain"};
 static const char *coll_names[WEFT_COLL_COUNT] = {

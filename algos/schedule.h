@@ -83,6 +83,10 @@ weft_result_t weft_sched_status(const weft_sched_t *s);
 /* Splits count into parts as even as possible: part i starts at *off and has *len. */
 void weft_split(uint64_t count, int parts, int i, uint64_t *off, uint64_t *len);
 
+/* In-place all-to-all: copies the whole input to scratch (sends then read the copy);
+ * returns that step, or -1 when not in place. */
+int32_t weft_alltoall_snapshot(const weft_coll_args_t *a, weft_sched_t *s);
+
 typedef weft_result_t (*weft_algo_fn)(const weft_coll_args_t *a, weft_sched_t *s);
 
 /* The generator for (coll, algo), or NULL when that pair does not exist. */

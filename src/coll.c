@@ -166,10 +166,11 @@ weft_result_t weft_alltoall(const void *sendbuf, void *recvbuf, size_t count, we
   CHECK(bytes_of(fn, count, (size_t)comm->nranks, dtype, &b));
   CHECK(need_buf(fn, "sendbuf", sendbuf, b));
   CHECK(need_buf(fn, "recvbuf", recvbuf, b));
-  if (overlap(sendbuf, b, recvbuf, b))
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: sendbuf and recvbuf overlap (in-place "
-                          "all-to-all is not supported)", fn);
-  weft_task_t t = {.args = {.coll = WEFT_COLL_ALLTOALL, .count = count}, .dtype = dtype,
+  if (sendbuf != recvbuf && overlap(sendbuf, b, recvbuf, b))
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: sendbuf and recvbuf overlap but differ", fn);
+  weft_task_t t = {.args = {.coll = WEFT_COLL_ALLTOALL, .count = count,
+                            .in_place = sendbuf == recvbuf && b},
+                   .dtype = dtype,
                    .sendbuf = sendbuf, .recvbuf = recvbuf};
   return submit(comm, &t, stream);
 }

@@ -196,7 +196,7 @@ static int rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
         for (int op = 0; op < (reduces ? WEFT_OP_COUNT : 1); op++)
           for (size_t ci = 0; ci < NCOUNTS; ci++)
             for (int ip = 0; ip <= 1; ip++) {
-              if (ip && (kind == A2A || kind == A2AV || kind == SR)) continue;
+              if (ip && (kind == A2AV || kind == SR)) continue;
               /* the largest count once per (collective, algo, dtype) keeps the run short */
               if (ci == NCOUNTS - 1 && (op != 0 || ip)) continue;
               run_case(&c, kind, ALGOS[kind][a], (weft_dtype_t)t, (weft_op_t)op, COUNTS[ci], ip,

@@ -320,7 +320,6 @@ int sim_sweep(weft_coll_t coll, weft_algo_t algo, int max_ranks) {
       for (size_t ki = 0; ki < sizeof chunks / sizeof chunks[0]; ki++)
         for (int ip = 0; ip <= 1; ip++) {
           if (counts[ci] == 1000 && chunks[ki] == 1 && n > 8) continue; /* keeps it quick */
-          if (ip && (coll == WEFT_COLL_ALLTOALL)) continue;
           sim_case_t c = {.coll = coll, .algo = algo, .dtype = WEFT_I32,
                           .op = (n + ci) % 3 == 0 ? WEFT_MAX : WEFT_SUM, .nranks = n,
                           .root = (int)(ci % (size_t)n), .in_place = ip, .count = counts[ci],

@@ -1,0 +1,54 @@
+/* collbench internals: options, one collective's adapter (sizes, call, check, bus
+ * bandwidth factor) and the optional peer library measured in the same run. */
+#ifndef WEFT_BENCH_H
+#define WEFT_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "weft.h"
+
+enum { B_ALLREDUCE, B_REDUCE_SCATTER, B_ALLGATHER, B_BROADCAST, B_REDUCE, B_ALLTOALL, B_SENDRECV, B_NCOLLS };
+
+typedef struct {
+  size_t min_bytes, max_bytes, step_bytes;
+  double factor;
+  int iters, warmup, check, root;
+  weft_dtype_t dtype;
+  weft_op_t op;
+  int colls[B_NCOLLS], ncolls;
+  int ranks;
+  const char *json;
+  int compare_mpi;
+  int quiet;
+} bench_opts_t;
+
+typedef struct {
+  const char *name;
+  double bus_factor_num; /* busbw = algbw * f(n); see bench_busbw */
+  int reduces;
+} bench_coll_t;
+
+extern const bench_coll_t bench_colls[B_NCOLLS];
+
+/* Elements per rank for a sweep size in bytes (nccl-tests: size is the largest buffer). */
+size_t bench_count(int coll, size_t bytes, size_t es, int nranks);
+double bench_busbw(int coll, double algbw, int nranks);
+/* One call of coll on the given buffers. */
+weft_result_t bench_call(int coll, const void *s, void *r, size_t count, const bench_opts_t *o,
+                         weft_comm_t comm, int rank, int nranks);
+/* Buffer sizes in elements. */
+void bench_buf_elems(int coll, size_t count, int nranks, size_t *in, size_t *out);
+/* Fills inputs from the oracle, runs once, returns the number of wrong elements here. */
+long bench_check(int coll, void *s, void *r, size_t count, const bench_opts_t *o, weft_comm_t comm,
+                 int rank, int nranks, int in_place, weft_result_t *rc);
+
+#ifdef WEFT_HAVE_MPI
+/* The same collective through MPI on MPI_COMM_WORLD; returns seconds per call (max over
+ * ranks), or a negative value when MPI has no equivalent (e.g. half). */
+double bench_mpi_time(int coll, void *s, void *r, size_t count, const bench_opts_t *o, int rank,
+                      int nranks);
+#endif
+
+#endif

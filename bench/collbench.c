@@ -1,0 +1,416 @@
+/* collbench: bandwidth and latency sweeps of weft's collectives, nccl-tests style.
+ * With no arguments it sweeps every collective on 4 local CPU ranks; --ranks N spawns N
+ * ranks; under mpirun (or with WEFT_ROOT / torchrun variables) it is one rank of a job.
+ * Rank 0 prints one row per size: time, algbw and busbw (nccl-tests' formulas) and #wrong,
+ * out-of-place then in-place, and, with --compare mpi, Open MPI's figures and the ratio. */
+#ifdef WEFT_HAVE_MPI
+#include <mpi.h>
+#endif
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "launch.h"
+#include "weft.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static size_t parse_size(const char *s) {
+  char *end;
+  double v = strtod(s, &end);
+  switch (*end) {
+  case 'G': case 'g': v *= 1 << 30; break;
+  case 'M': case 'm': v *= 1 << 20; break;
+  case 'K': case 'k': v *= 1 << 10; break;
+  default: break;
+  }
+  return (size_t)v;
+}
+
+static int parse_dtype(const char *s, weft_dtype_t *t) {
+  static const struct { const char *name; weft_dtype_t t; } names[] = {
+      {"float", WEFT_F32}, {"f32", WEFT_F32}, {"double", WEFT_F64}, {"f64", WEFT_F64},
+      {"half", WEFT_F16}, {"f16", WEFT_F16}, {"bfloat16", WEFT_BF16}, {"bf16", WEFT_BF16},
+      {"int8", WEFT_I8}, {"uint8", WEFT_U8}, {"int32", WEFT_I32}, {"int", WEFT_I32},
+      {"int64", WEFT_I64}, {"fp8_e4m3", WEFT_FP8_E4M3}, {"fp8_e5m2", WEFT_FP8_E5M2}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcasecmp(s, names[i].name) == 0) {
+      *t = names[i].t;
+      return 0;
+    }
+  return -1;
+}
+
+static int parse_op(const char *s, weft_op_t *op) {
+  for (int i = 0; i < WEFT_OP_COUNT; i++)
+    if (strcasecmp(s, weft_op_name((weft_op_t)i)) == 0) {
+      *op = (weft_op_t)i;
+      return 0;
+    }
+  return -1;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: collbench [options]\n"
+          "  -b, --minbytes SIZE   smallest size (default 8)\n"
+          "  -e, --maxbytes SIZE   largest size (default 16M); sizes take K, M, G\n"
+          "  -f, --stepfactor F    multiply the size by F each step (default 2)\n"
+          "  -i, --stepbytes SIZE  add SIZE each step instead of multiplying\n"
+          "  -n, --iters N         timed iterations per size (default 20)\n"
+          "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
+          "  -c, --check 0|1       check results against the oracle (#wrong; default 1)\n"
+          "  -d, --datatype T      float double half bfloat16 int8 uint8 int32 int64 fp8_e4m3 "
+          "fp8_e5m2\n"
+          "  -o, --op OP           sum prod min max avg (default sum)\n"
+          "  -r, --root R          root of broadcast and reduce (default 0)\n"
+          "  -C, --collective C    allreduce reduce_scatter allgather broadcast reduce alltoall "
+          "sendrecv all\n"
+          "                        (comma list allowed; default all)\n"
+          "      --ranks N         spawn N local ranks (default 4; ignored under mpirun)\n"
+          "      --json FILE       write every row as JSON\n"
+          "      --compare mpi     also time Open MPI's collective in the same run (mpirun)\n"
+          "      --params          print every WEFT_* variable and exit\n"
+          "  -h, --help\n");
+}
+
+static int parse_colls(const char *arg, bench_opts_t *o) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", arg);
+  o->ncolls = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    int found = 0;
+    for (int c = 0; c < B_NCOLLS; c++)
+      if (strcasecmp(tok, "all") == 0 || strcasecmp(tok, bench_colls[c].name) == 0) {
+        o->colls[o->ncolls++] = c;
+        found = 1;
+        if (o->ncolls == B_NCOLLS) break;
+      }
+    if (!found) return -1;
+  }
+  return o->ncolls ? 0 : -1;
+}
+
+static void print_params(FILE *f, int only_set) {
+  for (int i = 0; i < weft_param_count(); i++) {
+    const char *name, *value, *dflt, *help;
+    weft_param_info(i, &name, &value, &dflt, &help);
+    if (only_set && !getenv(name)) continue;
+    if (only_set)
+      fprintf(f, "#   %s=%s\n", name, value);
+    else
+      fprintf(f, "%-22s %-10s %s\n", name, dflt[0] ? dflt : "(unset)", help);
+  }
+}
+
+/* ---- JSON rows (rank 0) ---- */
+typedef struct {
+  char *buf;
+  size_t len, cap;
+} sbuf_t;
+
+static void sb_printf(sbuf_t *s, const char *fmt, ...) {
+  va_list ap;
+  for (;;) {
+    va_start(ap, fmt);
+    int n = vsnprintf(s->buf ? s->buf + s->len : NULL, s->buf ? s->cap - s->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (s->buf && s->len + (size_t)n < s->cap) {
+      s->len += (size_t)n;
+      return;
+    }
+    size_t ncap = (s->cap + (size_t)n + 1) * 2;
+    char *nb = realloc(s->buf, ncap);
+    if (!nb) return;
+    s->buf = nb;
+    s->cap = ncap;
+  }
+}
+
+typedef struct {
+  bench_opts_t *o;
+  int argc;
+  char **argv;
+} run_arg_t;
+
+static double reduce_max(double v, weft_comm_t comm) {
+  double out = v;
+  weft_allreduce(&v, &out, 1, WEFT_F64, WEFT_MAX, comm, NULL);
+  return out;
+}
+
+static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *o, int argc,
+                    char **argv) {
+  size_t es = weft_dtype_size(o->dtype);
+  size_t max_in, max_out, max_count = o->max_bytes / es + 1;
+  bench_buf_elems(B_ALLTOALL, max_count, nranks, &max_in, &max_out);
+  size_t bytes = (max_in > max_out ? max_in : max_out) * es + 64;
+  char *sbuf = malloc(bytes), *rbuf = malloc(bytes);
+  if (!sbuf || !rbuf) {
+    fprintf(stderr, "collbench: rank %d: cannot allocate 2 x %zu bytes\n", rank, bytes);
+    return 1;
+  }
+  memset(sbuf, 0, bytes);
+  memset(rbuf, 0, bytes);
+  sbuf_t js = {0};
+  int failed = 0, tty = isatty(2);
+  double start = now_s(), last_progress = start;
+  if (rank == 0) {
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    printf("# collbench: weft %d.%d.%d, %d ranks, host %s, dtype %s, op %s, iters %d, warmup %d, "
+           "check %d\n#",
+           WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, nranks, host,
+           weft_dtype_name(o->dtype), weft_op_name(o->op), o->iters, o->warmup, o->check);
+    for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
+    printf("\n");
+    print_params(stdout, 1);
+    sb_printf(&js, "{\n  \"tool\": \"collbench\",\n  \"weft_version\": \"%d.%d.%d\",\n  \"host\": "
+              "\"%s\",\n  \"nranks\": %d,\n  \"command\": \"",
+              WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, host, nranks);
+    for (int i = 0; i < argc; i++) sb_printf(&js, "%s%s", i ? " " : "", argv[i]);
+    sb_printf(&js, "\",\n  \"rows\": [");
+  }
+  int first_row = 1, nsizes = 0, done_sizes = 0;
+  for (size_t b = o->min_bytes; b <= o->max_bytes;
+       b = o->step_bytes ? b + o->step_bytes : (size_t)(b * o->factor > b ? b * o->factor : b + 1))
+    nsizes++;
+  nsizes *= o->ncolls;
+  for (int ci = 0; ci < o->ncolls && !failed; ci++) {
+    int coll = o->colls[ci];
+    if (rank == 0) {
+      printf("#\n# %s\n#%11s %12s %9s %6s %5s %10s %8s %8s %6s %10s %8s %8s %6s", bench_colls[coll].name,
+             "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+             "algbw", "busbw", "#wrong");
+      if (o->compare_mpi) printf(" %10s %8s %6s", "mpi time", "mpi bus", "ratio");
+      printf("\n#%11s %12s %9s %6s %5s %10s %8s %8s %6s %10s %8s %8s %6s", "(B)", "(elements)", "",
+             "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+      if (o->compare_mpi) printf(" %10s %8s %6s", "(us)", "(GB/s)", "weft/mpi");
+      printf("\n");
+    }
+    for (size_t b = o->min_bytes; b <= o->max_bytes && !failed;
+         b = o->step_bytes ? b + o->step_bytes : (size_t)(b * o->factor > b ? b * o->factor : b + 1)) {
+      done_sizes++;
+      size_t count = bench_count(coll, b, es, nranks);
+      if (count == 0) continue;
+      size_t nin, nout;
+      bench_buf_elems(coll, count, nranks, &nin, &nout);
+      size_t row_bytes = (nin > nout ? nin : nout) * es;
+      double t[2] = {0, 0};
+      long wrong[2] = {0, 0};
+      int has_in_place = coll != B_SENDRECV; /* a send and a receive of one buffer */
+      for (int ip = 0; ip < 1 + has_in_place; ip++) {
+        void *s = sbuf, *r = ip ? sbuf : rbuf;
+        weft_result_t rc = WEFT_SUCCESS;
+        long w = 0;
+        if (o->check) w = bench_check(coll, sbuf, r, count, o, comm, rank, nranks, ip, &rc);
+        void *in = s, *out = r;
+        if (ip && coll == B_ALLGATHER) in = sbuf + (size_t)rank * count * es;
+        if (ip && coll == B_REDUCE_SCATTER) out = sbuf + (size_t)rank * count * es;
+        for (int i = 0; i < o->warmup && rc == WEFT_SUCCESS; i++)
+          rc = bench_call(coll, in, out, count, o, comm, rank, nranks);
+        if (rc == WEFT_SUCCESS) rc = weft_barrier(comm, NULL);
+        double t0 = now_s();
+        for (int i = 0; i < o->iters && rc == WEFT_SUCCESS; i++)
+          rc = bench_call(coll, in, out, count, o, comm, rank, nranks);
+        double dt = (now_s() - t0) / (o->iters > 0 ? o->iters : 1);
+        if (rc != WEFT_SUCCESS) {
+          fprintf(stderr, "collbench: rank %d: %s of %zu bytes failed: %s: %s\n", rank,
+                  bench_colls[coll].name, row_bytes, weft_result_string(rc),
+                  weft_get_last_error(comm));
+          failed = 1;
+          break;
+        }
+        t[ip] = reduce_max(dt, comm);
+        long wsum = 0;
+        weft_allreduce(&w, &wsum, 1, WEFT_I64, WEFT_SUM, comm, NULL);
+        wrong[ip] = wsum;
+        if (wsum) failed = 2;
+      }
+      if (failed == 1) break;
+      double peer = -1;
+#ifdef WEFT_HAVE_MPI
+      if (o->compare_mpi) peer = bench_mpi_time(coll, sbuf, rbuf, count, o, rank, nranks);
+#endif
+      if (rank == 0) {
+        const char *opn = bench_colls[coll].reduces ? weft_op_name(o->op) : "none";
+        int root = (coll == B_BROADCAST || coll == B_REDUCE) ? o->root : -1;
+        double alg[2] = {0, 0}, bus[2] = {0, 0};
+        for (int ip = 0; ip < 1 + has_in_place; ip++) {
+          alg[ip] = row_bytes / t[ip] / 1e9;
+          bus[ip] = bench_busbw(coll, alg[ip], nranks);
+        }
+        printf("%12zu %12zu %9s %6s %5d %10.2f %8.2f %8.2f %6ld", row_bytes, count,
+               weft_dtype_name(o->dtype), opn, root, t[0] * 1e6, alg[0], bus[0], wrong[0]);
+        if (has_in_place)
+          printf(" %10.2f %8.2f %8.2f %6ld", t[1] * 1e6, alg[1], bus[1], wrong[1]);
+        else
+          printf(" %10s %8s %8s %6s", "n/a", "n/a", "n/a", "n/a");
+        double pbus = peer > 0 ? bench_busbw(coll, row_bytes / peer / 1e9, nranks) : 0;
+        if (o->compare_mpi) {
+          if (peer > 0) printf(" %10.2f %8.2f %6.2f", peer * 1e6, pbus, peer / t[0]);
+          else printf(" %10s %8s %6s", "n/a", "n/a", "n/a");
+        }
+        printf("\n");
+        fflush(stdout);
+        for (int ip = 0; ip < 1 + has_in_place; ip++) {
+          sb_printf(&js, "%s\n    {\"coll\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", \"nranks\": "
+                    "%d, \"bytes\": %zu, \"count\": %zu, \"in_place\": %d, \"time_us\": %.3f, "
+                    "\"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %ld",
+                    first_row ? "" : ",", bench_colls[coll].name, weft_dtype_name(o->dtype), opn,
+                    nranks, row_bytes, count, ip, t[ip] * 1e6, alg[ip], bus[ip], wrong[ip]);
+          if (peer > 0 && ip == 0)
+            sb_printf(&js, ", \"peer\": \"mpi\", \"peer_time_us\": %.3f, \"peer_busbw\": %.4f, "
+                      "\"ratio\": %.4f", peer * 1e6, pbus, peer / t[0]);
+          sb_printf(&js, "}");
+          first_row = 0;
+        }
+        double now = now_s();
+        if (now - last_progress > (tty ? 0.5 : 10.0) || done_sizes == nsizes) {
+          fprintf(stderr, tty ? "\rcollbench: %d/%d sizes done, %.0f s%s" : "collbench: %d/%d sizes done, %.0f s%s\n",
+                  done_sizes, nsizes, now - start, (tty && done_sizes == nsizes) ? "\n" : "");
+          last_progress = now;
+        }
+      }
+    }
+  }
+  if (rank == 0) {
+    sb_printf(&js, "\n  ]\n}\n");
+    if (o->json) {
+      FILE *f = fopen(o->json, "w");
+      if (!f || fwrite(js.buf, 1, js.len, f) != js.len) {
+        fprintf(stderr, "collbench: cannot write %s\n", o->json);
+        failed = 1;
+      }
+      if (f) fclose(f);
+    }
+    if (!failed) printf("# collbench: done in %.1f s, no errors\n", now_s() - start);
+    else if (failed == 2) printf("# collbench: WRONG RESULTS (see #wrong)\n");
+  }
+  free(js.buf);
+  free(sbuf);
+  free(rbuf);
+  return failed ? 1 : 0;
+}
+
+static int local_rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
+  run_arg_t *a = arg;
+  weft_comm_t comm;
+  if (weft_comm_init(&comm, nranks, id, rank, NULL) != WEFT_SUCCESS) {
+    fprintf(stderr, "collbench: rank %d: weft_comm_init: %s\n", rank, weft_get_last_error(NULL));
+    return 1;
+  }
+  int rc = run_rank(comm, rank, nranks, a->o, a->argc, a->argv);
+  weft_comm_destroy(comm);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  bench_opts_t o = {.min_bytes = 8, .max_bytes = 16 << 20, .factor = 2, .iters = 20, .warmup = 5,
+                    .check = 1, .dtype = WEFT_F32, .op = WEFT_SUM, .ranks = 4};
+  parse_colls("all", &o);
+  static const struct option longs[] = {
+      {"minbytes", required_argument, 0, 'b'},  {"maxbytes", required_argument, 0, 'e'},
+      {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
+      {"iters", required_argument, 0, 'n'},     {"warmup_iters", required_argument, 0, 'w'},
+      {"check", required_argument, 0, 'c'},     {"datatype", required_argument, 0, 'd'},
+      {"op", required_argument, 0, 'o'},        {"root", required_argument, 0, 'r'},
+      {"collective", required_argument, 0, 'C'}, {"ranks", required_argument, 0, 1},
+      {"json", required_argument, 0, 2},        {"compare", required_argument, 0, 3},
+      {"params", no_argument, 0, 4},            {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int ch;
+  while ((ch = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:C:h", longs, NULL)) != -1) {
+    switch (ch) {
+    case 'b': o.min_bytes = parse_size(optarg); break;
+    case 'e': o.max_bytes = parse_size(optarg); break;
+    case 'f': o.factor = atof(optarg); break;
+    case 'i': o.step_bytes = parse_size(optarg); break;
+    case 'n': o.iters = atoi(optarg); break;
+    case 'w': o.warmup = atoi(optarg); break;
+    case 'c': o.check = atoi(optarg); break;
+    case 'r': o.root = atoi(optarg); break;
+    case 'd':
+      if (parse_dtype(optarg, &o.dtype)) { fprintf(stderr, "collbench: unknown datatype %s\n", optarg); return 2; }
+      break;
+    case 'o':
+      if (parse_op(optarg, &o.op)) { fprintf(stderr, "collbench: unknown op %s\n", optarg); return 2; }
+      break;
+    case 'C':
+      if (parse_colls(optarg, &o)) { fprintf(stderr, "collbench: unknown collective %s\n", optarg); return 2; }
+      break;
+    case 1: o.ranks = atoi(optarg); break;
+    case 2: o.json = optarg; break;
+    case 3:
+      if (strcmp(optarg, "mpi") != 0) {
+        fprintf(stderr, "collbench: --compare takes mpi (nccl comes with the GPU build)\n");
+        return 2;
+      }
+      o.compare_mpi = 1;
+      break;
+    case 4: print_params(stdout, 0); return 0;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (o.factor <= 1 && !o.step_bytes) o.factor = 2;
+  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.iters < 1 || o.warmup < 0 || o.ranks < 1) {
+    fprintf(stderr, "collbench: need 1 <= minbytes <= maxbytes, iters >= 1, ranks >= 1\n");
+    return 2;
+  }
+  run_arg_t a = {&o, argc, argv};
+  int under_mpi = getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMI_SIZE") != NULL;
+  if (under_mpi) {
+#ifdef WEFT_HAVE_MPI
+    MPI_Init(&argc, &argv);
+    int rank, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (o.root >= n) o.root = 0;
+    weft_comm_t comm;
+    int rc = 1;
+    if (weft_comm_init_mpi(&comm, MPI_COMM_WORLD, NULL) == WEFT_SUCCESS) {
+      rc = run_rank(comm, rank, n, &o, argc, argv);
+      weft_comm_destroy(comm);
+    } else {
+      fprintf(stderr, "collbench: rank %d: weft_comm_init_mpi: %s\n", rank, weft_get_last_error(NULL));
+    }
+    MPI_Finalize();
+    return rc;
+#else
+    fprintf(stderr, "collbench: started by mpirun, but built without MPI (-Dmpi=enabled)\n");
+    return 2;
+#endif
+  }
+  if (o.compare_mpi) {
+    fprintf(stderr, "collbench: --compare mpi needs mpirun (e.g. mpirun -np 4 collbench --compare mpi)\n");
+    return 2;
+  }
+  if (getenv("WEFT_ROOT") || getenv("MASTER_ADDR")) {
+    weft_comm_t comm;
+    if (weft_comm_init_env(&comm, NULL) != WEFT_SUCCESS) {
+      fprintf(stderr, "collbench: weft_comm_init_env: %s\n", weft_get_last_error(NULL));
+      return 1;
+    }
+    int rank, n;
+    weft_comm_rank(comm, &rank);
+    weft_comm_count(comm, &n);
+    if (o.root >= n) o.root = 0;
+    int rc = run_rank(comm, rank, n, &o, argc, argv);
+    weft_comm_destroy(comm);
+    return rc;
+  }
+  if (o.root >= o.ranks) o.root = 0;
+  return launch_local(o.ranks, local_rank_main, &a, 3600);
+}

@@ -1,0 +1,94 @@
+/* Per-collective adapters for collbench: sizes, nccl-tests' bus-bandwidth formulas, the
+ * call itself, and the oracle check that gives the #wrong column. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "oracle.h"
+
+const bench_coll_t bench_colls[B_NCOLLS] = {
+    [B_ALLREDUCE] = {"allreduce", 2, 1},     [B_REDUCE_SCATTER] = {"reduce_scatter", 1, 1},
+    [B_ALLGATHER] = {"allgather", 1, 0},     [B_BROADCAST] = {"broadcast", 0, 0},
+    [B_REDUCE] = {"reduce", 0, 1},           [B_ALLTOALL] = {"alltoall", 1, 0},
+    [B_SENDRECV] = {"sendrecv", 0, 0},
+};
+
+size_t bench_count(int coll, size_t bytes, size_t es, int nranks) {
+  size_t c = bytes / es;
+  if (coll == B_REDUCE_SCATTER || coll == B_ALLGATHER || coll == B_ALLTOALL) c /= (size_t)nranks;
+  return c;
+}
+
+/* nccl-tests: allreduce 2(n-1)/n; reduce_scatter, allgather, alltoall (n-1)/n; others 1. */
+double bench_busbw(int coll, double algbw, int nranks) {
+  double f = bench_colls[coll].bus_factor_num;
+  if (f == 0 || nranks == 1) return algbw;
+  return algbw * f * (nranks - 1) / nranks;
+}
+
+void bench_buf_elems(int coll, size_t count, int nranks, size_t *in, size_t *out) {
+  size_t n = (size_t)nranks;
+  *in = *out = count;
+  if (coll == B_REDUCE_SCATTER || coll == B_ALLTOALL) *in = count * n;
+  if (coll == B_ALLGATHER || coll == B_ALLTOALL) *out = count * n;
+}
+
+weft_result_t bench_call(int coll, const void *s, void *r, size_t count, const bench_opts_t *o,
+                         weft_comm_t comm, int rank, int nranks) {
+  switch (coll) {
+  case B_ALLREDUCE: return weft_allreduce(s, r, count, o->dtype, o->op, comm, NULL);
+  case B_REDUCE_SCATTER: return weft_reduce_scatter(s, r, count, o->dtype, o->op, comm, NULL);
+  case B_ALLGATHER: return weft_allgather(s, r, count, o->dtype, comm, NULL);
+  case B_BROADCAST: return weft_broadcast(s, r, count, o->dtype, o->root, comm, NULL);
+  case B_REDUCE: return weft_reduce(s, r, count, o->dtype, o->op, o->root, comm, NULL);
+  case B_ALLTOALL: return weft_alltoall(s, r, count, o->dtype, comm, NULL);
+  default: { /* ring exchange, as nccl-tests' sendrecv */
+    weft_group_start();
+    weft_send(s, count, o->dtype, (rank + 1) % nranks, comm, NULL);
+    weft_recv(r, count, o->dtype, (rank + nranks - 1) % nranks, comm, NULL);
+    return weft_group_end();
+  }
+  }
+}
+
+long bench_check(int coll, void *s, void *r, size_t count, const bench_opts_t *o, weft_comm_t comm,
+                 int rank, int nranks, int in_place, weft_result_t *rc) {
+  size_t es = weft_dtype_size(o->dtype), nin, nout;
+  bench_buf_elems(coll, count, nranks, &nin, &nout);
+  uint32_t seed = (uint32_t)count * 7u + (uint32_t)coll;
+  weft_op_t fop = bench_colls[coll].reduces ? o->op : WEFT_SUM;
+  char *in = s, *out = in_place ? s : r;
+  if (in_place && coll == B_ALLGATHER) in = (char *)s + (size_t)rank * count * es;
+  if (in_place && coll == B_REDUCE_SCATTER) out = (char *)s + (size_t)rank * count * es;
+  oracle_fill(o->dtype, fop, rank, in, 0, coll == B_ALLGATHER ? count : nin, seed);
+  *rc = bench_call(coll, in, out, count, o, comm, rank, nranks);
+  if (*rc != WEFT_SUCCESS) return (long)nout;
+  char *want = malloc(nout * es + 1);
+  if (!want) return (long)nout;
+  size_t cmp = nout;
+  int root = o->root;
+  switch (coll) {
+  case B_ALLREDUCE: oracle_reduced(o->dtype, o->op, nranks, want, 0, count, seed); break;
+  case B_REDUCE_SCATTER:
+    oracle_reduced(o->dtype, o->op, nranks, want, (size_t)rank * count, count, seed);
+    break;
+  case B_ALLGATHER:
+    for (int p = 0; p < nranks; p++)
+      oracle_fill(o->dtype, fop, p, want + (size_t)p * count * es, 0, count, seed);
+    break;
+  case B_BROADCAST: oracle_fill(o->dtype, fop, root, want, 0, count, seed); break;
+  case B_REDUCE:
+    if (rank == root) oracle_reduced(o->dtype, o->op, nranks, want, 0, count, seed);
+    else cmp = 0;
+    break;
+  case B_ALLTOALL:
+    for (int p = 0; p < nranks; p++)
+      oracle_fill(o->dtype, fop, p, want + (size_t)p * count * es, (size_t)rank * count, count, seed);
+    break;
+  default: oracle_fill(o->dtype, fop, (rank + nranks - 1) % nranks, want, 0, count, seed); break;
+  }
+  long wrong = 0;
+  for (size_t i = 0; i < cmp; i++) wrong += memcmp(out + i * es, want + i * es, es) != 0;
+  free(want);
+  return wrong;
+}
