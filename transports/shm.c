@@ -94,7 +94,8 @@ static weft_result_t map_seg(const char *name, size_t bytes, int create, char **
                             name, bytes, strerror(e));
     }
   }
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  /* Populated now: first-touch faults would otherwise land on the first operations. */
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   int e = errno;
   close(fd);
   if (p == MAP_FAILED) return weft_set_error(WEFT_ERR_SYSTEM, "mmap %s: %s", name, strerror(e));
