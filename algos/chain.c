@@ -22,7 +22,8 @@ weft_result_t weft_chain(const weft_coll_args_t *a, weft_sched_t *s) {
     for (uint64_t c = 0; c < k; c++) {
       uint64_t off = c * a->chunk, len = a->count - off < a->chunk ? a->count - off : a->chunk;
       int32_t got = -1;
-      if (!is_root) got = weft_sched_add(s, WEFT_STEP_RECV, up, WEFT_BUF_RECV, off, 0, 0, len, -1, -1);
+      if (!is_root)
+        got = weft_sched_add(s, WEFT_STEP_RECV, up, WEFT_BUF_RECV, off, 0, 0, len, -1, -1);
       if (!is_last)
         weft_sched_add(s, WEFT_STEP_SEND, down, is_root ? WEFT_BUF_SEND : WEFT_BUF_RECV, off, 0, 0,
                        len, got, -1);

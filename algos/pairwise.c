@@ -19,10 +19,9 @@ weft_result_t weft_pairwise(const weft_coll_args_t *a, weft_sched_t *s) {
       weft_sched_add(s, WEFT_STEP_COPY, r, WEFT_BUF_RECV, ro, src, so, sc, snap, -1);
       continue;
     }
-    int32_t si = weft_sched_add(s, WEFT_STEP_SEND, to, src, so, 0, 0, sc, prev_send,
-                                prev_recv);
-    int32_t ri = weft_sched_add(s, WEFT_STEP_RECV, from, WEFT_BUF_RECV, ro, 0, 0, rc, prev_send,
-                                prev_recv);
+    int32_t si = weft_sched_add(s, WEFT_STEP_SEND, to, src, so, 0, 0, sc, prev_send, prev_recv);
+    int32_t ri =
+        weft_sched_add(s, WEFT_STEP_RECV, from, WEFT_BUF_RECV, ro, 0, 0, rc, prev_send, prev_recv);
     /* An empty exchange adds no step; the round after it waits on the last real one. */
     if (si >= 0) prev_send = si;
     if (ri >= 0) prev_recv = ri;

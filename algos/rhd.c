@@ -7,9 +7,9 @@
 typedef struct {
   const weft_coll_args_t *a;
   weft_sched_t *s;
-  int p, nr;               /* power-of-two group size, rank within it */
-  uint64_t block;          /* reduce-scatter/allgather: elements per block; 0: split count */
-  int32_t rs_send[32];     /* per level, the halving step's send */
+  int p, nr;           /* power-of-two group size, rank within it */
+  uint64_t block;      /* reduce-scatter/allgather: elements per block; 0: split count */
+  int32_t rs_send[32]; /* per level, the halving step's send */
 } rhd_t;
 
 static int is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
@@ -31,7 +31,8 @@ static void block_range(const rhd_t *g, int lo, int hi, uint64_t *off, uint64_t 
 
 static int level_of(int mask) {
   int l = 0;
-  while ((1 << l) < mask) l++;
+  while ((1 << l) < mask)
+    l++;
   return l;
 }
 
@@ -87,15 +88,16 @@ static int32_t doubling(rhd_t *g, weft_buf_t first_src, int32_t dep, int rem, in
 weft_result_t weft_rhd(const weft_coll_args_t *a, weft_sched_t *s) {
   int n = a->nranks, r = a->rank;
   rhd_t g = {.a = a, .s = s};
-  for (int i = 0; i < 32; i++) g.rs_send[i] = -1;
+  for (int i = 0; i < 32; i++)
+    g.rs_send[i] = -1;
   if (a->coll == WEFT_COLL_REDUCE_SCATTER || a->coll == WEFT_COLL_ALLGATHER) {
     if (!is_pow2(n)) return WEFT_ERR_UNSUPPORTED;
     g.p = n;
     g.nr = r;
     g.block = a->count;
     if (n == 1) {
-      if (!a->in_place) weft_sched_add(s, WEFT_STEP_COPY, r, WEFT_BUF_RECV, 0, WEFT_BUF_SEND, 0,
-                                       a->count, -1, -1);
+      if (!a->in_place)
+        weft_sched_add(s, WEFT_STEP_COPY, r, WEFT_BUF_RECV, 0, WEFT_BUF_SEND, 0, a->count, -1, -1);
       return weft_sched_status(s);
     }
     if (a->coll == WEFT_COLL_REDUCE_SCATTER) {
@@ -117,14 +119,16 @@ weft_result_t weft_rhd(const weft_coll_args_t *a, weft_sched_t *s) {
     return weft_sched_status(s);
   }
   int p = 1;
-  while (p * 2 <= n) p *= 2;
+  while (p * 2 <= n)
+    p *= 2;
   int rem = n - p;
   g.p = p;
   weft_buf_t src = WEFT_BUF_SEND;
   int32_t dep = -1;
   if (r < 2 * rem) {
     if (r % 2 == 0) { /* folded out: hand over the data, get the result back */
-      int32_t sent = weft_sched_add(s, WEFT_STEP_SEND, r + 1, WEFT_BUF_SEND, 0, 0, 0, a->count, -1, -1);
+      int32_t sent =
+          weft_sched_add(s, WEFT_STEP_SEND, r + 1, WEFT_BUF_SEND, 0, 0, 0, a->count, -1, -1);
       weft_sched_add(s, WEFT_STEP_RECV, r + 1, WEFT_BUF_RECV, 0, 0, 0, a->count, sent, -1);
       return weft_sched_status(s);
     }

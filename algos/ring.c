@@ -109,8 +109,8 @@ weft_result_t weft_ring(const weft_coll_args_t *a, weft_sched_t *s) {
   g.next = (g.r + 1) % g.n;
   g.prev = (g.r + g.n - 1) % g.n;
   if (g.n == 1) {
-    if (!a->in_place) weft_sched_add(s, WEFT_STEP_COPY, 0, WEFT_BUF_RECV, 0, WEFT_BUF_SEND, 0,
-                                     a->count, -1, -1);
+    if (!a->in_place)
+      weft_sched_add(s, WEFT_STEP_COPY, 0, WEFT_BUF_RECV, 0, WEFT_BUF_SEND, 0, a->count, -1, -1);
     return weft_sched_status(s);
   }
   g.kmax = (seg_len(&g, 0) + g.chunk - 1) / g.chunk; /* segment 0 is the longest */
@@ -123,7 +123,8 @@ weft_result_t weft_ring(const weft_coll_args_t *a, weft_sched_t *s) {
     free(g.sent);
     return WEFT_ERR_NO_MEMORY;
   }
-  for (size_t i = 0; i < cells; i++) g.reduced[i] = g.sent[i] = -1;
+  for (size_t i = 0; i < cells; i++)
+    g.reduced[i] = g.sent[i] = -1;
   if (a->coll == WEFT_COLL_REDUCE_SCATTER) s->scratch_count = (uint64_t)g.n * a->count;
   if (a->coll != WEFT_COLL_ALLGATHER) reduce_scatter_phase(&g);
   if (a->coll != WEFT_COLL_REDUCE_SCATTER) allgather_phase(&g);

@@ -32,8 +32,13 @@ int32_t weft_sched_add(weft_sched_t *s, weft_step_kind_t kind, int peer, weft_bu
     s->cap = ncap;
   }
   weft_step_t *st = &s->steps[s->nsteps];
-  *st = (weft_step_t){.kind = (uint8_t)kind, .buf = (uint8_t)buf, .src_buf = (uint8_t)src_buf,
-                      .peer = peer, .off = off, .src_off = src_off, .count = count,
+  *st = (weft_step_t){.kind = (uint8_t)kind,
+                      .buf = (uint8_t)buf,
+                      .src_buf = (uint8_t)src_buf,
+                      .peer = peer,
+                      .off = off,
+                      .src_off = src_off,
+                      .count = count,
                       .dep = {dep0, dep1}};
   return (int32_t)s->nsteps++;
 }
@@ -53,15 +58,15 @@ int32_t weft_alltoall_snapshot(const weft_coll_args_t *a, weft_sched_t *s) {
   if (!a->in_place) return -1;
   uint64_t total = (uint64_t)a->nranks * a->count;
   s->scratch_count = total;
-  return weft_sched_add(s, WEFT_STEP_COPY, a->rank, WEFT_BUF_SCRATCH, 0, WEFT_BUF_SEND, 0, total, -1,
-                        -1);
+  return weft_sched_add(s, WEFT_STEP_COPY, a->rank, WEFT_BUF_SCRATCH, 0, WEFT_BUF_SEND, 0, total,
+                        -1, -1);
 }
 
 static const char *algo_names[WEFT_ALGO_COUNT] = {"auto",   "ring",     "rhd",  "tree",
                                                   "direct", "pairwise", "chain"};
-static const char *coll_names[WEFT_COLL_COUNT] = {
-    "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
-    "alltoall",  "alltoallv",      "send",      "recv"};
+static const char *coll_names[WEFT_COLL_COUNT] = {"allreduce", "reduce_scatter", "allgather",
+                                                  "broadcast", "reduce",         "alltoall",
+                                                  "alltoallv", "send",           "recv"};
 
 const char *weft_algo_name(weft_algo_t a) {
   return (unsigned)a < WEFT_ALGO_COUNT ? algo_names[a] : "invalid";
@@ -78,18 +83,22 @@ weft_algo_t weft_algo_parse(const char *name) {
 
 weft_algo_fn weft_algo_lookup(weft_coll_t coll, weft_algo_t algo) {
   static const weft_algo_fn table[WEFT_COLL_COUNT][WEFT_ALGO_COUNT] = {
-      [WEFT_COLL_ALLREDUCE] = {[WEFT_ALGO_RING] = weft_ring, [WEFT_ALGO_RHD] = weft_rhd,
-                               [WEFT_ALGO_TREE] = weft_tree, [WEFT_ALGO_DIRECT] = weft_direct},
-      [WEFT_COLL_REDUCE_SCATTER] = {[WEFT_ALGO_RING] = weft_ring, [WEFT_ALGO_RHD] = weft_rhd,
+      [WEFT_COLL_ALLREDUCE] = {[WEFT_ALGO_RING] = weft_ring,
+                               [WEFT_ALGO_RHD] = weft_rhd,
+                               [WEFT_ALGO_TREE] = weft_tree,
+                               [WEFT_ALGO_DIRECT] = weft_direct},
+      [WEFT_COLL_REDUCE_SCATTER] = {[WEFT_ALGO_RING] = weft_ring,
+                                    [WEFT_ALGO_RHD] = weft_rhd,
                                     [WEFT_ALGO_DIRECT] = weft_direct},
-      [WEFT_COLL_ALLGATHER] = {[WEFT_ALGO_RING] = weft_ring, [WEFT_ALGO_RHD] = weft_rhd,
+      [WEFT_COLL_ALLGATHER] = {[WEFT_ALGO_RING] = weft_ring,
+                               [WEFT_ALGO_RHD] = weft_rhd,
                                [WEFT_ALGO_DIRECT] = weft_direct},
       [WEFT_COLL_BROADCAST] = {[WEFT_ALGO_CHAIN] = weft_chain, [WEFT_ALGO_TREE] = weft_tree},
       [WEFT_COLL_REDUCE] = {[WEFT_ALGO_CHAIN] = weft_chain, [WEFT_ALGO_TREE] = weft_tree},
-      [WEFT_COLL_ALLTOALL] = {[WEFT_ALGO_PAIRWISE] = weft_pairwise,
-                              [WEFT_ALGO_DIRECT] = weft_direct},
-      [WEFT_COLL_ALLTOALLV] = {[WEFT_ALGO_PAIRWISE] = weft_pairwise,
-                               [WEFT_ALGO_DIRECT] = weft_direct},
+      [WEFT_COLL_ALLTOALL] =
+          {[WEFT_ALGO_PAIRWISE] = weft_pairwise, [WEFT_ALGO_DIRECT] = weft_direct},
+      [WEFT_COLL_ALLTOALLV] =
+          {[WEFT_ALGO_PAIRWISE] = weft_pairwise, [WEFT_ALGO_DIRECT] = weft_direct},
       [WEFT_COLL_SEND] = {[WEFT_ALGO_DIRECT] = weft_p2p},
       [WEFT_COLL_RECV] = {[WEFT_ALGO_DIRECT] = weft_p2p},
   };

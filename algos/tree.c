@@ -86,7 +86,8 @@ weft_result_t weft_tree(const weft_coll_args_t *a, weft_sched_t *s) {
   }
   tree_t trees[2];
   int ntrees = 1;
-  trees[0] = (tree_t){.vroot = coll == WEFT_COLL_ALLREDUCE ? 0 : a->root, .base = 0, .len = a->count};
+  trees[0] =
+      (tree_t){.vroot = coll == WEFT_COLL_ALLREDUCE ? 0 : a->root, .base = 0, .len = a->count};
   if (coll == WEFT_COLL_ALLREDUCE && n > 2) {
     ntrees = 2;
     weft_split(a->count, 2, 0, &trees[0].base, &trees[0].len);
@@ -101,9 +102,11 @@ weft_result_t weft_tree(const weft_coll_args_t *a, weft_sched_t *s) {
    * chunk c's messages in one order on both ends, and no step waits on a later one. */
   for (uint64_t c = 0; c < k; c++) {
     if (coll != WEFT_COLL_BROADCAST)
-      for (int t = 0; t < ntrees; t++) emit_up(&e[t], &trees[t], c);
+      for (int t = 0; t < ntrees; t++)
+        emit_up(&e[t], &trees[t], c);
     if (coll != WEFT_COLL_REDUCE)
-      for (int t = 0; t < ntrees; t++) emit_down(&e[t], &trees[t], c);
+      for (int t = 0; t < ntrees; t++)
+        emit_down(&e[t], &trees[t], c);
   }
   return weft_sched_status(s);
 }

@@ -9,7 +9,16 @@
 
 #include "weft.h"
 
-enum { B_ALLREDUCE, B_REDUCE_SCATTER, B_ALLGATHER, B_BROADCAST, B_REDUCE, B_ALLTOALL, B_SENDRECV, B_NCOLLS };
+enum {
+  B_ALLREDUCE,
+  B_REDUCE_SCATTER,
+  B_ALLGATHER,
+  B_BROADCAST,
+  B_REDUCE,
+  B_ALLTOALL,
+  B_SENDRECV,
+  B_NCOLLS
+};
 
 typedef struct {
   size_t min_bytes, max_bytes, step_bytes;

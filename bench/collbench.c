@@ -29,20 +29,26 @@ static size_t parse_size(const char *s) {
   char *end;
   double v = strtod(s, &end);
   switch (*end) {
-  case 'G': case 'g': v *= 1 << 30; break;
-  case 'M': case 'm': v *= 1 << 20; break;
-  case 'K': case 'k': v *= 1 << 10; break;
+  case 'G':
+  case 'g': v *= 1 << 30; break;
+  case 'M':
+  case 'm': v *= 1 << 20; break;
+  case 'K':
+  case 'k': v *= 1 << 10; break;
   default: break;
   }
   return (size_t)v;
 }
 
 static int parse_dtype(const char *s, weft_dtype_t *t) {
-  static const struct { const char *name; weft_dtype_t t; } names[] = {
-      {"float", WEFT_F32}, {"f32", WEFT_F32}, {"double", WEFT_F64}, {"f64", WEFT_F64},
-      {"half", WEFT_F16}, {"f16", WEFT_F16}, {"bfloat16", WEFT_BF16}, {"bf16", WEFT_BF16},
-      {"int8", WEFT_I8}, {"uint8", WEFT_U8}, {"int32", WEFT_I32}, {"int", WEFT_I32},
-      {"int64", WEFT_I64}, {"fp8_e4m3", WEFT_FP8_E4M3}, {"fp8_e5m2", WEFT_FP8_E5M2}};
+  static const struct {
+    const char *name;
+    weft_dtype_t t;
+  } names[] = {{"float", WEFT_F32},     {"f32", WEFT_F32},           {"double", WEFT_F64},
+               {"f64", WEFT_F64},       {"half", WEFT_F16},          {"f16", WEFT_F16},
+               {"bfloat16", WEFT_BF16}, {"bf16", WEFT_BF16},         {"int8", WEFT_I8},
+               {"uint8", WEFT_U8},      {"int32", WEFT_I32},         {"int", WEFT_I32},
+               {"int64", WEFT_I64},     {"fp8_e4m3", WEFT_FP8_E4M3}, {"fp8_e5m2", WEFT_FP8_E5M2}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcasecmp(s, names[i].name) == 0) {
       *t = names[i].t;
@@ -61,27 +67,26 @@ static int parse_op(const char *s, weft_op_t *op) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: collbench [options]\n"
-          "  -b, --minbytes SIZE   smallest size (default 8)\n"
-          "  -e, --maxbytes SIZE   largest size (default 16M); sizes take K, M, G\n"
-          "  -f, --stepfactor F    multiply the size by F each step (default 2)\n"
-          "  -i, --stepbytes SIZE  add SIZE each step instead of multiplying\n"
-          "  -n, --iters N         timed iterations per size (default 20)\n"
-          "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
-          "  -c, --check 0|1       check results against the oracle (#wrong; default 1)\n"
-          "  -d, --datatype T      float double half bfloat16 int8 uint8 int32 int64 fp8_e4m3 "
-          "fp8_e5m2\n"
-          "  -o, --op OP           sum prod min max avg (default sum)\n"
-          "  -r, --root R          root of broadcast and reduce (default 0)\n"
-          "  -C, --collective C    allreduce reduce_scatter allgather broadcast reduce alltoall "
-          "sendrecv all\n"
-          "                        (comma list allowed; default all)\n"
-          "      --ranks N         spawn N local ranks (default 4; ignored under mpirun)\n"
-          "      --json FILE       write every row as JSON\n"
-          "      --compare mpi     also time Open MPI's collective in the same run (mpirun)\n"
-          "      --params          print every WEFT_* variable and exit\n"
-          "  -h, --help\n");
+  fprintf(f, "usage: collbench [options]\n"
+             "  -b, --minbytes SIZE   smallest size (default 8)\n"
+             "  -e, --maxbytes SIZE   largest size (default 16M); sizes take K, M, G\n"
+             "  -f, --stepfactor F    multiply the size by F each step (default 2)\n"
+             "  -i, --stepbytes SIZE  add SIZE each step instead of multiplying\n"
+             "  -n, --iters N         timed iterations per size (default 20)\n"
+             "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
+             "  -c, --check 0|1       check results against the oracle (#wrong; default 1)\n"
+             "  -d, --datatype T      float double half bfloat16 int8 uint8 int32 int64 fp8_e4m3 "
+             "fp8_e5m2\n"
+             "  -o, --op OP           sum prod min max avg (default sum)\n"
+             "  -r, --root R          root of broadcast and reduce (default 0)\n"
+             "  -C, --collective C    allreduce reduce_scatter allgather broadcast reduce alltoall "
+             "sendrecv all\n"
+             "                        (comma list allowed; default all)\n"
+             "      --ranks N         spawn N local ranks (default 4; ignored under mpirun)\n"
+             "      --json FILE       write every row as JSON\n"
+             "      --compare mpi     also time Open MPI's collective in the same run (mpirun)\n"
+             "      --params          print every WEFT_* variable and exit\n"
+             "  -h, --help\n");
 }
 
 static int parse_colls(const char *arg, bench_opts_t *o) {
@@ -173,13 +178,16 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
            "check %d\n#",
            WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, nranks, host,
            weft_dtype_name(o->dtype), weft_op_name(o->op), o->iters, o->warmup, o->check);
-    for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
+    for (int i = 0; i < argc; i++)
+      printf(" %s", argv[i]);
     printf("\n");
     print_params(stdout, 1);
-    sb_printf(&js, "{\n  \"tool\": \"collbench\",\n  \"weft_version\": \"%d.%d.%d\",\n  \"host\": "
+    sb_printf(&js,
+              "{\n  \"tool\": \"collbench\",\n  \"weft_version\": \"%d.%d.%d\",\n  \"host\": "
               "\"%s\",\n  \"nranks\": %d,\n  \"command\": \"",
               WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, host, nranks);
-    for (int i = 0; i < argc; i++) sb_printf(&js, "%s%s", i ? " " : "", argv[i]);
+    for (int i = 0; i < argc; i++)
+      sb_printf(&js, "%s%s", i ? " " : "", argv[i]);
     sb_printf(&js, "\",\n  \"rows\": [");
   }
   int first_row = 1, nsizes = 0, done_sizes = 0;
@@ -190,9 +198,9 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
   for (int ci = 0; ci < o->ncolls && !failed; ci++) {
     int coll = o->colls[ci];
     if (rank == 0) {
-      printf("#\n# %s\n#%11s %12s %9s %6s %5s %10s %8s %8s %6s %10s %8s %8s %6s", bench_colls[coll].name,
-             "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-             "algbw", "busbw", "#wrong");
+      printf("#\n# %s\n#%11s %12s %9s %6s %5s %10s %8s %8s %6s %10s %8s %8s %6s",
+             bench_colls[coll].name, "size", "count", "type", "redop", "root", "time", "algbw",
+             "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
       if (o->compare_mpi) printf(" %10s %8s %6s", "mpi time", "mpi bus", "ratio");
       printf("\n#%11s %12s %9s %6s %5s %10s %8s %8s %6s %10s %8s %8s %6s", "(B)", "(elements)", "",
              "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
@@ -200,7 +208,8 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
       printf("\n");
     }
     for (size_t b = o->min_bytes; b <= o->max_bytes && !failed;
-         b = o->step_bytes ? b + o->step_bytes : (size_t)(b * o->factor > b ? b * o->factor : b + 1)) {
+         b = o->step_bytes ? b + o->step_bytes
+                           : (size_t)(b * o->factor > b ? b * o->factor : b + 1)) {
       done_sizes++;
       size_t count = bench_count(coll, b, es, nranks);
       if (count == 0) continue;
@@ -259,26 +268,33 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
           printf(" %10s %8s %8s %6s", "n/a", "n/a", "n/a", "n/a");
         double pbus = peer > 0 ? bench_busbw(coll, row_bytes / peer / 1e9, nranks) : 0;
         if (o->compare_mpi) {
-          if (peer > 0) printf(" %10.2f %8.2f %6.2f", peer * 1e6, pbus, peer / t[0]);
-          else printf(" %10s %8s %6s", "n/a", "n/a", "n/a");
+          if (peer > 0)
+            printf(" %10.2f %8.2f %6.2f", peer * 1e6, pbus, peer / t[0]);
+          else
+            printf(" %10s %8s %6s", "n/a", "n/a", "n/a");
         }
         printf("\n");
         fflush(stdout);
         for (int ip = 0; ip < 1 + has_in_place; ip++) {
-          sb_printf(&js, "%s\n    {\"coll\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", \"nranks\": "
+          sb_printf(&js,
+                    "%s\n    {\"coll\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", \"nranks\": "
                     "%d, \"bytes\": %zu, \"count\": %zu, \"in_place\": %d, \"time_us\": %.3f, "
                     "\"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %ld",
                     first_row ? "" : ",", bench_colls[coll].name, weft_dtype_name(o->dtype), opn,
                     nranks, row_bytes, count, ip, t[ip] * 1e6, alg[ip], bus[ip], wrong[ip]);
           if (peer > 0 && ip == 0)
-            sb_printf(&js, ", \"peer\": \"mpi\", \"peer_time_us\": %.3f, \"peer_busbw\": %.4f, "
-                      "\"ratio\": %.4f", peer * 1e6, pbus, peer / t[0]);
+            sb_printf(&js,
+                      ", \"peer\": \"mpi\", \"peer_time_us\": %.3f, \"peer_busbw\": %.4f, "
+                      "\"ratio\": %.4f",
+                      peer * 1e6, pbus, peer / t[0]);
           sb_printf(&js, "}");
           first_row = 0;
         }
         double now = now_s();
         if (now - last_progress > (tty ? 0.5 : 10.0) || done_sizes == nsizes) {
-          fprintf(stderr, tty ? "\rcollbench: %d/%d sizes done, %.0f s%s" : "collbench: %d/%d sizes done, %.0f s%s\n",
+          fprintf(stderr,
+                  tty ? "\rcollbench: %d/%d sizes done, %.0f s%s"
+                      : "collbench: %d/%d sizes done, %.0f s%s\n",
                   done_sizes, nsizes, now - start, (tty && done_sizes == nsizes) ? "\n" : "");
           last_progress = now;
         }
@@ -295,8 +311,10 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
       }
       if (f) fclose(f);
     }
-    if (!failed) printf("# collbench: done in %.1f s, no errors\n", now_s() - start);
-    else if (failed == 2) printf("# collbench: WRONG RESULTS (see #wrong)\n");
+    if (!failed)
+      printf("# collbench: done in %.1f s, no errors\n", now_s() - start);
+    else if (failed == 2)
+      printf("# collbench: WRONG RESULTS (see #wrong)\n");
   }
   free(js.buf);
   free(sbuf);
@@ -317,19 +335,33 @@ static int local_rank_main(int rank, int nranks, weft_unique_id_t id, void *arg)
 }
 
 int main(int argc, char **argv) {
-  bench_opts_t o = {.min_bytes = 8, .max_bytes = 16 << 20, .factor = 2, .iters = 20, .warmup = 5,
-                    .check = 1, .dtype = WEFT_F32, .op = WEFT_SUM, .ranks = 4};
+  bench_opts_t o = {.min_bytes = 8,
+                    .max_bytes = 16 << 20,
+                    .factor = 2,
+                    .iters = 20,
+                    .warmup = 5,
+                    .check = 1,
+                    .dtype = WEFT_F32,
+                    .op = WEFT_SUM,
+                    .ranks = 4};
   parse_colls("all", &o);
-  static const struct option longs[] = {
-      {"minbytes", required_argument, 0, 'b'},  {"maxbytes", required_argument, 0, 'e'},
-      {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
-      {"iters", required_argument, 0, 'n'},     {"warmup_iters", required_argument, 0, 'w'},
-      {"check", required_argument, 0, 'c'},     {"datatype", required_argument, 0, 'd'},
-      {"op", required_argument, 0, 'o'},        {"root", required_argument, 0, 'r'},
-      {"collective", required_argument, 0, 'C'}, {"ranks", required_argument, 0, 1},
-      {"json", required_argument, 0, 2},        {"compare", required_argument, 0, 3},
-      {"params", no_argument, 0, 4},            {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  static const struct option longs[] = {{"minbytes", required_argument, 0, 'b'},
+                                        {"maxbytes", required_argument, 0, 'e'},
+                                        {"stepfactor", required_argument, 0, 'f'},
+                                        {"stepbytes", required_argument, 0, 'i'},
+                                        {"iters", required_argument, 0, 'n'},
+                                        {"warmup_iters", required_argument, 0, 'w'},
+                                        {"check", required_argument, 0, 'c'},
+                                        {"datatype", required_argument, 0, 'd'},
+                                        {"op", required_argument, 0, 'o'},
+                                        {"root", required_argument, 0, 'r'},
+                                        {"collective", required_argument, 0, 'C'},
+                                        {"ranks", required_argument, 0, 1},
+                                        {"json", required_argument, 0, 2},
+                                        {"compare", required_argument, 0, 3},
+                                        {"params", no_argument, 0, 4},
+                                        {"help", no_argument, 0, 'h'},
+                                        {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:C:h", longs, NULL)) != -1) {
     switch (ch) {
@@ -342,13 +374,22 @@ int main(int argc, char **argv) {
     case 'c': o.check = atoi(optarg); break;
     case 'r': o.root = atoi(optarg); break;
     case 'd':
-      if (parse_dtype(optarg, &o.dtype)) { fprintf(stderr, "collbench: unknown datatype %s\n", optarg); return 2; }
+      if (parse_dtype(optarg, &o.dtype)) {
+        fprintf(stderr, "collbench: unknown datatype %s\n", optarg);
+        return 2;
+      }
       break;
     case 'o':
-      if (parse_op(optarg, &o.op)) { fprintf(stderr, "collbench: unknown op %s\n", optarg); return 2; }
+      if (parse_op(optarg, &o.op)) {
+        fprintf(stderr, "collbench: unknown op %s\n", optarg);
+        return 2;
+      }
       break;
     case 'C':
-      if (parse_colls(optarg, &o)) { fprintf(stderr, "collbench: unknown collective %s\n", optarg); return 2; }
+      if (parse_colls(optarg, &o)) {
+        fprintf(stderr, "collbench: unknown collective %s\n", optarg);
+        return 2;
+      }
       break;
     case 1: o.ranks = atoi(optarg); break;
     case 2: o.json = optarg; break;
@@ -384,7 +425,8 @@ int main(int argc, char **argv) {
       rc = run_rank(comm, rank, n, &o, argc, argv);
       weft_comm_destroy(comm);
     } else {
-      fprintf(stderr, "collbench: rank %d: weft_comm_init_mpi: %s\n", rank, weft_get_last_error(NULL));
+      fprintf(stderr, "collbench: rank %d: weft_comm_init_mpi: %s\n", rank,
+              weft_get_last_error(NULL));
     }
     MPI_Finalize();
     return rc;
@@ -394,7 +436,8 @@ int main(int argc, char **argv) {
 #endif
   }
   if (o.compare_mpi) {
-    fprintf(stderr, "collbench: --compare mpi needs mpirun (e.g. mpirun -np 4 collbench --compare mpi)\n");
+    fprintf(stderr,
+            "collbench: --compare mpi needs mpirun (e.g. mpirun -np 4 collbench --compare mpi)\n");
     return 2;
   }
   if (getenv("WEFT_ROOT") || getenv("MASTER_ADDR")) {

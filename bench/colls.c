@@ -7,9 +7,9 @@
 #include "oracle.h"
 
 const bench_coll_t bench_colls[B_NCOLLS] = {
-    [B_ALLREDUCE] = {"allreduce", 2, 1},     [B_REDUCE_SCATTER] = {"reduce_scatter", 1, 1},
-    [B_ALLGATHER] = {"allgather", 1, 0},     [B_BROADCAST] = {"broadcast", 0, 0},
-    [B_REDUCE] = {"reduce", 0, 1},           [B_ALLTOALL] = {"alltoall", 1, 0},
+    [B_ALLREDUCE] = {"allreduce", 2, 1}, [B_REDUCE_SCATTER] = {"reduce_scatter", 1, 1},
+    [B_ALLGATHER] = {"allgather", 1, 0}, [B_BROADCAST] = {"broadcast", 0, 0},
+    [B_REDUCE] = {"reduce", 0, 1},       [B_ALLTOALL] = {"alltoall", 1, 0},
     [B_SENDRECV] = {"sendrecv", 0, 0},
 };
 
@@ -78,17 +78,21 @@ long bench_check(int coll, void *s, void *r, size_t count, const bench_opts_t *o
     break;
   case B_BROADCAST: oracle_fill(o->dtype, fop, root, want, 0, count, seed); break;
   case B_REDUCE:
-    if (rank == root) oracle_reduced(o->dtype, o->op, nranks, want, 0, count, seed);
-    else cmp = 0;
+    if (rank == root)
+      oracle_reduced(o->dtype, o->op, nranks, want, 0, count, seed);
+    else
+      cmp = 0;
     break;
   case B_ALLTOALL:
     for (int p = 0; p < nranks; p++)
-      oracle_fill(o->dtype, fop, p, want + (size_t)p * count * es, (size_t)rank * count, count, seed);
+      oracle_fill(o->dtype, fop, p, want + (size_t)p * count * es, (size_t)rank * count, count,
+                  seed);
     break;
   default: oracle_fill(o->dtype, fop, (rank + nranks - 1) % nranks, want, 0, count, seed); break;
   }
   long wrong = 0;
-  for (size_t i = 0; i < cmp; i++) wrong += memcmp(out + i * es, want + i * es, es) != 0;
+  for (size_t i = 0; i < cmp; i++)
+    wrong += memcmp(out + i * es, want + i * es, es) != 0;
   free(want);
   return wrong;
 }

@@ -30,7 +30,8 @@ int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s) {
     }
     if (p < 0) {
       perror("launch: fork");
-      for (int k = 0; k < r; k++) kill(pids[k], SIGKILL);
+      for (int k = 0; k < r; k++)
+        kill(pids[k], SIGKILL);
       free(pids);
       return 1;
     }

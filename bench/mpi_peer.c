@@ -47,10 +47,12 @@ double bench_mpi_time(int coll, void *s, void *r, size_t count, const bench_opts
   if (t == MPI_DATATYPE_NULL || (bench_colls[coll].reduces && op == MPI_OP_NULL) ||
       count > 0x7fffffff)
     return -1;
-  for (int i = 0; i < o->warmup; i++) call(coll, s, r, (int)count, t, op, o->root, rank, nranks);
+  for (int i = 0; i < o->warmup; i++)
+    call(coll, s, r, (int)count, t, op, o->root, rank, nranks);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
-  for (int i = 0; i < o->iters; i++) call(coll, s, r, (int)count, t, op, o->root, rank, nranks);
+  for (int i = 0; i < o->iters; i++)
+    call(coll, s, r, (int)count, t, op, o->root, rank, nranks);
   double dt = (MPI_Wtime() - t0) / o->iters, mx = 0;
   MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return mx;

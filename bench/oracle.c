@@ -14,7 +14,8 @@ static uint32_t mix(uint32_t x) {
 }
 
 double oracle_input(weft_dtype_t t, weft_op_t op, int rank, size_t i, uint32_t seed) {
-  uint32_t h = mix((uint32_t)i * 2654435761U ^ (uint32_t)rank * 40503U ^ seed * 97U ^ (uint32_t)(i >> 32));
+  uint32_t h =
+      mix((uint32_t)i * 2654435761U ^ (uint32_t)rank * 40503U ^ seed * 97U ^ (uint32_t)(i >> 32));
   int is_unsigned = t == WEFT_U8;
   switch (op) {
   case WEFT_PROD:
@@ -32,8 +33,8 @@ void oracle_fill(weft_dtype_t t, weft_op_t op, int rank, void *buf, size_t first
     weft_dtype_store(t, buf, k, oracle_input(t, op, rank, first + k, seed));
 }
 
-void oracle_reduced(weft_dtype_t t, weft_op_t op, int nranks, void *buf, size_t first,
-                    size_t count, uint32_t seed) {
+void oracle_reduced(weft_dtype_t t, weft_op_t op, int nranks, void *buf, size_t first, size_t count,
+                    uint32_t seed) {
   for (size_t k = 0; k < count; k++) {
     double v = oracle_input(t, op, 0, first + k, seed);
     for (int r = 1; r < nranks; r++) {

@@ -14,7 +14,7 @@ double oracle_input(weft_dtype_t t, weft_op_t op, int rank, size_t i, uint32_t s
 void oracle_fill(weft_dtype_t t, weft_op_t op, int rank, void *buf, size_t first, size_t count,
                  uint32_t seed);
 /* buf[k] = op over all ranks of input at element first + k (AVG divided as weft does) */
-void oracle_reduced(weft_dtype_t t, weft_op_t op, int nranks, void *buf, size_t first,
-                    size_t count, uint32_t seed);
+void oracle_reduced(weft_dtype_t t, weft_op_t op, int nranks, void *buf, size_t first, size_t count,
+                    uint32_t seed);
 
 #endif

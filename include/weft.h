@@ -15,7 +15,8 @@ extern "C" {
 #define WEFT_VERSION_MAJOR 0
 #define WEFT_VERSION_MINOR 1
 #define WEFT_VERSION_PATCH 0
-#define WEFT_VERSION_CODE (WEFT_VERSION_MAJOR * 10000 + WEFT_VERSION_MINOR * 100 + WEFT_VERSION_PATCH)
+#define WEFT_VERSION_CODE                                                                          \
+  (WEFT_VERSION_MAJOR * 10000 + WEFT_VERSION_MINOR * 100 + WEFT_VERSION_PATCH)
 
 typedef enum {
   WEFT_SUCCESS = 0,
@@ -68,7 +69,8 @@ typedef struct {
   int device;         /* CUDA device for device communicators; -1: host buffers */
 } weft_config_t;
 
-#define WEFT_CONFIG_INIT {sizeof(weft_config_t), 0, -1}
+#define WEFT_CONFIG_INIT                                                                           \
+  { sizeof(weft_config_t), 0, -1 }
 
 /* Version as WEFT_VERSION_CODE of the library actually loaded. */
 int weft_get_version(void);

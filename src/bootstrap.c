@@ -67,7 +67,8 @@ static int root_accept(void *ctx, const void *hello, int fd) {
     R->fd_of_rank = malloc((size_t)h.nranks * sizeof *R->fd_of_rank);
     R->addrs = calloc((size_t)h.nranks, sizeof *R->addrs);
     if (!R->fd_of_rank || !R->addrs) return -1;
-    for (int i = 0; i < h.nranks; i++) R->fd_of_rank[i] = -1;
+    for (int i = 0; i < h.nranks; i++)
+      R->fd_of_rank[i] = -1;
     R->nranks = R->want = h.nranks;
   }
   if (h.nranks != R->nranks) {
@@ -88,17 +89,19 @@ static void *root_main(void *arg) {
   root_t *R = arg;
   int64_t deadline = weft_deadline(R->timeout_ms);
   R->want = 1;
-  weft_result_t rc = weft_sock_accept_hellos(R->listen_fd, &R->want, sizeof(root_hello_t),
-                                             R->magic, root_accept, R, NULL, deadline, NULL);
+  weft_result_t rc = weft_sock_accept_hellos(R->listen_fd, &R->want, sizeof(root_hello_t), R->magic,
+                                             root_accept, R, NULL, deadline, NULL);
   if (rc == WEFT_SUCCESS) {
-    root_reply_t rep = {.magic = R->magic, .version = WEFT_WIRE_VERSION,
-                        .type = WEFT_MSG_ROOT_TABLE, .nranks = R->nranks,
+    root_reply_t rep = {.magic = R->magic,
+                        .version = WEFT_WIRE_VERSION,
+                        .type = WEFT_MSG_ROOT_TABLE,
+                        .nranks = R->nranks,
                         .comm_magic = weft_random_u64()};
     for (int i = 0; i < R->nranks; i++) {
       int fd = R->fd_of_rank[i];
       if (weft_sock_send_all(fd, &rep, sizeof rep, deadline, NULL) != WEFT_SUCCESS ||
-          weft_sock_send_all(fd, R->addrs, sizeof(*R->addrs) * (size_t)R->nranks, deadline,
-                             NULL) != WEFT_SUCCESS)
+          weft_sock_send_all(fd, R->addrs, sizeof(*R->addrs) * (size_t)R->nranks, deadline, NULL) !=
+              WEFT_SUCCESS)
         WEFT_WARN(WEFT_SUB_BOOT, "root: could not send the table to rank %d", i);
     }
   } else {
@@ -158,8 +161,12 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
   int64_t deadline = weft_deadline(timeout_ms);
   weft_bootstrap_t *b = calloc(1, sizeof *b);
   if (!b) return weft_set_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
-  *b = (weft_bootstrap_t){.rank = rank, .nranks = nranks, .timeout_ms = timeout_ms,
-                          .abort_flag = abort_flag, .next_fd = -1, .prev_fd = -1};
+  *b = (weft_bootstrap_t){.rank = rank,
+                          .nranks = nranks,
+                          .timeout_ms = timeout_ms,
+                          .abort_flag = abort_flag,
+                          .next_fd = -1,
+                          .prev_fd = -1};
   if (id->version != WEFT_WIRE_VERSION)
     ERR_GOTO(rc, fail, WEFT_ERR_INVALID_ARG,
              "unique id has version %u, this weft speaks %u (mixed weft versions?)", id->version,
@@ -172,8 +179,12 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
   getsockname(root_fd, (struct sockaddr *)&local, &len);
   b->my_ip = local.sin_addr;
   mine.sin_addr = local.sin_addr;
-  root_hello_t h = {.magic = id->magic, .version = WEFT_WIRE_VERSION,
-                    .type = WEFT_MSG_ROOT_HELLO, .rank = rank, .nranks = nranks, .addr = mine};
+  root_hello_t h = {.magic = id->magic,
+                    .version = WEFT_WIRE_VERSION,
+                    .type = WEFT_MSG_ROOT_HELLO,
+                    .rank = rank,
+                    .nranks = nranks,
+                    .addr = mine};
   CHECK_GOTO(weft_sock_send_all(root_fd, &h, sizeof h, deadline, abort_flag), rc, fail);
   root_reply_t rep;
   rc = weft_sock_recv_all(root_fd, &rep, sizeof rep, deadline, abort_flag);
@@ -188,22 +199,22 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
     ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL, "rank %d: invalid reply from the rendezvous root", rank);
   table = malloc(sizeof *table * (size_t)nranks);
   if (!table) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
-  CHECK_GOTO(weft_sock_recv_all(root_fd, table, sizeof *table * (size_t)nranks, deadline,
-                                abort_flag),
-             rc, fail);
+  CHECK_GOTO(
+      weft_sock_recv_all(root_fd, table, sizeof *table * (size_t)nranks, deadline, abort_flag), rc,
+      fail);
   close(root_fd);
   root_fd = -1;
   b->magic = rep.comm_magic;
   if (nranks > 1) {
     int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
     CHECK_GOTO(weft_sock_connect(&table[next], deadline, abort_flag, &b->next_fd), rc, fail);
-    ring_hello_t rh = {.magic = b->magic, .version = WEFT_WIRE_VERSION,
-                       .type = WEFT_MSG_RING_HELLO, .rank = rank};
+    ring_hello_t rh = {
+        .magic = b->magic, .version = WEFT_WIRE_VERSION, .type = WEFT_MSG_RING_HELLO, .rank = rank};
     CHECK_GOTO(weft_sock_send_all(b->next_fd, &rh, sizeof rh, deadline, abort_flag), rc, fail);
     ring_ctx_t ctx = {.prev = prev, .magic = b->magic};
     int one = 1;
-    CHECK_GOTO(weft_sock_accept_hellos(listen_fd, &one, sizeof(ring_hello_t), b->magic,
-                                       ring_accept, &ctx, &b->prev_fd, deadline, abort_flag),
+    CHECK_GOTO(weft_sock_accept_hellos(listen_fd, &one, sizeof(ring_hello_t), b->magic, ring_accept,
+                                       &ctx, &b->prev_fd, deadline, abort_flag),
                rc, fail);
   }
   close(listen_fd);
@@ -227,8 +238,8 @@ weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t s
     weft_result_t rc = weft_sock_sendrecv(b->next_fd, d + (size_t)sb * size, size, b->prev_fd,
                                           d + (size_t)rb * size, size, deadline, b->abort_flag);
     if (rc != WEFT_SUCCESS)
-      return weft_set_error(rc, "bootstrap allgather (rank %d, step %d of %d): %s", r, s + 1,
-                            n - 1, weft_thread_error());
+      return weft_set_error(rc, "bootstrap allgather (rank %d, step %d of %d): %s", r, s + 1, n - 1,
+                            weft_thread_error());
   }
   return WEFT_SUCCESS;
 }

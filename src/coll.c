@@ -13,7 +13,8 @@
 static weft_result_t check_common(const char *fn, weft_comm_t comm, weft_dtype_t dtype) {
   if (!comm) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: comm is NULL", fn);
   if ((unsigned)dtype >= WEFT_DTYPE_COUNT)
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: dtype %d is not a weft_dtype_t", fn, (int)dtype);
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: dtype %d is not a weft_dtype_t", fn,
+                          (int)dtype);
   return WEFT_SUCCESS;
 }
 
@@ -78,9 +79,12 @@ weft_result_t weft_allreduce(const void *sendbuf, void *recvbuf, size_t count, w
   CHECK(need_buf(fn, "recvbuf", recvbuf, b));
   if (sendbuf != recvbuf && overlap(sendbuf, b, recvbuf, b))
     return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: sendbuf and recvbuf overlap but differ", fn);
-  weft_task_t t = {.args = {.coll = WEFT_COLL_ALLREDUCE, .count = count,
-                            .in_place = sendbuf == recvbuf},
-                   .dtype = dtype, .op = op, .sendbuf = sendbuf, .recvbuf = recvbuf};
+  weft_task_t t = {
+      .args = {.coll = WEFT_COLL_ALLREDUCE, .count = count, .in_place = sendbuf == recvbuf},
+      .dtype = dtype,
+      .op = op,
+      .sendbuf = sendbuf,
+      .recvbuf = recvbuf};
   return submit(comm, &t, stream);
 }
 
@@ -99,9 +103,12 @@ weft_result_t weft_reduce_scatter(const void *sendbuf, void *recvbuf, size_t rec
   if (!in_place && overlap(sendbuf, sb, recvbuf, rb))
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "%s: recvbuf overlaps sendbuf but is not sendbuf + rank * recvcount", fn);
-  weft_task_t t = {.args = {.coll = WEFT_COLL_REDUCE_SCATTER, .count = recvcount,
-                            .in_place = in_place && rb},
-                   .dtype = dtype, .op = op, .sendbuf = sendbuf, .recvbuf = recvbuf};
+  weft_task_t t = {
+      .args = {.coll = WEFT_COLL_REDUCE_SCATTER, .count = recvcount, .in_place = in_place && rb},
+      .dtype = dtype,
+      .op = op,
+      .sendbuf = sendbuf,
+      .recvbuf = recvbuf};
   return submit(comm, &t, stream);
 }
 
@@ -118,9 +125,11 @@ weft_result_t weft_allgather(const void *sendbuf, void *recvbuf, size_t sendcoun
   if (!in_place && overlap(sendbuf, sb, recvbuf, rb))
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "%s: sendbuf overlaps recvbuf but is not recvbuf + rank * sendcount", fn);
-  weft_task_t t = {.args = {.coll = WEFT_COLL_ALLGATHER, .count = sendcount,
-                            .in_place = in_place && sb},
-                   .dtype = dtype, .sendbuf = sendbuf, .recvbuf = recvbuf};
+  weft_task_t t = {
+      .args = {.coll = WEFT_COLL_ALLGATHER, .count = sendcount, .in_place = in_place && sb},
+      .dtype = dtype,
+      .sendbuf = sendbuf,
+      .recvbuf = recvbuf};
   return submit(comm, &t, stream);
 }
 
@@ -142,7 +151,10 @@ static weft_result_t rooted(const char *fn, weft_coll_t coll, const void *sendbu
   if (is_root && !in_place && overlap(sendbuf, b, recvbuf, b))
     return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: sendbuf and recvbuf overlap but differ", fn);
   weft_task_t t = {.args = {.coll = coll, .count = count, .root = root, .in_place = in_place},
-                   .dtype = dtype, .op = op, .sendbuf = sendbuf, .recvbuf = recvbuf};
+                   .dtype = dtype,
+                   .op = op,
+                   .sendbuf = sendbuf,
+                   .recvbuf = recvbuf};
   return submit(comm, &t, stream);
 }
 
@@ -168,10 +180,11 @@ weft_result_t weft_alltoall(const void *sendbuf, void *recvbuf, size_t count, we
   CHECK(need_buf(fn, "recvbuf", recvbuf, b));
   if (sendbuf != recvbuf && overlap(sendbuf, b, recvbuf, b))
     return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: sendbuf and recvbuf overlap but differ", fn);
-  weft_task_t t = {.args = {.coll = WEFT_COLL_ALLTOALL, .count = count,
-                            .in_place = sendbuf == recvbuf && b},
-                   .dtype = dtype,
-                   .sendbuf = sendbuf, .recvbuf = recvbuf};
+  weft_task_t t = {
+      .args = {.coll = WEFT_COLL_ALLTOALL, .count = count, .in_place = sendbuf == recvbuf && b},
+      .dtype = dtype,
+      .sendbuf = sendbuf,
+      .recvbuf = recvbuf};
   return submit(comm, &t, stream);
 }
 
@@ -187,8 +200,10 @@ weft_result_t weft_alltoallv(const void *sendbuf, const size_t *sendcounts, cons
     if (sendcounts[p] > SIZE_MAX / es - sdispls[p] || recvcounts[p] > SIZE_MAX / es - rdispls[p])
       return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: count + displacement overflows for rank %zu",
                             fn, p);
-    if (sendcounts[p] && sdispls[p] + sendcounts[p] > send_end) send_end = sdispls[p] + sendcounts[p];
-    if (recvcounts[p] && rdispls[p] + recvcounts[p] > recv_end) recv_end = rdispls[p] + recvcounts[p];
+    if (sendcounts[p] && sdispls[p] + sendcounts[p] > send_end)
+      send_end = sdispls[p] + sendcounts[p];
+    if (recvcounts[p] && rdispls[p] + recvcounts[p] > recv_end)
+      recv_end = rdispls[p] + recvcounts[p];
   }
   if (comm->rank >= 0 && sendcounts[comm->rank] != recvcounts[comm->rank])
     return weft_set_error(WEFT_ERR_INVALID_ARG,
@@ -204,10 +219,17 @@ weft_result_t weft_alltoallv(const void *sendbuf, const size_t *sendcounts, cons
   memcpy(v + n, sdispls, n * sizeof *v);
   memcpy(v + 2 * n, recvcounts, n * sizeof *v);
   memcpy(v + 3 * n, rdispls, n * sizeof *v);
-  weft_task_t t = {.args = {.coll = WEFT_COLL_ALLTOALLV, .sendcounts = v, .sdispls = v + n,
-                            .recvcounts = v + 2 * n, .rdispls = v + 3 * n},
-                   .dtype = dtype, .sendbuf = sendbuf, .recvbuf = recvbuf, .owned = v};
-  for (size_t p = 0; p < n; p++) t.args.count += sendcounts[p];
+  weft_task_t t = {.args = {.coll = WEFT_COLL_ALLTOALLV,
+                            .sendcounts = v,
+                            .sdispls = v + n,
+                            .recvcounts = v + 2 * n,
+                            .rdispls = v + 3 * n},
+                   .dtype = dtype,
+                   .sendbuf = sendbuf,
+                   .recvbuf = recvbuf,
+                   .owned = v};
+  for (size_t p = 0; p < n; p++)
+    t.args.count += sendcounts[p];
   return submit(comm, &t, stream);
 }
 
@@ -221,8 +243,10 @@ static weft_result_t p2p(const char *fn, weft_coll_t coll, const void *sbuf, voi
                           comm->nranks);
   CHECK(bytes_of(fn, count, 1, dtype, &b));
   CHECK(need_buf(fn, "buffer", coll == WEFT_COLL_SEND ? sbuf : rbuf, b));
-  weft_task_t t = {.args = {.coll = coll, .count = count, .root = peer}, .dtype = dtype,
-                   .sendbuf = sbuf, .recvbuf = rbuf};
+  weft_task_t t = {.args = {.coll = coll, .count = count, .root = peer},
+                   .dtype = dtype,
+                   .sendbuf = sbuf,
+                   .recvbuf = rbuf};
   return submit(comm, &t, stream);
 }
 
@@ -242,7 +266,9 @@ weft_result_t weft_barrier(weft_comm_t comm, weft_stream_t stream) {
    * buffer must outlive an asynchronous call, so it lives in a small heap task copy. */
   static const uint8_t zero = 0;
   weft_task_t t = {.args = {.coll = WEFT_COLL_ALLREDUCE, .count = 1},
-                   .dtype = WEFT_U8, .op = WEFT_MAX, .sendbuf = &zero};
+                   .dtype = WEFT_U8,
+                   .op = WEFT_MAX,
+                   .sendbuf = &zero};
   uint8_t *sink = malloc(1);
   if (!sink) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_barrier: out of memory");
   t.recvbuf = sink;

@@ -41,8 +41,10 @@ weft_result_t weft_get_unique_id(weft_unique_id_t *id) {
   weft_id_body_t body = {.magic = weft_random_u64(), .version = WEFT_WIRE_VERSION};
   CHECK(weft_sock_listen(0, &fd, &body.root));
   weft_result_t rc = weft_sock_host_addr(&body.root.sin_addr);
-  if (rc == WEFT_SUCCESS) rc = weft_bootstrap_root_start(fd, body.magic, 0);
-  else close(fd);
+  if (rc == WEFT_SUCCESS)
+    rc = weft_bootstrap_root_start(fd, body.magic, 0);
+  else
+    close(fd);
   if (rc != WEFT_SUCCESS) return rc;
   memset(id, 0, sizeof *id);
   memcpy(id->internal, &body, sizeof body);
@@ -63,7 +65,8 @@ static void comm_free(weft_comm_t c) {
   for (int t = 0; t < WEFT_TR_COUNT; t++)
     if (c->tr[t] && c->tr_state[t]) c->tr[t]->teardown(c->tr_state[t]);
   weft_bootstrap_free(c->boot);
-  for (int i = 0; i < WEFT_SCHED_CACHE; i++) weft_sched_free(&c->cache[i].sched);
+  for (int i = 0; i < WEFT_SCHED_CACHE; i++)
+    weft_sched_free(&c->cache[i].sched);
   if (c->wake_fd >= 0) close(c->wake_fd);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
@@ -75,8 +78,8 @@ static void comm_free(weft_comm_t c) {
 
 /* Decides the transport for every pair from the same table on every rank, so that the
  * collective setups agree. */
-static weft_result_t choose_transports(weft_comm_t c, char (*hosts)[HOSTID_BYTES],
-                                       uint8_t *use_shm, uint8_t *use_tcp, int *any_tcp) {
+static weft_result_t choose_transports(weft_comm_t c, char (*hosts)[HOSTID_BYTES], uint8_t *use_shm,
+                                       uint8_t *use_tcp, int *any_tcp) {
   const char *force = weft_param_str("WEFT_TRANSPORT");
   int f_shm = strcmp(force, "shm") == 0, f_tcp = strcmp(force, "tcp") == 0;
   if (!f_shm && !f_tcp && strcmp(force, "auto") != 0 && force[0])
@@ -87,7 +90,8 @@ static weft_result_t choose_transports(weft_comm_t c, char (*hosts)[HOSTID_BYTES
       int same = memcmp(hosts[i], hosts[j], HOSTID_BYTES) == 0;
       if (f_shm && !same)
         return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                              "WEFT_TRANSPORT=shm, but ranks %d and %d are on different hosts", i, j);
+                              "WEFT_TRANSPORT=shm, but ranks %d and %d are on different hosts", i,
+                              j);
       int tcp = i != j && (!same || f_tcp);
       if (tcp) *any_tcp = 1;
       if (i == c->rank) {
@@ -119,9 +123,14 @@ static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
     c->local_rank[p] = memcmp(hosts[p], hosts[c->rank], HOSTID_BYTES) == 0 ? c->nlocal++ : -1;
   int any_tcp = 0;
   CHECK_GOTO(choose_transports(c, hosts, use, use + c->nranks, &any_tcp), rc, out);
-  weft_transport_init_t in = {.boot = c->boot, .rank = c->rank, .nranks = c->nranks,
-                              .local_rank = c->local_rank, .nlocal = c->nlocal, .magic = c->magic,
-                              .abort_flag = &c->aborted, .wake_fd = c->wake_fd};
+  weft_transport_init_t in = {.boot = c->boot,
+                              .rank = c->rank,
+                              .nranks = c->nranks,
+                              .local_rank = c->local_rank,
+                              .nlocal = c->nlocal,
+                              .magic = c->magic,
+                              .abort_flag = &c->aborted,
+                              .wake_fd = c->wake_fd};
   in.use = use;
   c->tr[WEFT_TR_SHM] = &weft_transport_shm;
   CHECK_GOTO(weft_transport_shm.setup(&in, &c->tr_state[WEFT_TR_SHM]), rc, out);
@@ -135,16 +144,16 @@ static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
   /* More ranks than cores: a spinning rank steals the core its peer needs. */
   if (cpus > 0 && c->nlocal > cpus && c->spin > 16) c->spin = 16;
   if (c->spin < 1) c->spin = 1;
-  WEFT_INFO(WEFT_SUB_INIT, "rank %d/%d ready: %d on this host, tcp %s, spin %d", c->rank,
-            c->nranks, c->nlocal, any_tcp ? "on" : "off", c->spin);
+  WEFT_INFO(WEFT_SUB_INIT, "rank %d/%d ready: %d on this host, tcp %s, spin %d", c->rank, c->nranks,
+            c->nlocal, any_tcp ? "on" : "off", c->spin);
 out:
   free(hosts);
   free(use);
   return rc;
 }
 
-static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_body_t *id,
-                                 int rank, const weft_config_t *config) {
+static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_body_t *id, int rank,
+                                 const weft_config_t *config) {
   if (!comm) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_init: comm is NULL");
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_init: rank %d of %d ranks is invalid",
@@ -161,8 +170,8 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
   if (!c) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
   c->rank = rank;
   c->nranks = nranks;
-  c->timeout_ms = config && config->timeout_ms > 0 ? config->timeout_ms
-                                                   : weft_param_int("WEFT_TIMEOUT_MS");
+  c->timeout_ms =
+      config && config->timeout_ms > 0 ? config->timeout_ms : weft_param_int("WEFT_TIMEOUT_MS");
   if (c->timeout_ms <= 0) c->timeout_ms = 300000;
   c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   pthread_mutex_init(&c->mu, NULL);
@@ -231,7 +240,8 @@ weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config)
   char key[300];
   snprintf(key, sizeof key, "%s:%ld/%ld", host, port, n);
   uint64_t h = 1469598103934665603ull;
-  for (const char *p = key; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+  for (const char *p = key; *p; p++)
+    h = (h ^ (uint8_t)*p) * 1099511628211ull;
   id.magic = h;
   if (rank == 0) {
     int fd = -1;
@@ -310,7 +320,8 @@ weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t *error) 
 }
 
 weft_result_t weft_comm_count(weft_comm_t comm, int *count) {
-  if (!comm || !count) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_count: NULL argument");
+  if (!comm || !count)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_count: NULL argument");
   *count = comm->nranks;
   return WEFT_SUCCESS;
 }

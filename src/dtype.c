@@ -13,17 +13,19 @@ static const struct {
   size_t size;
   int is_float;
 } types[WEFT_DTYPE_COUNT] = {
-    [WEFT_F32] = {"float", 4, 1},    [WEFT_F64] = {"double", 8, 1},
-    [WEFT_F16] = {"half", 2, 1},     [WEFT_BF16] = {"bfloat16", 2, 1},
-    [WEFT_I8] = {"int8", 1, 0},      [WEFT_U8] = {"uint8", 1, 0},
-    [WEFT_I32] = {"int32", 4, 0},    [WEFT_I64] = {"int64", 8, 0},
+    [WEFT_F32] = {"float", 4, 1},         [WEFT_F64] = {"double", 8, 1},
+    [WEFT_F16] = {"half", 2, 1},          [WEFT_BF16] = {"bfloat16", 2, 1},
+    [WEFT_I8] = {"int8", 1, 0},           [WEFT_U8] = {"uint8", 1, 0},
+    [WEFT_I32] = {"int32", 4, 0},         [WEFT_I64] = {"int64", 8, 0},
     [WEFT_FP8_E4M3] = {"fp8_e4m3", 1, 1}, [WEFT_FP8_E5M2] = {"fp8_e5m2", 1, 1},
 };
 
 const char *weft_dtype_name(weft_dtype_t t) {
   return (unsigned)t < WEFT_DTYPE_COUNT ? types[t].name : "invalid";
 }
-size_t weft_dtype_size(weft_dtype_t t) { return (unsigned)t < WEFT_DTYPE_COUNT ? types[t].size : 0; }
+size_t weft_dtype_size(weft_dtype_t t) {
+  return (unsigned)t < WEFT_DTYPE_COUNT ? types[t].size : 0;
+}
 int weft_dtype_is_float(weft_dtype_t t) {
   return (unsigned)t < WEFT_DTYPE_COUNT && types[t].is_float;
 }
@@ -69,8 +71,7 @@ static float decode(uint32_t v, const struct small_fmt *F) {
   uint32_t E = v >> F->mb & emask, m = v & mmask;
   uint32_t mag = v & ((1u << (F->eb + F->mb)) - 1);
   float r;
-  if (mag == (F->nanbits & ((1u << (F->eb + F->mb)) - 1)) ||
-      (F->infbits && E == emask && m != 0))
+  if (mag == (F->nanbits & ((1u << (F->eb + F->mb)) - 1)) || (F->infbits && E == emask && m != 0))
     r = NAN;
   else if (F->infbits && mag == F->infbits)
     r = INFINITY;
@@ -120,14 +121,38 @@ uint8_t weft_f32_to_e5m2(float f) { return (uint8_t)encode(f, &FMT_E5M2); }
 double weft_dtype_load(weft_dtype_t t, const void *buf, size_t i) {
   const char *p = (const char *)buf + i * weft_dtype_size(t);
   switch (t) {
-  case WEFT_F32: { float v; memcpy(&v, p, 4); return v; }
-  case WEFT_F64: { double v; memcpy(&v, p, 8); return v; }
-  case WEFT_F16: { uint16_t v; memcpy(&v, p, 2); return weft_f16_to_f32(v); }
-  case WEFT_BF16: { uint16_t v; memcpy(&v, p, 2); return weft_bf16_to_f32(v); }
+  case WEFT_F32: {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+  }
+  case WEFT_F64: {
+    double v;
+    memcpy(&v, p, 8);
+    return v;
+  }
+  case WEFT_F16: {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return weft_f16_to_f32(v);
+  }
+  case WEFT_BF16: {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return weft_bf16_to_f32(v);
+  }
   case WEFT_I8: return *(const int8_t *)p;
   case WEFT_U8: return *(const uint8_t *)p;
-  case WEFT_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-  case WEFT_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
+  case WEFT_I32: {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+  }
+  case WEFT_I64: {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return (double)v;
+  }
   case WEFT_FP8_E4M3: return weft_e4m3_to_f32(*(const uint8_t *)p);
   case WEFT_FP8_E5M2: return weft_e5m2_to_f32(*(const uint8_t *)p);
   default: return 0;
@@ -137,14 +162,34 @@ double weft_dtype_load(weft_dtype_t t, const void *buf, size_t i) {
 void weft_dtype_store(weft_dtype_t t, void *buf, size_t i, double v) {
   char *p = (char *)buf + i * weft_dtype_size(t);
   switch (t) {
-  case WEFT_F32: { float x = (float)v; memcpy(p, &x, 4); break; }
+  case WEFT_F32: {
+    float x = (float)v;
+    memcpy(p, &x, 4);
+    break;
+  }
   case WEFT_F64: memcpy(p, &v, 8); break;
-  case WEFT_F16: { uint16_t x = weft_f32_to_f16((float)v); memcpy(p, &x, 2); break; }
-  case WEFT_BF16: { uint16_t x = weft_f32_to_bf16((float)v); memcpy(p, &x, 2); break; }
+  case WEFT_F16: {
+    uint16_t x = weft_f32_to_f16((float)v);
+    memcpy(p, &x, 2);
+    break;
+  }
+  case WEFT_BF16: {
+    uint16_t x = weft_f32_to_bf16((float)v);
+    memcpy(p, &x, 2);
+    break;
+  }
   case WEFT_I8: *(int8_t *)p = (int8_t)v; break;
   case WEFT_U8: *(uint8_t *)p = (uint8_t)v; break;
-  case WEFT_I32: { int32_t x = (int32_t)v; memcpy(p, &x, 4); break; }
-  case WEFT_I64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
+  case WEFT_I32: {
+    int32_t x = (int32_t)v;
+    memcpy(p, &x, 4);
+    break;
+  }
+  case WEFT_I64: {
+    int64_t x = (int64_t)v;
+    memcpy(p, &x, 8);
+    break;
+  }
   case WEFT_FP8_E4M3: *(uint8_t *)p = weft_f32_to_e4m3((float)v); break;
   case WEFT_FP8_E5M2: *(uint8_t *)p = weft_f32_to_e5m2((float)v); break;
   default: break;

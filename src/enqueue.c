@@ -16,7 +16,8 @@ void weft_task_free(weft_task_t *t) {
 }
 
 static void op_free(weft_work_t *op) {
-  for (int i = 0; i < op->ntasks; i++) weft_task_free(&op->tasks[i]);
+  for (int i = 0; i < op->ntasks; i++)
+    weft_task_free(&op->tasks[i]);
   free(op->tasks);
   free(op);
 }
@@ -46,7 +47,8 @@ static void *progress_main(void *arg) {
   char msg[1024];
   pthread_mutex_lock(&c->mu);
   for (;;) {
-    while (!c->qhead && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+    while (!c->qhead && !c->stop)
+      pthread_cond_wait(&c->cv, &c->mu);
     if (!c->qhead) break;
     if (c->running) { /* an inline op holds the comm: wait for it */
       pthread_cond_wait(&c->cv, &c->mu);
@@ -97,8 +99,10 @@ void weft_progress_stop(weft_comm_t c) {
 
 static void append(weft_comm_t c, weft_work_t *op) {
   op->next = NULL;
-  if (c->qtail) c->qtail->next = op;
-  else c->qhead = op;
+  if (c->qtail)
+    c->qtail->next = op;
+  else
+    c->qhead = op;
   c->qtail = op;
   pthread_cond_broadcast(&c->cv);
 }
@@ -132,7 +136,8 @@ weft_result_t weft_enqueue(weft_comm_t c, weft_work_t *op) {
   weft_result_t rc = weft_progress_start(c);
   if (rc == WEFT_SUCCESS) {
     append(c, op);
-    while (!op->done) pthread_cond_wait(&c->cv, &c->mu);
+    while (!op->done)
+      pthread_cond_wait(&c->cv, &c->mu);
     rc = op->result;
     snprintf(msg, sizeof msg, "%s", c->error);
   }

@@ -21,8 +21,8 @@ void weft_log(int level, int subsys, const char *file, int line, const char *fmt
     __attribute__((format(printf, 5, 6)));
 int weft_log_enabled(int level, int subsys);
 
-#define WEFT_WARN(sub, ...) weft_log(WEFT_LOG_WARN, sub, __FILE__, __LINE__, __VA_ARGS__)
-#define WEFT_INFO(sub, ...) weft_log(WEFT_LOG_INFO, sub, __FILE__, __LINE__, __VA_ARGS__)
+#define WEFT_WARN(sub, ...)  weft_log(WEFT_LOG_WARN, sub, __FILE__, __LINE__, __VA_ARGS__)
+#define WEFT_INFO(sub, ...)  weft_log(WEFT_LOG_INFO, sub, __FILE__, __LINE__, __VA_ARGS__)
 #define WEFT_TRACE(sub, ...) weft_log(WEFT_LOG_TRACE, sub, __FILE__, __LINE__, __VA_ARGS__)
 
 /* Records msg as the calling thread's last error and returns r. */
@@ -30,29 +30,29 @@ weft_result_t weft_set_error(weft_result_t r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 const char *weft_thread_error(void);
 
-#define CHECK(call)                                                                      \
-  do {                                                                                   \
-    weft_result_t check_rc_ = (call);                                                    \
-    if (check_rc_ != WEFT_SUCCESS) {                                                     \
-      WEFT_TRACE(WEFT_SUB_ALL, "-> %s", weft_result_string(check_rc_));                  \
-      return check_rc_;                                                                  \
-    }                                                                                    \
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    weft_result_t check_rc_ = (call);                                                              \
+    if (check_rc_ != WEFT_SUCCESS) {                                                               \
+      WEFT_TRACE(WEFT_SUB_ALL, "-> %s", weft_result_string(check_rc_));                            \
+      return check_rc_;                                                                            \
+    }                                                                                              \
   } while (0)
 
 /* Sets rc and jumps to label on failure, so the caller's cleanup runs. */
-#define CHECK_GOTO(call, rc, label)                                                      \
-  do {                                                                                   \
-    (rc) = (call);                                                                       \
-    if ((rc) != WEFT_SUCCESS) {                                                          \
-      WEFT_TRACE(WEFT_SUB_ALL, "-> %s", weft_result_string(rc));                         \
-      goto label;                                                                        \
-    }                                                                                    \
+#define CHECK_GOTO(call, rc, label)                                                                \
+  do {                                                                                             \
+    (rc) = (call);                                                                                 \
+    if ((rc) != WEFT_SUCCESS) {                                                                    \
+      WEFT_TRACE(WEFT_SUB_ALL, "-> %s", weft_result_string(rc));                                   \
+      goto label;                                                                                  \
+    }                                                                                              \
   } while (0)
 
-#define ERR_GOTO(rc, label, code, ...)                                                   \
-  do {                                                                                   \
-    (rc) = weft_set_error((code), __VA_ARGS__);                                          \
-    goto label;                                                                          \
+#define ERR_GOTO(rc, label, code, ...)                                                             \
+  do {                                                                                             \
+    (rc) = weft_set_error((code), __VA_ARGS__);                                                    \
+    goto label;                                                                                    \
   } while (0)
 
 #endif

@@ -174,8 +174,8 @@ static void describe_wait(const exec_t *x, char *buf, size_t len) {
       if (q->pos[d] < q->n[d]) {
         ref_t r = q->q[d][q->pos[d]];
         const plan_t *pl = &x->plans[r.plan];
-        snprintf(buf, len, "%s rank %d (%llu of %llu bytes of step %d)", d ? "receiving from" : "sending to",
-                 p, (unsigned long long)pl->done[r.step],
+        snprintf(buf, len, "%s rank %d (%llu of %llu bytes of step %d)",
+                 d ? "receiving from" : "sending to", p, (unsigned long long)pl->done[r.step],
                  (unsigned long long)(pl->s->steps[r.step].count * pl->es), (int)r.step);
         return;
       }
@@ -195,7 +195,8 @@ static weft_result_t build_queues(exec_t *x) {
         continue;
       }
       if (st->peer < 0 || st->peer >= c->nranks)
-        return weft_set_error(WEFT_ERR_INTERNAL, "schedule names rank %d of %d", st->peer, c->nranks);
+        return weft_set_error(WEFT_ERR_INTERNAL, "schedule names rank %d of %d", st->peer,
+                              c->nranks);
       x->pq[st->peer].n[st->kind == WEFT_STEP_SEND ? 0 : 1]++;
     }
   }
@@ -281,9 +282,8 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
 }
 
 static int same_key(const weft_coll_args_t *a, const weft_coll_args_t *b) {
-  return a->coll == b->coll && a->nranks == b->nranks && a->rank == b->rank &&
-         a->root == b->root && a->count == b->count && a->chunk == b->chunk &&
-         a->in_place == b->in_place;
+  return a->coll == b->coll && a->nranks == b->nranks && a->rank == b->rank && a->root == b->root &&
+         a->count == b->count && a->chunk == b->chunk && a->in_place == b->in_place;
 }
 
 /* The schedule for task, from the comm's cache when it can be kept (not alltoallv).
@@ -366,7 +366,8 @@ weft_result_t weft_exec_op(weft_comm_t c, weft_work_t *op) {
   }
   if (scratch > c->scratch_bytes) {
     char *ns = realloc(c->scratch, scratch);
-    if (!ns) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "executor: no memory for %zu scratch bytes", scratch);
+    if (!ns)
+      ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "executor: no memory for %zu scratch bytes", scratch);
     c->scratch = ns;
     c->scratch_bytes = scratch;
   }
@@ -387,7 +388,8 @@ weft_result_t weft_exec_op(weft_comm_t c, weft_work_t *op) {
     rc = run(&x, what, op->seq);
   }
   if (rc == WEFT_SUCCESS)
-    for (int i = 0; i < n; i++) finish_avg(c, &op->tasks[i]);
+    for (int i = 0; i < n; i++)
+      finish_avg(c, &op->tasks[i]);
   free(done);
 out:
   for (int i = 0; i < n && owned && is_owned; i++)

@@ -29,7 +29,8 @@ weft_result_t weft_group_start(void) {
 }
 
 static void drop_items(void) {
-  for (int i = 0; i < grp.n; i++) weft_task_free(&grp.items[i].task);
+  for (int i = 0; i < grp.n; i++)
+    weft_task_free(&grp.items[i].task);
   free(grp.items);
   grp.items = NULL;
   grp.n = grp.cap = 0;
@@ -70,7 +71,8 @@ weft_result_t weft_group_end(void) {
   weft_result_t rc = WEFT_SUCCESS;
   for (int i = 0; i < grp.n; i++) {
     int k = 0;
-    while (k < ncomms && comms[k] != grp.items[i].comm) k++;
+    while (k < ncomms && comms[k] != grp.items[i].comm)
+      k++;
     if (k == ncomms) {
       if (ncomms == 64) {
         drop_items();
@@ -103,7 +105,8 @@ weft_result_t weft_group_end(void) {
     weft_work_t op = *ops[0];
     op.stream = NULL;
     rc = weft_enqueue(comms[0], &op);
-    for (int i = 0; i < op.ntasks; i++) weft_task_free(&op.tasks[i]);
+    for (int i = 0; i < op.ntasks; i++)
+      weft_task_free(&op.tasks[i]);
     free(op.tasks);
     free(ops[0]);
     return rc;
@@ -114,12 +117,15 @@ weft_result_t weft_group_end(void) {
   weft_stream_t own[64] = {0};
   for (int k = 0; k < ncomms; k++) {
     weft_stream_t s = NULL;
-    if (ncomms == 1) s = user_stream;
-    else if (weft_stream_create(&own[k]) == WEFT_SUCCESS) s = own[k];
+    if (ncomms == 1)
+      s = user_stream;
+    else if (weft_stream_create(&own[k]) == WEFT_SUCCESS)
+      s = own[k];
     if (!s) {
       rc = WEFT_ERR_NO_MEMORY;
       for (int j = k; j < ncomms; j++) {
-        for (int i = 0; i < ops[j]->ntasks; i++) weft_task_free(&ops[j]->tasks[i]);
+        for (int i = 0; i < ops[j]->ntasks; i++)
+          weft_task_free(&ops[j]->tasks[i]);
         free(ops[j]->tasks);
         free(ops[j]);
       }

@@ -10,31 +10,31 @@
 #define MIN_(x, y) ((y) < (x) ? (y) : (x))
 #define MAX_(x, y) ((y) > (x) ? (y) : (x))
 
-#define LOOP(T, EXPR)                                                                    \
-  do {                                                                                   \
-    T *restrict d_ = (T *)dst;                                                           \
-    const T *a_ = (const T *)a, *b_ = (const T *)b;                                      \
-    for (size_t i = 0; i < n; i++) {                                                     \
-      T x = a_[i], y = b_[i];                                                            \
-      d_[i] = (EXPR);                                                                    \
-    }                                                                                    \
+#define LOOP(T, EXPR)                                                                              \
+  do {                                                                                             \
+    T *restrict d_ = (T *)dst;                                                                     \
+    const T *a_ = (const T *)a, *b_ = (const T *)b;                                                \
+    for (size_t i = 0; i < n; i++) {                                                               \
+      T x = a_[i], y = b_[i];                                                                      \
+      d_[i] = (EXPR);                                                                              \
+    }                                                                                              \
   } while (0)
 
 /* U is the unsigned twin of T, for wrapping SUM and PROD. */
-#define NATIVE(T, U)                                                                     \
-  switch (op) {                                                                          \
-  case WEFT_PROD: LOOP(T, (T)((U)x * (U)y)); break;                                      \
-  case WEFT_MIN: LOOP(T, MIN_(x, y)); break;                                             \
-  case WEFT_MAX: LOOP(T, MAX_(x, y)); break;                                             \
-  default: LOOP(T, (T)((U)x + (U)y)); break;                                             \
+#define NATIVE(T, U)                                                                               \
+  switch (op) {                                                                                    \
+  case WEFT_PROD: LOOP(T, (T)((U)x * (U)y)); break;                                                \
+  case WEFT_MIN: LOOP(T, MIN_(x, y)); break;                                                       \
+  case WEFT_MAX: LOOP(T, MAX_(x, y)); break;                                                       \
+  default: LOOP(T, (T)((U)x + (U)y)); break;                                                       \
   }
 
-#define FLOATS(T)                                                                        \
-  switch (op) {                                                                          \
-  case WEFT_PROD: LOOP(T, x * y); break;                                                 \
-  case WEFT_MIN: LOOP(T, MIN_(x, y)); break;                                             \
-  case WEFT_MAX: LOOP(T, MAX_(x, y)); break;                                             \
-  default: LOOP(T, x + y); break;                                                        \
+#define FLOATS(T)                                                                                  \
+  switch (op) {                                                                                    \
+  case WEFT_PROD: LOOP(T, x *y); break;                                                            \
+  case WEFT_MIN: LOOP(T, MIN_(x, y)); break;                                                       \
+  case WEFT_MAX: LOOP(T, MAX_(x, y)); break;                                                       \
+  default: LOOP(T, x + y); break;                                                                  \
   }
 
 static void reduce_f32(weft_op_t op, float *dst, const float *a, const float *b, size_t n) {
@@ -87,7 +87,8 @@ static void reduce_small(weft_dtype_t t, weft_op_t op, void *dst, const void *a,
         fb[i] = weft_e4m3_to_f32((uint8_t)pb[i]);
       }
       reduce_f32(op, fa, fa, fb, m);
-      for (size_t i = 0; i < m; i++) pd[i] = (char)weft_f32_to_e4m3(fa[i]);
+      for (size_t i = 0; i < m; i++)
+        pd[i] = (char)weft_f32_to_e4m3(fa[i]);
       break;
     default: /* WEFT_FP8_E5M2 */
       for (size_t i = 0; i < m; i++) {
@@ -95,7 +96,8 @@ static void reduce_small(weft_dtype_t t, weft_op_t op, void *dst, const void *a,
         fb[i] = weft_e5m2_to_f32((uint8_t)pb[i]);
       }
       reduce_f32(op, fa, fa, fb, m);
-      for (size_t i = 0; i < m; i++) pd[i] = (char)weft_f32_to_e5m2(fa[i]);
+      for (size_t i = 0; i < m; i++)
+        pd[i] = (char)weft_f32_to_e5m2(fa[i]);
       break;
     }
   }
@@ -114,8 +116,9 @@ void weft_reduce_host(weft_dtype_t t, weft_op_t op, void *dst, const void *a, co
   }
 }
 
-#define DIV_LOOP(T)                                                                      \
-  for (size_t i = 0; i < n; i++) ((T *)buf)[i] = (T)(((T *)buf)[i] / nranks)
+#define DIV_LOOP(T)                                                                                \
+  for (size_t i = 0; i < n; i++)                                                                   \
+  ((T *)buf)[i] = (T)(((T *)buf)[i] / nranks)
 
 void weft_avg_host(weft_dtype_t t, void *buf, size_t n, int nranks) {
   switch (t) {

@@ -102,7 +102,8 @@ static weft_result_t wait_fd(int fd, short events, int64_t deadline, const atomi
     struct pollfd p = {.fd = fd, .events = events};
     int rc = poll(&p, 1, left > 100 ? 100 : (int)left);
     if (rc > 0) return WEFT_SUCCESS;
-    if (rc < 0 && errno != EINTR) return weft_set_error(WEFT_ERR_SYSTEM, "poll: %s", strerror(errno));
+    if (rc < 0 && errno != EINTR)
+      return weft_set_error(WEFT_ERR_SYSTEM, "poll: %s", strerror(errno));
   }
 }
 
@@ -149,8 +150,10 @@ weft_result_t weft_sock_sendrecv(int out, const void *sbuf, size_t slen, int in,
       return weft_set_error(WEFT_ERR_ABORTED, "socket transfer: communicator aborted");
     int64_t left = deadline - weft_now_ms();
     if (left <= 0)
-      return weft_set_error(WEFT_ERR_TIMEOUT, "socket transfer: timed out (%zu/%zu sent, %zu/%zu "
-                            "received)", sent, slen, got, rlen);
+      return weft_set_error(WEFT_ERR_TIMEOUT,
+                            "socket transfer: timed out (%zu/%zu sent, %zu/%zu "
+                            "received)",
+                            sent, slen, got, rlen);
     struct pollfd p[2];
     int np = 0, si = -1, ri = -1;
     if (sent < slen) {
@@ -167,17 +170,20 @@ weft_result_t weft_sock_sendrecv(int out, const void *sbuf, size_t slen, int in,
       }
     }
     int rc = poll(p, (nfds_t)np, left > 100 ? 100 : (int)left);
-    if (rc < 0 && errno != EINTR) return weft_set_error(WEFT_ERR_SYSTEM, "poll: %s", strerror(errno));
+    if (rc < 0 && errno != EINTR)
+      return weft_set_error(WEFT_ERR_SYSTEM, "poll: %s", strerror(errno));
     if (rc <= 0) continue;
     if (si >= 0 && (p[si].revents & (POLLOUT | POLLERR | POLLHUP))) {
       ssize_t n = send(out, (const char *)sbuf + sent, slen - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) sent += (size_t)n;
+      if (n > 0)
+        sent += (size_t)n;
       else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         return weft_set_error(WEFT_ERR_PEER_LOST, "send: %s", strerror(errno));
     }
     if (ri >= 0 && (p[ri].revents & (POLLIN | POLLERR | POLLHUP))) {
       ssize_t n = recv(in, (char *)rbuf + got, rlen - got, MSG_DONTWAIT);
-      if (n > 0) got += (size_t)n;
+      if (n > 0)
+        got += (size_t)n;
       else if (n == 0)
         return weft_set_error(WEFT_ERR_PEER_LOST, "connection closed by peer (%zu/%zu received)",
                               got, rlen);
@@ -207,8 +213,8 @@ typedef struct {
   unsigned char buf[HELLO_MAX];
 } pending_t;
 
-weft_result_t weft_sock_accept_hellos(int listen_fd, const int *want, size_t hello_len, uint64_t magic,
-                                      weft_hello_fn accept_fn, void *ctx, int *fds,
+weft_result_t weft_sock_accept_hellos(int listen_fd, const int *want, size_t hello_len,
+                                      uint64_t magic, weft_hello_fn accept_fn, void *ctx, int *fds,
                                       int64_t deadline, const atomic_int *abort_flag) {
   if (hello_len > HELLO_MAX || hello_len < 8) return WEFT_ERR_INTERNAL;
   pending_t *pend = calloc(MAX_PENDING, sizeof *pend);
@@ -232,7 +238,8 @@ weft_result_t weft_sock_accept_hellos(int listen_fd, const int *want, size_t hel
       break;
     }
     p[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
-    for (int i = 0; i < npend; i++) p[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+    for (int i = 0; i < npend; i++)
+      p[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
     int64_t left = deadline - now;
     int n = poll(p, (nfds_t)npend + 1, left > 100 ? 100 : (int)left);
     if (n < 0 && errno != EINTR) {
@@ -245,8 +252,10 @@ weft_result_t weft_sock_accept_hellos(int listen_fd, const int *want, size_t hel
       int drop = 0;
       if (p[i + 1].revents) {
         ssize_t r = recv(c->fd, c->buf + c->got, hello_len - c->got, MSG_DONTWAIT);
-        if (r > 0) c->got += (size_t)r;
-        else if (r == 0 || (errno != EAGAIN && errno != EINTR)) drop = 1;
+        if (r > 0)
+          c->got += (size_t)r;
+        else if (r == 0 || (errno != EAGAIN && errno != EINTR))
+          drop = 1;
         if (!drop && c->got >= 8) {
           uint64_t m;
           memcpy(&m, c->buf, 8);
@@ -289,9 +298,11 @@ weft_result_t weft_sock_accept_hellos(int listen_fd, const int *want, size_t hel
       }
     }
   }
-  for (int i = 0; i < npend; i++) close(pend[i].fd);
+  for (int i = 0; i < npend; i++)
+    close(pend[i].fd);
   if (rc != WEFT_SUCCESS && fds)
-    for (int i = 0; i < kept; i++) close(fds[i]);
+    for (int i = 0; i < kept; i++)
+      close(fds[i]);
   free(pend);
   free(p);
   return rc;

@@ -38,12 +38,13 @@ const char *weft_sock_addr_str(const struct sockaddr_in *a, char *buf, size_t le
 
 /* Accepts connections until `want` of them sent a valid hello of hello_len bytes. Each
  * connection is read without blocking the others; the first bytes must be the 8-byte
- * magic. *want is read again after each hello, so accept_fn may raise it. accept_fn decides (0 = keep, else refuse and close); a refused or slow stranger
- * never delays the others. Kept fds go to fds[] in the order accepted; with fds NULL,
- * accept_fn takes ownership of the fds it keeps (and closes them on failure). */
+ * magic. *want is read again after each hello, so accept_fn may raise it. accept_fn decides (0 =
+ * keep, else refuse and close); a refused or slow stranger never delays the others. Kept fds go to
+ * fds[] in the order accepted; with fds NULL, accept_fn takes ownership of the fds it keeps (and
+ * closes them on failure). */
 typedef int (*weft_hello_fn)(void *ctx, const void *hello, int fd);
-weft_result_t weft_sock_accept_hellos(int listen_fd, const int *want, size_t hello_len, uint64_t magic,
-                                      weft_hello_fn accept_fn, void *ctx, int *fds,
+weft_result_t weft_sock_accept_hellos(int listen_fd, const int *want, size_t hello_len,
+                                      uint64_t magic, weft_hello_fn accept_fn, void *ctx, int *fds,
                                       int64_t deadline, const atomic_int *abort_flag);
 
 #endif

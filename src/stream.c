@@ -25,7 +25,8 @@ uint64_t weft_stream_ticket(weft_stream_t s) {
 
 void weft_stream_wait_turn(weft_stream_t s, uint64_t ticket) {
   pthread_mutex_lock(&s->mu);
-  while (s->completed + 1 < ticket) pthread_cond_wait(&s->cv, &s->mu);
+  while (s->completed + 1 < ticket)
+    pthread_cond_wait(&s->cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -43,7 +44,8 @@ void weft_stream_complete(weft_stream_t s, uint64_t ticket, weft_result_t rc, co
 weft_result_t weft_stream_synchronize(weft_stream_t s) {
   if (!s) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_stream_synchronize: stream is NULL");
   pthread_mutex_lock(&s->mu);
-  while (s->completed < s->issued) pthread_cond_wait(&s->cv, &s->mu);
+  while (s->completed < s->issued)
+    pthread_cond_wait(&s->cv, &s->mu);
   weft_result_t rc = s->error;
   char msg[512];
   snprintf(msg, sizeof msg, "%s", s->message);

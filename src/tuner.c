@@ -22,13 +22,15 @@ static double log2i(int n) { return ceil(log2((double)(n < 2 ? 2 : n))); }
 
 static double cost(weft_coll_t coll, weft_algo_t a, int n, double m, const link_cost_t *L) {
   int p = 1;
-  while (p * 2 <= n) p *= 2;
+  while (p * 2 <= n)
+    p *= 2;
   double fold = p == n ? 0 : 2 * L->alpha + 2 * m * L->beta + m * L->gamma;
   double frac = (double)(n - 1) / n;
   switch (coll) {
   case WEFT_COLL_ALLREDUCE:
     switch (a) {
-    case WEFT_ALGO_RING: return 2 * (n - 1) * L->alpha + 2 * frac * m * L->beta + frac * m * L->gamma;
+    case WEFT_ALGO_RING:
+      return 2 * (n - 1) * L->alpha + 2 * frac * m * L->beta + frac * m * L->gamma;
     case WEFT_ALGO_RHD: return 2 * log2i(p) * L->alpha + 2 * m * L->beta + m * L->gamma + fold;
     case WEFT_ALGO_TREE: return 2 * log2i(n) * L->alpha + 2.5 * m * L->beta + m * L->gamma;
     case WEFT_ALGO_DIRECT: return 2 * L->alpha + (n - 1) * m * (L->beta + L->gamma);
@@ -79,7 +81,8 @@ void weft_tune(const struct weft_comm *c, weft_task_t *t) {
       t->args.coll == WEFT_COLL_ALLTOALL)
     m *= n;
   int remote = 0;
-  for (int p = 0; p < n; p++) remote |= c->peer_tr[p] == WEFT_TR_TCP;
+  for (int p = 0; p < n; p++)
+    remote |= c->peer_tr[p] == WEFT_TR_TCP;
   const link_cost_t *L = remote ? &TCP : &SHM;
   weft_algo_t forced = weft_algo_parse(weft_param_str("WEFT_ALGO"));
   if (forced != WEFT_ALGO_AUTO && forced != WEFT_ALGO_COUNT && usable(t, forced)) {

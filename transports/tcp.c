@@ -82,8 +82,11 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   struct sockaddr_in *addrs = NULL;
   tcp_t *t = calloc(1, sizeof *t);
   if (!t) return weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
-  *t = (tcp_t){.rank = in->rank, .nranks = in->nranks, .magic32 = (uint32_t)(in->magic >> 32),
-               .abort_flag = in->abort_flag, .wake_fd = in->wake_fd};
+  *t = (tcp_t){.rank = in->rank,
+               .nranks = in->nranks,
+               .magic32 = (uint32_t)(in->magic >> 32),
+               .abort_flag = in->abort_flag,
+               .wake_fd = in->wake_fd};
   int64_t mf = weft_param_int("WEFT_TCP_FRAME_BYTES"), rb = weft_param_int("WEFT_TCP_BUF_BYTES");
   t->max_frame = mf < 4096 ? 4096 : (size_t)mf;
   t->ring_bytes = rb < 65536 ? 65536 : (size_t)rb;
@@ -91,7 +94,8 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   t->pfds = calloc((size_t)in->nranks + 1, sizeof *t->pfds);
   addrs = calloc((size_t)in->nranks, sizeof *addrs);
   if (!t->conns || !t->pfds || !addrs) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
-  for (int p = 0; p < in->nranks; p++) t->conns[p].fd = -1;
+  for (int p = 0; p < in->nranks; p++)
+    t->conns[p].fd = -1;
   CHECK_GOTO(weft_sock_listen(0, &listen_fd, &addrs[in->rank]), rc, fail);
   addrs[in->rank].sin_addr = in->boot->my_ip;
   CHECK_GOTO(weft_bootstrap_allgather(in->boot, addrs, sizeof *addrs), rc, fail);
@@ -105,8 +109,10 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
     }
     /* Lower ranks listen, higher ranks connect: each pair gets exactly one socket. */
     CHECK_GOTO(weft_sock_connect(&addrs[p], deadline, in->abort_flag, &t->conns[p].fd), rc, fail);
-    tcp_hello_t h = {.magic = in->magic, .version = WEFT_WIRE_VERSION,
-                     .type = WEFT_MSG_TCP_HELLO, .rank = in->rank};
+    tcp_hello_t h = {.magic = in->magic,
+                     .version = WEFT_WIRE_VERSION,
+                     .type = WEFT_MSG_TCP_HELLO,
+                     .rank = in->rank};
     CHECK_GOTO(weft_sock_send_all(t->conns[p].fd, &h, sizeof h, deadline, in->abort_flag), rc,
                fail);
   }
@@ -200,8 +206,8 @@ static weft_result_t fill_socket(tcp_t *t, int peer) {
   for (;;) {
     size_t used = (size_t)(c->head - c->tail);
     if (!c->in_rframe) {
-      ssize_t r = recv(c->fd, (char *)c->rhdr + c->rhdr_got, sizeof c->rhdr - c->rhdr_got,
-                       MSG_DONTWAIT);
+      ssize_t r =
+          recv(c->fd, (char *)c->rhdr + c->rhdr_got, sizeof c->rhdr - c->rhdr_got, MSG_DONTWAIT);
       if (r == 0) return lost(peer, "was closed by the peer", 0);
       if (r < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return WEFT_SUCCESS;

@@ -76,7 +76,8 @@ static void run_case(ctx_t *c, int kind, const char *algo, weft_dtype_t t, weft_
     }
   }
   size_t total = in_elems > out_elems ? in_elems : out_elems;
-  char *sendbuf = alloc_guarded(total * es), *recvbuf = in_place ? NULL : alloc_guarded(out_elems * es);
+  char *sendbuf = alloc_guarded(total * es),
+       *recvbuf = in_place ? NULL : alloc_guarded(out_elems * es);
   char *expect = malloc(out_elems * es + 1), *orig = malloc(in_elems * es + 1);
   weft_op_t fill_op = (kind == AR || kind == RS || kind == RD) ? op : WEFT_SUM;
   /* Lay out inputs: in place, the input sits where NCCL puts it inside the output. */
@@ -85,7 +86,8 @@ static void run_case(ctx_t *c, int kind, const char *algo, weft_dtype_t t, weft_
   if (in_place && kind == RS) out = sendbuf + (size_t)r * count * es;
   oracle_fill(t, fill_op, r, in, 0, kind == AG ? count : in_elems, seed);
   if (kind == A2AV)
-    for (int p = 0; p < n; p++) memset(in + (sd[p] + sc[p]) * es, 0x5a, es); /* gap */
+    for (int p = 0; p < n; p++)
+      memset(in + (sd[p] + sc[p]) * es, 0x5a, es); /* gap */
   memcpy(orig, in, (kind == AG ? count : in_elems) * es);
   if (!in_place) memset(out, PATTERN, out_elems * es);
   set_algo(algo);
@@ -108,15 +110,20 @@ static void run_case(ctx_t *c, int kind, const char *algo, weft_dtype_t t, weft_
   c->runs++;
   char why[256] = "";
   if (rc != WEFT_SUCCESS) {
-    snprintf(why, sizeof why, "returned %s: %s", weft_result_string(rc), weft_get_last_error(c->comm));
+    snprintf(why, sizeof why, "returned %s: %s", weft_result_string(rc),
+             weft_get_last_error(c->comm));
   } else {
     int check = 1;
     size_t cmp_elems = out_elems;
     switch (kind) {
     case AR: oracle_reduced(t, op, n, expect, 0, count, seed); break;
-    case RS: oracle_reduced(t, op, n, expect, (size_t)r * count, count, seed); cmp_elems = count; break;
+    case RS:
+      oracle_reduced(t, op, n, expect, (size_t)r * count, count, seed);
+      cmp_elems = count;
+      break;
     case AG:
-      for (int p = 0; p < n; p++) oracle_fill(t, WEFT_SUM, p, expect + (size_t)p * count * es, 0, count, seed);
+      for (int p = 0; p < n; p++)
+        oracle_fill(t, WEFT_SUM, p, expect + (size_t)p * count * es, 0, count, seed);
       break;
     case BC: oracle_fill(t, WEFT_SUM, root, expect, 0, count, seed); break;
     case RD:
@@ -125,14 +132,16 @@ static void run_case(ctx_t *c, int kind, const char *algo, weft_dtype_t t, weft_
       break;
     case A2A:
       for (int p = 0; p < n; p++)
-        oracle_fill(t, WEFT_SUM, p, expect + (size_t)p * count * es, (size_t)r * count, count, seed);
+        oracle_fill(t, WEFT_SUM, p, expect + (size_t)p * count * es, (size_t)r * count, count,
+                    seed);
       break;
     case A2AV: {
       memcpy(expect, out, out_elems * es); /* gaps stay as they were */
       for (int p = 0; p < n; p++) {
         /* rank p's send displacement toward r, recomputed as p computed it */
         size_t off = 0;
-        for (int q = 0; q < r; q++) off += (count + (size_t)(p * 3 + q)) % (count + 1) + 1;
+        for (int q = 0; q < r; q++)
+          off += (count + (size_t)(p * 3 + q)) % (count + 1) + 1;
         oracle_fill(t, WEFT_SUM, p, expect + rd[p] * es, off, rcv[p], seed);
       }
       if (!in_place)
@@ -146,7 +155,8 @@ static void run_case(ctx_t *c, int kind, const char *algo, weft_dtype_t t, weft_
     }
     if (check && memcmp(out, expect, cmp_elems * es) != 0) {
       size_t bad = 0;
-      while (bad < cmp_elems * es && out[bad] == expect[bad]) bad++;
+      while (bad < cmp_elems * es && out[bad] == expect[bad])
+        bad++;
       snprintf(why, sizeof why, "wrong result at element %zu", bad / es);
     }
     if (!why[0] && !in_place && memcmp(in, orig, (kind == AG ? count : in_elems) * es) != 0)
@@ -207,7 +217,9 @@ static int rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
   if (c.big) { /* 64 MiB per rank, every collective once, tuner's choice */
     size_t count = (64u << 20) / 4;
     for (int kind = 0; kind < NKINDS; kind++) {
-      size_t per = (kind == RS || kind == AG || kind == A2A || kind == A2AV) ? count / (size_t)nranks : count;
+      size_t per = (kind == RS || kind == AG || kind == A2A || kind == A2AV)
+                       ? count / (size_t)nranks
+                       : count;
       run_case(&c, kind, "auto", WEFT_F32, WEFT_SUM, per, 0, seed++);
     }
   }
@@ -224,11 +236,13 @@ int main(int argc, char **argv) {
   int n = atoi(argv[1]);
   ctx_t c = {0};
   for (int i = 2; i < argc; i++) {
-    if (strcmp(argv[i], "--big") == 0) c.big = 1;
-    else setenv("WEFT_TRANSPORT", argv[i], 1);
+    if (strcmp(argv[i], "--big") == 0)
+      c.big = 1;
+    else
+      setenv("WEFT_TRANSPORT", argv[i], 1);
   }
   int rc = launch_local(n, rank_main, &c, 1500);
-  printf("%s: %d ranks, transport %s: %s\n", argv[0], n, getenv("WEFT_TRANSPORT") ? getenv("WEFT_TRANSPORT") : "auto",
-         rc ? "FAILED" : "ok");
+  printf("%s: %d ranks, transport %s: %s\n", argv[0], n,
+         getenv("WEFT_TRANSPORT") ? getenv("WEFT_TRANSPORT") : "auto", rc ? "FAILED" : "ok");
   return rc;
 }

@@ -20,12 +20,12 @@ typedef struct {
   weft_sched_t s;
   char *buf[WEFT_BUF_COUNT];
   char *send_alloc, *recv_alloc;
-  uint64_t *done; /* elements done per step */
+  uint64_t *done;                /* elements done per step */
   size_t *sendq_pos, *recvq_pos; /* per peer: position in its queue */
   int32_t **sq, **rq;            /* per peer: send / receive steps in order */
   size_t *sn, *rn;
-  size_t local_pos;              /* no unfinished local step before this */
-  size_t left;                   /* unfinished steps */
+  size_t local_pos; /* no unfinished local step before this */
+  size_t left;      /* unfinished steps */
 } rank_t;
 
 static uint32_t rnd(uint32_t *s) {
@@ -75,7 +75,8 @@ static double expected(const sim_case_t *c, int r, uint64_t i) {
   case WEFT_COLL_REDUCE_SCATTER: {
     uint64_t src = c->coll == WEFT_COLL_REDUCE_SCATTER ? (uint64_t)r * c->count + i : i;
     double v = input(c, 0, src);
-    for (int j = 1; j < n; j++) v = apply(c->op, v, input(c, j, src));
+    for (int j = 1; j < n; j++)
+      v = apply(c->op, v, input(c, j, src));
     return v;
   }
   case WEFT_COLL_ALLGATHER: return input(c, (int)(i / c->count), i % c->count);
@@ -90,8 +91,13 @@ static double expected(const sim_case_t *c, int r, uint64_t i) {
 
 static int setup_rank(const sim_case_t *c, int r, rank_t *rk) {
   size_t es = weft_dtype_size(c->dtype);
-  weft_coll_args_t a = {.coll = c->coll, .nranks = c->nranks, .rank = r, .root = c->root,
-                        .count = c->count, .chunk = c->chunk, .in_place = c->in_place};
+  weft_coll_args_t a = {.coll = c->coll,
+                        .nranks = c->nranks,
+                        .rank = r,
+                        .root = c->root,
+                        .count = c->count,
+                        .chunk = c->chunk,
+                        .in_place = c->in_place};
   weft_sched_init(&rk->s);
   weft_algo_fn fn = weft_algo_lookup(c->coll, c->algo);
   if (!fn) return 1;
@@ -156,7 +162,8 @@ static int32_t queue_head(rank_t *rk, int peer, int send) {
   size_t *pos = send ? &rk->sendq_pos[peer] : &rk->recvq_pos[peer];
   int32_t *q = send ? rk->sq[peer] : rk->rq[peer];
   size_t n = send ? rk->sn[peer] : rk->rn[peer];
-  while (*pos < n && step_done(rk, q[*pos])) (*pos)++;
+  while (*pos < n && step_done(rk, q[*pos]))
+    (*pos)++;
   return *pos < n ? q[*pos] : -1;
 }
 
@@ -260,7 +267,8 @@ int sim_run(const sim_case_t *c) {
   size_t es = weft_dtype_size(c->dtype);
   rank_t *ranks = calloc((size_t)n, sizeof *ranks);
   chan_t *ch = calloc((size_t)n * n, sizeof *ch);
-  for (int r = 0; r < n && rc == 0; r++) rc = setup_rank(c, r, &ranks[r]);
+  for (int r = 0; r < n && rc == 0; r++)
+    rc = setup_rank(c, r, &ranks[r]);
   for (int i = 0; i < n * n && rc == 0; i++) {
     ch[i].cap = c->channel_cap;
     ch[i].data = calloc(c->channel_cap, es);
@@ -272,7 +280,8 @@ int sim_run(const sim_case_t *c) {
       if (ranks[r].left) all_done = 0;
     if (all_done) break;
     int start = (int)(rnd(&seed) % (uint32_t)n);
-    for (int t = 0; t < n && !moved; t++) moved = move(c, ranks, ch, (start + t) % n, &seed);
+    for (int t = 0; t < n && !moved; t++)
+      moved = move(c, ranks, ch, (start + t) % n, &seed);
     if (!moved) {
       fprintf(stderr, "sim: %s/%s n=%d count=%llu chunk=%llu in_place=%d: deadlock\n",
               weft_coll_name(c->coll), weft_algo_name(c->algo), n, (unsigned long long)c->count,
@@ -305,7 +314,8 @@ int sim_run(const sim_case_t *c) {
     free(ranks[r].sn);
     free(ranks[r].rn);
   }
-  for (int i = 0; i < n * n; i++) free(ch[i].data);
+  for (int i = 0; i < n * n; i++)
+    free(ch[i].data);
   free(ch);
   free(ranks);
   return rc;
@@ -320,15 +330,22 @@ int sim_sweep(weft_coll_t coll, weft_algo_t algo, int max_ranks) {
       for (size_t ki = 0; ki < sizeof chunks / sizeof chunks[0]; ki++)
         for (int ip = 0; ip <= 1; ip++) {
           if (counts[ci] == 1000 && chunks[ki] == 1 && n > 8) continue; /* keeps it quick */
-          sim_case_t c = {.coll = coll, .algo = algo, .dtype = WEFT_I32,
-                          .op = (n + ci) % 3 == 0 ? WEFT_MAX : WEFT_SUM, .nranks = n,
-                          .root = (int)(ci % (size_t)n), .in_place = ip, .count = counts[ci],
-                          .chunk = chunks[ki], .channel_cap = 1 + ci % 5,
+          sim_case_t c = {.coll = coll,
+                          .algo = algo,
+                          .dtype = WEFT_I32,
+                          .op = (n + ci) % 3 == 0 ? WEFT_MAX : WEFT_SUM,
+                          .nranks = n,
+                          .root = (int)(ci % (size_t)n),
+                          .in_place = ip,
+                          .count = counts[ci],
+                          .chunk = chunks[ki],
+                          .channel_cap = 1 + ci % 5,
                           .seed = (uint32_t)(n * 1000 + ci * 10 + ki + ip * 5)};
           int rc = sim_run(&c);
           if (rc < 0) failures++;
           if (rc == 0) ran++;
         }
-  if (ran == 0) fprintf(stderr, "sim: %s/%s ran no case\n", weft_coll_name(coll), weft_algo_name(algo));
+  if (ran == 0)
+    fprintf(stderr, "sim: %s/%s ran no case\n", weft_coll_name(coll), weft_algo_name(algo));
   return ran == 0 ? -1 : failures;
 }

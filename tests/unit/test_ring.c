@@ -22,8 +22,14 @@ static void allgather(void **st) {
 static void tight_channel(void **st) {
   (void)st;
   for (int n = 2; n <= 6; n++) {
-    sim_case_t c = {.coll = WEFT_COLL_ALLREDUCE, .algo = WEFT_ALGO_RING, .dtype = WEFT_F32,
-                    .op = WEFT_SUM, .nranks = n, .count = 257, .chunk = 5, .channel_cap = 1,
+    sim_case_t c = {.coll = WEFT_COLL_ALLREDUCE,
+                    .algo = WEFT_ALGO_RING,
+                    .dtype = WEFT_F32,
+                    .op = WEFT_SUM,
+                    .nranks = n,
+                    .count = 257,
+                    .chunk = 5,
+                    .channel_cap = 1,
                     .seed = (uint32_t)n};
     assert_int_equal(sim_run(&c), 0);
   }
@@ -31,8 +37,8 @@ static void tight_channel(void **st) {
 /* Steps only reference earlier steps, and the segment count matches 2(n-1) per chunk. */
 static void shape(void **st) {
   (void)st;
-  weft_coll_args_t a = {.coll = WEFT_COLL_ALLREDUCE, .nranks = 4, .rank = 1, .count = 400,
-                        .chunk = 100};
+  weft_coll_args_t a = {
+      .coll = WEFT_COLL_ALLREDUCE, .nranks = 4, .rank = 1, .count = 400, .chunk = 100};
   weft_sched_t s;
   weft_sched_init(&s);
   assert_int_equal(weft_ring(&a, &s), WEFT_SUCCESS);

@@ -1,0 +1,161 @@
+/* Communicators across processes: split (colors, keys, NOCOLOR), init from WEFT_ROOT and
+ * from torchrun's variables, groups spanning two comms, asynchronous streams that return
+ * before the data moved, and barrier. usage: test_comm RANKS */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launch.h"
+#include "weft.h"
+
+#define FAIL(...)                                                                                  \
+  do {                                                                                             \
+    fprintf(stderr, "rank %d: ", rank);                                                            \
+    fprintf(stderr, __VA_ARGS__);                                                                  \
+    fprintf(stderr, " (%s)\n", weft_get_last_error(NULL));                                         \
+    return 1;                                                                                      \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int sum_check(weft_comm_t c, int rank, int expect_sum, weft_stream_t s) {
+  int v = rank + 1, out = 0;
+  if (weft_allreduce(&v, &out, 1, WEFT_I32, WEFT_SUM, c, s) != WEFT_SUCCESS) FAIL("allreduce");
+  if (s && weft_stream_synchronize(s) != WEFT_SUCCESS) FAIL("synchronize");
+  if (out != expect_sum) FAIL("sum %d, want %d", out, expect_sum);
+  return 0;
+}
+
+static int test_split(weft_comm_t world, int rank, int n) {
+  weft_comm_t sub = NULL, none = NULL;
+  /* even and odd ranks, ordered by descending old rank */
+  if (weft_comm_split(world, rank % 2, -rank, &sub, NULL) != WEFT_SUCCESS) FAIL("split");
+  int sr, sn, want_n = (n + 1 - rank % 2) / 2;
+  weft_comm_rank(sub, &sr);
+  weft_comm_count(sub, &sn);
+  int higher = 0; /* same color, larger old rank: they come first */
+  for (int p = rank + 2; p < n; p += 2)
+    higher++;
+  if (sn != want_n || sr != higher)
+    FAIL("split: rank %d of %d, want %d of %d", sr, sn, higher, want_n);
+  int group_sum = 0; /* sum of (old rank + 1) over the color; the check adds new-rank + 1 */
+  for (int k = 0; k < sn; k++)
+    group_sum += k + 1;
+  if (sum_check(sub, sr, group_sum, NULL)) return 1;
+  if (weft_comm_split(world, rank == 0 ? 0 : WEFT_SPLIT_NOCOLOR, 0, &none, NULL) != WEFT_SUCCESS)
+    FAIL("split nocolor");
+  if ((rank == 0) != (none != NULL)) FAIL("NOCOLOR gave a comm, or color 0 gave none");
+  if (none) weft_comm_destroy(none);
+  /* a group over two comms in one process must progress both at once */
+  int a = rank, b = 2 * rank, ra = 0, rb = 0, sub_sum = 0;
+  for (int p = rank % 2; p < n; p += 2)
+    sub_sum += 2 * p;
+  weft_group_start();
+  weft_allreduce(&a, &ra, 1, WEFT_I32, WEFT_SUM, world, NULL);
+  weft_allreduce(&b, &rb, 1, WEFT_I32, WEFT_SUM, sub, NULL);
+  if (weft_group_end() != WEFT_SUCCESS) FAIL("group over two comms");
+  if (ra != n * (n - 1) / 2 || rb != sub_sum) FAIL("group results %d %d", ra, rb);
+  weft_comm_destroy(sub);
+  return 0;
+}
+
+/* The call must return while the transfer is still running: compute overlaps it. */
+static int test_async(weft_comm_t c, int rank, int n) {
+  size_t count = 16u << 20;
+  float *x = malloc(count * sizeof *x), *y = malloc(count * sizeof *y);
+  for (size_t i = 0; i < count; i++)
+    x[i] = (float)(i % 13);
+  weft_stream_t s;
+  weft_stream_create(&s);
+  if (weft_barrier(c, NULL) != WEFT_SUCCESS) FAIL("barrier");
+  double t0 = now_s();
+  if (weft_allreduce(x, y, count, WEFT_F32, WEFT_SUM, c, s) != WEFT_SUCCESS)
+    FAIL("async allreduce");
+  double issued = now_s() - t0;
+  int pending = weft_stream_query(s) == WEFT_ERR_IN_PROGRESS;
+  if (weft_stream_synchronize(s) != WEFT_SUCCESS) FAIL("synchronize");
+  double total = now_s() - t0;
+  for (size_t i = 0; i < count; i += 4099)
+    if (y[i] != (float)(i % 13) * n) FAIL("async result at %zu", i);
+  if (n > 1 && !pending)
+    FAIL("64 MiB allreduce was already done when the call returned (%.1f us)", issued * 1e6);
+  if (n > 1 && issued > total / 4)
+    FAIL("the call took %.1f of %.1f ms: not asynchronous", issued * 1e3, total * 1e3);
+  weft_stream_destroy(s);
+  free(x);
+  free(y);
+  return 0;
+}
+
+static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
+  (void)arg;
+  weft_comm_t world;
+  if (weft_comm_init(&world, n, id, rank, NULL) != WEFT_SUCCESS) FAIL("init");
+  if (sum_check(world, rank, n * (n + 1) / 2, NULL)) return 1;
+  if (test_split(world, rank, n)) return 1;
+  if (test_async(world, rank, n)) return 1;
+  for (int i = 0; i < 50; i++)
+    if (weft_barrier(world, NULL) != WEFT_SUCCESS) FAIL("barrier");
+  weft_comm_destroy(world);
+  return 0;
+}
+
+/* The env path: every rank finds rank 0 from variables alone. */
+static int env_main(int rank, int n, weft_unique_id_t id, void *arg) {
+  (void)id;
+  int port = *(int *)arg;
+  char buf[64];
+  if (getenv("TEST_TORCHRUN")) {
+    unsetenv("WEFT_ROOT");
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(buf, sizeof buf, "%d", port - 1);
+    setenv("MASTER_PORT", buf, 1);
+    snprintf(buf, sizeof buf, "%d", rank);
+    setenv("RANK", buf, 1);
+    snprintf(buf, sizeof buf, "%d", n);
+    setenv("WORLD_SIZE", buf, 1);
+  } else {
+    snprintf(buf, sizeof buf, "127.0.0.1:%d", port);
+    setenv("WEFT_ROOT", buf, 1);
+    snprintf(buf, sizeof buf, "%d", rank);
+    setenv("WEFT_RANK", buf, 1);
+    snprintf(buf, sizeof buf, "%d", n);
+    setenv("WEFT_NRANKS", buf, 1);
+  }
+  weft_comm_t c;
+  if (weft_comm_init_env(&c, NULL) != WEFT_SUCCESS) FAIL("init_env");
+  if (sum_check(c, rank, n * (n + 1) / 2, NULL)) return 1;
+  weft_comm_destroy(c);
+  return 0;
+}
+
+static int free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  bind(s, (struct sockaddr *)&a, sizeof a);
+  getsockname(s, (struct sockaddr *)&a, &len);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 4;
+  if (launch_local(n, rank_main, NULL, 600)) return 1;
+  int port = free_port();
+  if (launch_local(n, env_main, &port, 120)) return 1;
+  setenv("TEST_TORCHRUN", "1", 1);
+  port = free_port();
+  if (launch_local(n, env_main, &port, 120)) return 1;
+  printf("test_comm: %d ranks ok\n", n);
+  return 0;
+}

@@ -1,0 +1,87 @@
+/* src/dtype.c and src/reduce.c: the small-float codecs round to nearest even, saturate
+ * fp8, keep NaN; every integer the oracles use is exact; reductions match a scalar loop. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "reduce.h"
+
+static void small_integers_exact(void **st) {
+  (void)st;
+  for (int t = 0; t < WEFT_DTYPE_COUNT; t++) {
+    unsigned char buf[8];
+    int lim = (t == WEFT_FP8_E5M2 || t == WEFT_FP8_E4M3) ? 8 : 100;
+    for (int v = (t == WEFT_U8 ? 0 : -lim); v <= lim; v++) {
+      weft_dtype_store((weft_dtype_t)t, buf, 0, v);
+      assert_true(weft_dtype_load((weft_dtype_t)t, buf, 0) == v);
+    }
+  }
+}
+
+static void codecs(void **st) {
+  (void)st;
+  assert_int_equal(weft_f32_to_bf16(1.0f), 0x3f80);
+  assert_int_equal(weft_f32_to_bf16(1.00390625f), 0x3f80); /* tie: to even */
+  assert_int_equal(weft_f32_to_bf16(1.01171875f), 0x3f82); /* tie: to even, upward */
+  assert_int_equal(weft_f32_to_f16(65504.0f), 0x7bff);
+  assert_int_equal(weft_f32_to_f16(1e6f), 0x7c00);          /* overflow: infinity */
+  assert_int_equal(weft_f32_to_f16(5.9604645e-8f), 0x0001); /* smallest subnormal */
+  assert_int_equal(weft_f32_to_e4m3(448.0f), 0x7e);
+  assert_int_equal(weft_f32_to_e4m3(1e9f), 0x7e); /* saturates */
+  assert_int_equal(weft_f32_to_e4m3(-1e9f), 0xfe);
+  assert_int_equal(weft_f32_to_e4m3(NAN) & 0x7f, 0x7f);
+  assert_true(isnan(weft_e4m3_to_f32(0x7f)));
+  assert_true(weft_e4m3_to_f32(0x01) == ldexpf(1, -9)); /* smallest subnormal */
+  assert_int_equal(weft_f32_to_e5m2(57344.0f), 0x7b);
+  assert_int_equal(weft_f32_to_e5m2(1e9f), 0x7b);
+  assert_true(weft_e5m2_to_f32(0x3c) == 1.0f);
+  assert_int_equal(weft_f32_to_e4m3(1.0625f), 0x38); /* halfway 1 and 1.125: to even */
+  assert_int_equal(weft_f32_to_e4m3(1.1875f), 0x3a); /* halfway 1.125 and 1.25: to even */
+  for (unsigned v = 0; v < 256; v++) {               /* every fp8 value survives a round trip */
+    if ((v & 0x7f) != 0x7f) assert_int_equal(weft_f32_to_e4m3(weft_e4m3_to_f32((uint8_t)v)), v);
+    if ((v & 0x7f) < 0x7c) assert_int_equal(weft_f32_to_e5m2(weft_e5m2_to_f32((uint8_t)v)), v);
+  }
+}
+
+static void reductions(void **st) {
+  (void)st;
+  enum { N = 1031 };
+  for (int t = 0; t < WEFT_DTYPE_COUNT; t++)
+    for (int op = 0; op < WEFT_AVG; op++) {
+      unsigned char a[N * 8], b[N * 8], d[N * 8];
+      for (int i = 0; i < N; i++) {
+        double x = (i * 7 % 5) - 2, y = (i * 3 % 5) - 2;
+        if (t == WEFT_U8) x += 2, y += 2;
+        weft_dtype_store((weft_dtype_t)t, a, i, x);
+        weft_dtype_store((weft_dtype_t)t, b, i, y);
+      }
+      weft_reduce_host((weft_dtype_t)t, (weft_op_t)op, d, a, b, N);
+      for (int i = 0; i < N; i++) {
+        double x = weft_dtype_load((weft_dtype_t)t, a, i),
+               y = weft_dtype_load((weft_dtype_t)t, b, i);
+        double want = op == WEFT_SUM    ? x + y
+                      : op == WEFT_PROD ? x * y
+                      : op == WEFT_MIN  ? fmin(x, y)
+                                        : fmax(x, y);
+        assert_true(weft_dtype_load((weft_dtype_t)t, d, i) == want);
+      }
+      weft_reduce_host((weft_dtype_t)t, (weft_op_t)op, a, a, b, N); /* in place */
+      assert_memory_equal(a, d, N * weft_dtype_size((weft_dtype_t)t));
+    }
+  int32_t v[4] = {7, -7, 8, 9};
+  weft_avg_host(WEFT_I32, v, 4, 2);
+  assert_int_equal(v[0], 3);
+  assert_int_equal(v[1], -3);
+  assert_int_equal(v[3], 4);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(small_integers_exact),
+                                     cmocka_unit_test(codecs), cmocka_unit_test(reductions)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
