@@ -151,9 +151,30 @@ static void tables(void **st) {
   assert_int_equal(weft_dtype_size(WEFT_DTYPE_COUNT), 0);
 }
 
+/* The README's table documents every variable of the param table. */
+static void readme_lists_every_param(void **st) {
+  (void)st;
+  FILE *f = fopen(WEFT_SOURCE_ROOT "/README.md", "r");
+  assert_non_null(f);
+  static char text[1 << 17];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  for (int i = 0; i < weft_param_count(); i++) {
+    const char *name;
+    char cell[64];
+    weft_param_info(i, &name, NULL, NULL, NULL);
+    snprintf(cell, sizeof cell, "| `%s` |", name);
+    if (!strstr(text, cell)) fail_msg("README.md has no table row for %s", name);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(bad_arguments_change_nothing),
-                                     cmocka_unit_test(bad_init), cmocka_unit_test(env_init),
-                                     cmocka_unit_test(streams), cmocka_unit_test(tables)};
+                                     cmocka_unit_test(bad_init),
+                                     cmocka_unit_test(env_init),
+                                     cmocka_unit_test(streams),
+                                     cmocka_unit_test(tables),
+                                     cmocka_unit_test(readme_lists_every_param)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
