@@ -57,6 +57,7 @@ struct weft_comm {
   int *local_rank; /* index among ranks on this host, -1 elsewhere */
   int nlocal;
   int spin;
+  int yield; /* more local ranks than cores: yield instead of pausing while spinning */
 
   /* transports */
   const weft_transport_t *tr[WEFT_TR_COUNT];

@@ -259,7 +259,10 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
       return weft_set_error(WEFT_ERR_ABORTED, "%s (op %llu) ended: communicator aborted", what,
                             (unsigned long long)seq);
     if (++idle < c->spin) {
-      cpu_relax();
+      if (c->yield)
+        sched_yield();
+      else
+        cpu_relax();
       continue;
     }
     if (weft_now_ms() > deadline) {
