@@ -17,7 +17,7 @@ static const struct {
     {"WEFT_TRANSPORT", "auto", "force a transport between all ranks: auto, shm or tcp"},
     {"WEFT_ALGO", "auto", "force an algorithm: auto, ring, rhd, tree, direct, pairwise, chain"},
     {"WEFT_CHUNK_BYTES", "0", "pipeline chunk size in bytes (0: the tuner picks)"},
-    {"WEFT_SHM_RING_BYTES", "1048576", "bytes of each shared-memory ring (one per local pair)"},
+    {"WEFT_SHM_RING_BYTES", "262144", "bytes of each shared-memory ring (one per local pair)"},
     {"WEFT_TCP_FRAME_BYTES", "524288", "largest TCP frame payload; larger frames are refused"},
     {"WEFT_TCP_BUF_BYTES", "4194304", "bytes of each TCP receive staging ring"},
     {"WEFT_SOCKET_IFADDR", "", "IPv4 address to bind listeners to (default: all interfaces)"},

@@ -10,13 +10,17 @@
 #include "param.h"
 
 typedef struct {
-  double alpha; /* seconds per message */
-  double beta;  /* seconds per byte moved */
-  double gamma; /* seconds per byte reduced */
+  double alpha;     /* seconds per message */
+  double beta;      /* seconds per byte moved */
+  double gamma;     /* seconds per byte reduced */
+  double ring_step; /* extra per ring step: every step waits for the slowest neighbour */
 } link_cost_t;
 
-static const link_cost_t SHM = {2.0e-6, 1.0 / 6e9, 1.0 / 4e9};
-static const link_cost_t TCP = {25e-6, 1.0 / 1.5e9, 1.0 / 4e9};
+/* Calibrated with scripts/device_tune.sh on a 32-core host (2026-11-30, 4 and 8 ranks):
+ * shm moves and reduces about 4 GB/s per rank once the data leaves the cache, and a ring
+ * step costs ~50 us of synchronisation, which is why rhd beats ring up to ~8 MiB there. */
+static const link_cost_t SHM = {2.0e-6, 0.24e-9, 0.24e-9, 50e-6};
+static const link_cost_t TCP = {25e-6, 0.6e-9, 0.24e-9, 60e-6};
 
 static double log2i(int n) { return ceil(log2((double)(n < 2 ? 2 : n))); }
 
@@ -26,11 +30,12 @@ static double cost(weft_coll_t coll, weft_algo_t a, int n, double m, const link_
     p *= 2;
   double fold = p == n ? 0 : 2 * L->alpha + 2 * m * L->beta + m * L->gamma;
   double frac = (double)(n - 1) / n;
+  double ring_lat = L->alpha + L->ring_step;
   switch (coll) {
   case WEFT_COLL_ALLREDUCE:
     switch (a) {
     case WEFT_ALGO_RING:
-      return 2 * (n - 1) * L->alpha + 2 * frac * m * L->beta + frac * m * L->gamma;
+      return 2 * (n - 1) * ring_lat + 2 * frac * m * L->beta + frac * m * L->gamma;
     case WEFT_ALGO_RHD: return 2 * log2i(p) * L->alpha + 2 * m * L->beta + m * L->gamma + fold;
     case WEFT_ALGO_TREE: return 2 * log2i(n) * L->alpha + 2.5 * m * L->beta + m * L->gamma;
     case WEFT_ALGO_DIRECT: return 2 * L->alpha + (n - 1) * m * (L->beta + L->gamma);
@@ -40,7 +45,7 @@ static double cost(weft_coll_t coll, weft_algo_t a, int n, double m, const link_
   case WEFT_COLL_ALLGATHER: { /* m is the whole buffer (n blocks) */
     double g = coll == WEFT_COLL_REDUCE_SCATTER ? frac * m * L->gamma : 0;
     switch (a) {
-    case WEFT_ALGO_RING: return (n - 1) * L->alpha + frac * m * L->beta + g;
+    case WEFT_ALGO_RING: return (n - 1) * ring_lat + frac * m * L->beta + g;
     case WEFT_ALGO_RHD: return p == n ? log2i(n) * L->alpha + frac * m * L->beta + g : INFINITY;
     case WEFT_ALGO_DIRECT: return L->alpha + frac * m * L->beta * 1.5 + g;
     default: return INFINITY;
@@ -58,7 +63,8 @@ static double cost(weft_coll_t coll, weft_algo_t a, int n, double m, const link_
   case WEFT_COLL_ALLTOALL:
   case WEFT_COLL_ALLTOALLV:
     switch (a) {
-    case WEFT_ALGO_DIRECT: return L->alpha + frac * m * L->beta * (n > 8 ? 1.5 : 1.0);
+    /* all peers at once thrash the cache once blocks are large (measured at 8 ranks) */
+    case WEFT_ALGO_DIRECT: return L->alpha + frac * m * L->beta * (1 + 0.06 * (n - 1));
     case WEFT_ALGO_PAIRWISE: return (n - 1) * L->alpha + frac * m * L->beta;
     default: return INFINITY;
     }
