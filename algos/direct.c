@@ -65,22 +65,20 @@ weft_result_t weft_direct(const weft_coll_args_t *a, weft_sched_t *s) {
     break;
   case WEFT_COLL_ALLTOALL:
   case WEFT_COLL_ALLTOALLV: {
-    int v = a->coll == WEFT_COLL_ALLTOALLV;
     /* In place, sends read a snapshot: receives overwrite the blocks still to be sent. */
     weft_buf_t src = a->in_place ? WEFT_BUF_SCRATCH : WEFT_BUF_SEND;
     int32_t snap = weft_alltoall_snapshot(a, s);
     for (int k = 0; k < n; k++) {
       int to = (r + k) % n, from = (r - k + n) % n;
-      uint64_t so = v ? a->sdispls[to] : (uint64_t)to * a->count;
-      uint64_t sc = v ? a->sendcounts[to] : a->count;
-      uint64_t ro = v ? a->rdispls[from] : (uint64_t)from * a->count;
-      uint64_t rc = v ? a->recvcounts[from] : a->count;
+      weft_a2a_block_t b = weft_a2a_block(a, to, from);
       if (k == 0) {
-        weft_sched_add(s, WEFT_STEP_COPY, r, WEFT_BUF_RECV, ro, src, so, sc, snap, -1);
+        weft_sched_add(s, WEFT_STEP_COPY, r, WEFT_BUF_RECV, b.recv_off, src, b.send_off,
+                       b.send_count, snap, -1);
         continue;
       }
-      weft_sched_add(s, WEFT_STEP_SEND, to, src, so, 0, 0, sc, snap, -1);
-      weft_sched_add(s, WEFT_STEP_RECV, from, WEFT_BUF_RECV, ro, 0, 0, rc, snap, -1);
+      weft_sched_add(s, WEFT_STEP_SEND, to, src, b.send_off, 0, 0, b.send_count, snap, -1);
+      weft_sched_add(s, WEFT_STEP_RECV, from, WEFT_BUF_RECV, b.recv_off, 0, 0, b.recv_count, snap,
+                     -1);
     }
     break;
   }

@@ -54,6 +54,13 @@ void weft_split(uint64_t count, int parts, int i, uint64_t *off, uint64_t *len) 
   *len = base + (ui < rem ? 1 : 0);
 }
 
+weft_a2a_block_t weft_a2a_block(const weft_coll_args_t *a, int to, int from) {
+  if (a->coll == WEFT_COLL_ALLTOALLV)
+    return (weft_a2a_block_t){a->sdispls[to], a->sendcounts[to], a->rdispls[from],
+                              a->recvcounts[from]};
+  return (weft_a2a_block_t){(uint64_t)to * a->count, a->count, (uint64_t)from * a->count, a->count};
+}
+
 int32_t weft_alltoall_snapshot(const weft_coll_args_t *a, weft_sched_t *s) {
   if (!a->in_place) return -1;
   uint64_t total = (uint64_t)a->nranks * a->count;

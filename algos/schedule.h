@@ -83,6 +83,13 @@ weft_result_t weft_sched_status(const weft_sched_t *s);
 /* Splits count into parts as even as possible: part i starts at *off and has *len. */
 void weft_split(uint64_t count, int parts, int i, uint64_t *off, uint64_t *len);
 
+/* The block this rank sends to `to` and receives from `from`, in elements (alltoall or
+ * alltoallv). */
+typedef struct {
+  uint64_t send_off, send_count, recv_off, recv_count;
+} weft_a2a_block_t;
+weft_a2a_block_t weft_a2a_block(const weft_coll_args_t *a, int to, int from);
+
 /* In-place all-to-all: copies the whole input to scratch (sends then read the copy);
  * returns that step, or -1 when not in place. */
 int32_t weft_alltoall_snapshot(const weft_coll_args_t *a, weft_sched_t *s);

@@ -19,6 +19,7 @@ static const struct {
     {"WEFT_CHUNK_BYTES", "0", "pipeline chunk size in bytes (0: the tuner picks)"},
     {"WEFT_SHM_RING_BYTES", "262144", "bytes of each shared-memory ring (one per local pair)"},
     {"WEFT_TCP_FRAME_BYTES", "524288", "largest TCP frame payload; larger frames are refused"},
+    {"WEFT_TCP_SOCKETS", "0", "sockets per pair of ranks, 1-8 (0: 2 between hosts, 1 on one host)"},
     {"WEFT_TCP_BUF_BYTES", "4194304", "bytes of each TCP receive staging ring"},
     {"WEFT_SOCKET_IFADDR", "", "IPv4 address to bind listeners to (default: all interfaces)"},
     {"WEFT_SPIN", "2000", "progress-loop spins before a waiting rank sleeps"},

@@ -43,6 +43,50 @@ static void reduce_f32(weft_op_t op, float *dst, const float *a, const float *b,
 
 enum { BLOCK = 512 };
 
+static void widen(weft_dtype_t t, const char *p, float *f, size_t m) {
+  uint16_t h;
+  switch (t) {
+  case WEFT_BF16:
+    for (size_t i = 0; i < m; i++)
+      memcpy(&h, p + 2 * i, 2), f[i] = weft_bf16_to_f32(h);
+    break;
+  case WEFT_F16:
+    for (size_t i = 0; i < m; i++)
+      memcpy(&h, p + 2 * i, 2), f[i] = weft_f16_to_f32(h);
+    break;
+  case WEFT_FP8_E4M3:
+    for (size_t i = 0; i < m; i++)
+      f[i] = weft_e4m3_to_f32((uint8_t)p[i]);
+    break;
+  default:
+    for (size_t i = 0; i < m; i++)
+      f[i] = weft_e5m2_to_f32((uint8_t)p[i]);
+    break;
+  }
+}
+
+static void narrow(weft_dtype_t t, const float *f, char *p, size_t m) {
+  uint16_t h;
+  switch (t) {
+  case WEFT_BF16:
+    for (size_t i = 0; i < m; i++)
+      h = weft_f32_to_bf16(f[i]), memcpy(p + 2 * i, &h, 2);
+    break;
+  case WEFT_F16:
+    for (size_t i = 0; i < m; i++)
+      h = weft_f32_to_f16(f[i]), memcpy(p + 2 * i, &h, 2);
+    break;
+  case WEFT_FP8_E4M3:
+    for (size_t i = 0; i < m; i++)
+      p[i] = (char)weft_f32_to_e4m3(f[i]);
+    break;
+  default:
+    for (size_t i = 0; i < m; i++)
+      p[i] = (char)weft_f32_to_e5m2(f[i]);
+    break;
+  }
+}
+
 /* Widen a block of small floats to f32, reduce there, narrow back. */
 static void reduce_small(weft_dtype_t t, weft_op_t op, void *dst, const void *a, const void *b,
                          size_t n) {
@@ -50,56 +94,10 @@ static void reduce_small(weft_dtype_t t, weft_op_t op, void *dst, const void *a,
   size_t es = weft_dtype_size(t);
   for (size_t base = 0; base < n; base += BLOCK) {
     size_t m = n - base < BLOCK ? n - base : BLOCK;
-    const char *pa = (const char *)a + base * es, *pb = (const char *)b + base * es;
-    char *pd = (char *)dst + base * es;
-    switch (t) {
-    case WEFT_BF16:
-      for (size_t i = 0; i < m; i++) {
-        uint16_t x, y;
-        memcpy(&x, pa + 2 * i, 2);
-        memcpy(&y, pb + 2 * i, 2);
-        fa[i] = weft_bf16_to_f32(x);
-        fb[i] = weft_bf16_to_f32(y);
-      }
-      reduce_f32(op, fa, fa, fb, m);
-      for (size_t i = 0; i < m; i++) {
-        uint16_t x = weft_f32_to_bf16(fa[i]);
-        memcpy(pd + 2 * i, &x, 2);
-      }
-      break;
-    case WEFT_F16:
-      for (size_t i = 0; i < m; i++) {
-        uint16_t x, y;
-        memcpy(&x, pa + 2 * i, 2);
-        memcpy(&y, pb + 2 * i, 2);
-        fa[i] = weft_f16_to_f32(x);
-        fb[i] = weft_f16_to_f32(y);
-      }
-      reduce_f32(op, fa, fa, fb, m);
-      for (size_t i = 0; i < m; i++) {
-        uint16_t x = weft_f32_to_f16(fa[i]);
-        memcpy(pd + 2 * i, &x, 2);
-      }
-      break;
-    case WEFT_FP8_E4M3:
-      for (size_t i = 0; i < m; i++) {
-        fa[i] = weft_e4m3_to_f32((uint8_t)pa[i]);
-        fb[i] = weft_e4m3_to_f32((uint8_t)pb[i]);
-      }
-      reduce_f32(op, fa, fa, fb, m);
-      for (size_t i = 0; i < m; i++)
-        pd[i] = (char)weft_f32_to_e4m3(fa[i]);
-      break;
-    default: /* WEFT_FP8_E5M2 */
-      for (size_t i = 0; i < m; i++) {
-        fa[i] = weft_e5m2_to_f32((uint8_t)pa[i]);
-        fb[i] = weft_e5m2_to_f32((uint8_t)pb[i]);
-      }
-      reduce_f32(op, fa, fa, fb, m);
-      for (size_t i = 0; i < m; i++)
-        pd[i] = (char)weft_f32_to_e5m2(fa[i]);
-      break;
-    }
+    widen(t, (const char *)a + base * es, fa, m);
+    widen(t, (const char *)b + base * es, fb, m);
+    reduce_f32(op, fa, fa, fb, m);
+    narrow(t, fa, (char *)dst + base * es, m);
   }
 }
 

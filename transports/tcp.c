@@ -1,6 +1,8 @@
-/* TCP transport: one non-blocking socket per peer pair. Data goes in frames {magic, length}
+/* TCP transport: non-blocking sockets per peer pair. Data goes in frames {magic, length}
  * with a bounded length, so a corrupt or foreign stream is refused instead of trusted;
- * received payload lands in a staging ring that the executor peeks into. */
+ * received payload lands in a staging ring that the executor peeks into. With several
+ * sockets per pair, frame k travels on socket k mod S and is read back in the same order,
+ * so the byte stream needs no reordering. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -15,8 +17,12 @@
 #include "socket.h"
 #include "transport.h"
 
+enum { MAX_SOCKS = 8 };
+
 typedef struct {
-  int fd;
+  int fds[MAX_SOCKS];
+  int nsock;
+  uint64_t sframe, rframe; /* frames sent / received so far: pick the socket */
   /* send side: the frame being written */
   int in_frame;
   uint32_t hdr[2];
@@ -45,14 +51,19 @@ typedef struct {
 typedef struct {
   uint64_t magic;
   uint32_t version, type;
-  int32_t rank, reserved;
+  int32_t rank;
+  uint16_t sock, nsock; /* which of the pair's nsock sockets this is */
 } tcp_hello_t;
+
+static int sfd(const conn_t *c) { return c->fds[c->sframe % (uint64_t)c->nsock]; }
+static int rfd(const conn_t *c) { return c->fds[c->rframe % (uint64_t)c->nsock]; }
 
 static void tcp_teardown(void *state) {
   tcp_t *t = state;
   if (!t) return;
   for (int p = 0; p < t->nranks && t->conns; p++) {
-    if (t->conns[p].fd >= 0) close(t->conns[p].fd);
+    for (int k = 0; k < MAX_SOCKS; k++)
+      if (t->conns[p].fds[k] >= 0) close(t->conns[p].fds[k]);
     free(t->conns[p].ring);
   }
   free(t->conns);
@@ -70,9 +81,11 @@ static int tcp_accept(void *ctx, const void *hello, int fd) {
   tcp_hello_t h;
   memcpy(&h, hello, sizeof h);
   if (h.version != WEFT_WIRE_VERSION || h.type != WEFT_MSG_TCP_HELLO || h.rank <= c->t->rank ||
-      h.rank >= c->t->nranks || !c->use[h.rank] || c->t->conns[h.rank].fd >= 0)
+      h.rank >= c->t->nranks || !c->use[h.rank])
     return -1;
-  c->t->conns[h.rank].fd = fd;
+  conn_t *cn = &c->t->conns[h.rank];
+  if (h.nsock != cn->nsock || h.sock >= cn->nsock || cn->fds[h.sock] >= 0) return -1;
+  cn->fds[h.sock] = fd;
   return 0;
 }
 
@@ -91,11 +104,19 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   t->max_frame = mf < 4096 ? 4096 : (size_t)mf;
   t->ring_bytes = rb < 65536 ? 65536 : (size_t)rb;
   t->conns = calloc((size_t)in->nranks, sizeof *t->conns);
-  t->pfds = calloc((size_t)in->nranks + 1, sizeof *t->pfds);
+  t->pfds = calloc((size_t)in->nranks * 2 + 1, sizeof *t->pfds);
   addrs = calloc((size_t)in->nranks, sizeof *addrs);
   if (!t->conns || !t->pfds || !addrs) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
-  for (int p = 0; p < in->nranks; p++)
-    t->conns[p].fd = -1;
+  /* Between hosts, two streams fill a network link better than one (separate congestion
+   * windows and NIC queues); over loopback a second one buys nothing. */
+  int64_t want_socks = weft_param_int("WEFT_TCP_SOCKETS");
+  for (int p = 0; p < in->nranks; p++) {
+    conn_t *cn = &t->conns[p];
+    for (int k = 0; k < MAX_SOCKS; k++)
+      cn->fds[k] = -1;
+    cn->nsock = want_socks > 0 ? (int)(want_socks < MAX_SOCKS ? want_socks : MAX_SOCKS)
+                               : (in->local_rank[p] >= 0 ? 1 : 2);
+  }
   CHECK_GOTO(weft_sock_listen(0, &listen_fd, &addrs[in->rank]), rc, fail);
   addrs[in->rank].sin_addr = in->boot->my_ip;
   CHECK_GOTO(weft_bootstrap_allgather(in->boot, addrs, sizeof *addrs), rc, fail);
@@ -103,26 +124,31 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   int want = 0;
   for (int p = 0; p < in->nranks; p++) {
     if (!in->use[p] || p == in->rank) continue;
+    conn_t *cn = &t->conns[p];
     if (p > in->rank) {
-      want++;
+      want += cn->nsock;
       continue;
     }
-    /* Lower ranks listen, higher ranks connect: each pair gets exactly one socket. */
-    CHECK_GOTO(weft_sock_connect(&addrs[p], deadline, in->abort_flag, &t->conns[p].fd), rc, fail);
-    tcp_hello_t h = {.magic = in->magic,
-                     .version = WEFT_WIRE_VERSION,
-                     .type = WEFT_MSG_TCP_HELLO,
-                     .rank = in->rank};
-    CHECK_GOTO(weft_sock_send_all(t->conns[p].fd, &h, sizeof h, deadline, in->abort_flag), rc,
-               fail);
+    /* Lower ranks listen, higher ranks connect: each pair gets exactly nsock sockets. */
+    for (int k = 0; k < cn->nsock; k++) {
+      CHECK_GOTO(weft_sock_connect(&addrs[p], deadline, in->abort_flag, &cn->fds[k]), rc, fail);
+      tcp_hello_t h = {.magic = in->magic,
+                       .version = WEFT_WIRE_VERSION,
+                       .type = WEFT_MSG_TCP_HELLO,
+                       .rank = in->rank,
+                       .sock = (uint16_t)k,
+                       .nsock = (uint16_t)cn->nsock};
+      CHECK_GOTO(weft_sock_send_all(cn->fds[k], &h, sizeof h, deadline, in->abort_flag), rc, fail);
+    }
   }
   accept_ctx_t ctx = {.t = t, .use = in->use};
   CHECK_GOTO(weft_sock_accept_hellos(listen_fd, &want, sizeof(tcp_hello_t), in->magic, tcp_accept,
                                      &ctx, NULL, deadline, in->abort_flag),
              rc, fail);
   for (int p = 0; p < in->nranks; p++) {
-    if (t->conns[p].fd < 0) continue;
-    weft_sock_nonblock(t->conns[p].fd);
+    if (t->conns[p].fds[0] < 0) continue;
+    for (int k = 0; k < t->conns[p].nsock; k++)
+      weft_sock_nonblock(t->conns[p].fds[k]);
     t->conns[p].ring = malloc(t->ring_bytes);
     if (!t->conns[p].ring) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
   }
@@ -163,7 +189,7 @@ static weft_result_t tcp_send(void *state, int peer, const void *src, size_t n, 
     size_t pl = n - done < c->payload_left ? n - done : c->payload_left;
     iov[k++] = (struct iovec){(char *)src + done, pl};
     struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)k};
-    ssize_t r = sendmsg(c->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t r = sendmsg(sfd(c), &m, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
         c->send_blocked = 1;
@@ -179,7 +205,10 @@ static weft_result_t tcp_send(void *state, int peer, const void *src, size_t n, 
     }
     done += got;
     c->payload_left -= got;
-    if (c->hdr_sent == sizeof c->hdr && c->payload_left == 0) c->in_frame = 0;
+    if (c->hdr_sent == sizeof c->hdr && c->payload_left == 0) {
+      c->in_frame = 0;
+      c->sframe++;
+    }
   }
   *accepted = done;
   return WEFT_SUCCESS;
@@ -207,7 +236,7 @@ static weft_result_t fill_socket(tcp_t *t, int peer) {
     size_t used = (size_t)(c->head - c->tail);
     if (!c->in_rframe) {
       ssize_t r =
-          recv(c->fd, (char *)c->rhdr + c->rhdr_got, sizeof c->rhdr - c->rhdr_got, MSG_DONTWAIT);
+          recv(rfd(c), (char *)c->rhdr + c->rhdr_got, sizeof c->rhdr - c->rhdr_got, MSG_DONTWAIT);
       if (r == 0) return lost(peer, "was closed by the peer", 0);
       if (r < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return WEFT_SUCCESS;
@@ -230,7 +259,7 @@ static weft_result_t fill_socket(tcp_t *t, int peer) {
     size_t room = t->ring_bytes - used, contig = t->ring_bytes - pos;
     size_t want = room < contig ? room : contig;
     if (want > c->rpayload_left) want = c->rpayload_left;
-    ssize_t r = recv(c->fd, c->ring + pos, want, MSG_DONTWAIT);
+    ssize_t r = recv(rfd(c), c->ring + pos, want, MSG_DONTWAIT);
     if (r == 0) return lost(peer, "was closed by the peer", 0);
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return WEFT_SUCCESS;
@@ -238,7 +267,10 @@ static weft_result_t fill_socket(tcp_t *t, int peer) {
     }
     c->head += (uint64_t)r;
     c->rpayload_left -= (size_t)r;
-    if (c->rpayload_left == 0) c->in_rframe = 0;
+    if (c->rpayload_left == 0) {
+      c->in_rframe = 0;
+      c->rframe++;
+    }
   }
 }
 
@@ -271,12 +303,13 @@ static weft_result_t tcp_wait(void *state, uint64_t token, int timeout_ms) {
   nfds_t n = 0;
   for (int p = 0; p < t->nranks; p++) {
     conn_t *c = &t->conns[p];
-    if (c->fd < 0) continue;
-    /* Data left in the kernel would make poll return at once: stage it first. */
+    if (c->fds[0] < 0) continue;
+    /* Data left in the kernel would make poll return at once: stage it first. Only the
+     * socket that carries the next frame matters on each side. */
     if (c->head - c->tail < t->ring_bytes) CHECK(fill(t, p));
-    short ev = (c->head - c->tail < t->ring_bytes && c->rerr == WEFT_SUCCESS) ? POLLIN : 0;
-    if (c->send_blocked) ev |= POLLOUT;
-    if (ev) t->pfds[n++] = (struct pollfd){.fd = c->fd, .events = ev};
+    if (c->head - c->tail < t->ring_bytes && c->rerr == WEFT_SUCCESS)
+      t->pfds[n++] = (struct pollfd){.fd = rfd(c), .events = POLLIN};
+    if (c->send_blocked) t->pfds[n++] = (struct pollfd){.fd = sfd(c), .events = POLLOUT};
   }
   if (t->wake_fd >= 0) t->pfds[n++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
   if (poll(t->pfds, n, timeout_ms) < 0 && errno != EINTR)

@@ -1,7 +1,8 @@
 /* Multi-process oracle test: every collective x dtype x op x in/out-of-place x count x
  * algorithm, on N forked ranks, compared bit for bit with the oracle. Also checks that
  * out-of-place calls leave sendbuf alone and nobody writes past the output.
- * usage: test_collectives RANKS [shm|tcp] [--big] */
+ * usage: test_collectives RANKS [shm|tcp|auto] [--big] [--hosts=K] (K fake hosts: shm within
+ * a host, tcp between them) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@ static const unsigned char PATTERN = 0xA5;
 
 typedef struct {
   int big;
+  int hosts; /* > 0: fake that many hosts (rank % hosts), so shm and tcp mix */
   int failures, runs;
   int rank, n;
   weft_comm_t comm;
@@ -190,6 +192,11 @@ static int rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
   ctx_t c = *(ctx_t *)arg;
   c.rank = rank;
   c.n = nranks;
+  if (c.hosts > 0) {
+    char host[32];
+    snprintf(host, sizeof host, "fake-host-%d", rank % c.hosts);
+    setenv("WEFT_HOSTID", host, 1);
+  }
   weft_config_t cfg = WEFT_CONFIG_INIT;
   cfg.timeout_ms = 60000;
   if (weft_comm_init(&c.comm, nranks, id, rank, &cfg) != WEFT_SUCCESS) {
@@ -230,7 +237,7 @@ static int rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s RANKS [shm|tcp] [--big]\n", argv[0]);
+    fprintf(stderr, "usage: %s RANKS [shm|tcp|auto] [--big] [--hosts=K]\n", argv[0]);
     return 2;
   }
   int n = atoi(argv[1]);
@@ -238,11 +245,14 @@ int main(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--big") == 0)
       c.big = 1;
+    else if (strncmp(argv[i], "--hosts=", 8) == 0)
+      c.hosts = atoi(argv[i] + 8);
     else
       setenv("WEFT_TRANSPORT", argv[i], 1);
   }
   int rc = launch_local(n, rank_main, &c, 1500);
-  printf("%s: %d ranks, transport %s: %s\n", argv[0], n,
-         getenv("WEFT_TRANSPORT") ? getenv("WEFT_TRANSPORT") : "auto", rc ? "FAILED" : "ok");
+  printf("%s: %d ranks, transport %s, %d fake hosts: %s\n", argv[0], n,
+         getenv("WEFT_TRANSPORT") ? getenv("WEFT_TRANSPORT") : "auto", c.hosts,
+         rc ? "FAILED" : "ok");
   return rc;
 }
