@@ -5,5 +5,5 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
-  gcc libc6-dev pkg-config meson ninja-build libcmocka-dev \
+  gcc g++ libc6-dev pkg-config meson ninja-build libcmocka-dev \
   libopenmpi-dev openmpi-bin clang-format
