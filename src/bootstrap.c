@@ -188,6 +188,12 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
   CHECK_GOTO(weft_sock_send_all(root_fd, &h, sizeof h, deadline, abort_flag), rc, fail);
   root_reply_t rep;
   rc = weft_sock_recv_all(root_fd, &rep, sizeof rep, deadline, abort_flag);
+  if (rc == WEFT_ERR_TIMEOUT)
+    ERR_GOTO(rc, fail, WEFT_ERR_TIMEOUT,
+             "rank %d: the rendezvous root did not answer within %lld ms: not all %d ranks "
+             "joined (is every rank started, with the same id and nranks?)",
+             rank, (long long)(timeout_ms > 0 ? timeout_ms : weft_deadline(0) - weft_now_ms()),
+             nranks);
   if (rc == WEFT_ERR_PEER_LOST)
     ERR_GOTO(rc, fail, WEFT_ERR_PEER_LOST,
              "rank %d: the rendezvous root closed the connection (another rank used a different "
@@ -207,7 +213,10 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
   b->magic = rep.comm_magic;
   if (nranks > 1) {
     int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-    CHECK_GOTO(weft_sock_connect(&table[next], deadline, abort_flag, &b->next_fd), rc, fail);
+    rc = weft_sock_connect(&table[next], deadline, abort_flag, &b->next_fd);
+    if (rc != WEFT_SUCCESS)
+      ERR_GOTO(rc, fail, rc, "rank %d: cannot reach rank %d for the bootstrap ring: %s", rank, next,
+               weft_thread_error());
     ring_hello_t rh = {
         .magic = b->magic, .version = WEFT_WIRE_VERSION, .type = WEFT_MSG_RING_HELLO, .rank = rank};
     CHECK_GOTO(weft_sock_send_all(b->next_fd, &rh, sizeof rh, deadline, abort_flag), rc, fail);
@@ -256,5 +265,89 @@ void weft_bootstrap_free(weft_bootstrap_t *b) {
   if (!b) return;
   if (b->next_fd >= 0) close(b->next_fd);
   if (b->prev_fd >= 0) close(b->prev_fd);
+  pthread_mutex_destroy(&b->send_mu);
   free(b);
+}
+
+typedef struct {
+  uint64_t magic;
+  uint32_t version, type;
+  int32_t origin, code;
+  uint64_t seq;
+} notice_msg_t;
+
+_Static_assert(sizeof(notice_msg_t) == 32, "notice messages are 32 bytes on the wire");
+
+static void send_both(weft_bootstrap_t *b, const notice_msg_t *m) {
+  pthread_mutex_lock(&b->send_mu);
+  int fds[2];
+  int n = weft_bootstrap_fds(b, fds);
+  for (int i = 0; i < n; i++) {
+    ssize_t r = send(fds[i], m, sizeof *m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)r; /* best effort: a neighbour that is gone cannot be told */
+  }
+  pthread_mutex_unlock(&b->send_mu);
+}
+
+void weft_bootstrap_notify(weft_bootstrap_t *b, const weft_notice_t *n) {
+  if (!b) return;
+  notice_msg_t m = {.magic = b->magic,
+                    .version = WEFT_WIRE_VERSION,
+                    .type = WEFT_MSG_NOTICE,
+                    .origin = n->origin,
+                    .code = (int32_t)n->code,
+                    .seq = n->seq};
+  send_both(b, &m);
+}
+
+void weft_bootstrap_bye(weft_bootstrap_t *b) {
+  if (!b) return;
+  notice_msg_t m = {
+      .magic = b->magic, .version = WEFT_WIRE_VERSION, .type = WEFT_MSG_BYE, .origin = b->rank};
+  send_both(b, &m);
+}
+
+int weft_bootstrap_fds(const weft_bootstrap_t *b, int fds[2]) {
+  int n = 0;
+  if (b->prev_fd >= 0) fds[n++] = b->prev_fd;
+  if (b->next_fd >= 0) fds[n++] = b->next_fd;
+  return n;
+}
+
+weft_result_t weft_bootstrap_check(weft_bootstrap_t *b, weft_notice_t *n) {
+  int fd[2] = {b->prev_fd, b->next_fd};
+  int who[2] = {(b->rank + b->nranks - 1) % b->nranks, (b->rank + 1) % b->nranks};
+  for (int side = 0; side < 2; side++) {
+    if (fd[side] < 0) continue;
+    for (;;) {
+      ssize_t r = recv(fd[side], b->rbuf[side] + b->rgot[side], 32 - b->rgot[side], MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        if (b->bye[side]) break; /* it left on purpose */
+        *n = (weft_notice_t){.origin = who[side], .code = WEFT_ERR_PEER_LOST};
+        return WEFT_ERR_PEER_LOST;
+      }
+      if (r < 0) break;
+      b->rgot[side] += (size_t)r;
+      if (b->rgot[side] < 32) continue;
+      b->rgot[side] = 0;
+      notice_msg_t m;
+      memcpy(&m, b->rbuf[side], sizeof m);
+      if (m.magic != b->magic || m.version != WEFT_WIRE_VERSION ||
+          (m.type != WEFT_MSG_NOTICE && m.type != WEFT_MSG_BYE)) {
+        *n = (weft_notice_t){.origin = who[side], .code = WEFT_ERR_PROTOCOL};
+        return WEFT_ERR_PROTOCOL;
+      }
+      if (m.type == WEFT_MSG_BYE) {
+        b->bye[side] = 1;
+        continue;
+      }
+      int bad =
+          m.origin < 0 || m.origin >= b->nranks || m.code <= 0 || m.code > WEFT_ERR_IN_PROGRESS;
+      *n = (weft_notice_t){.origin = bad ? who[side] : m.origin,
+                           .code = bad ? WEFT_ERR_PROTOCOL : (weft_result_t)m.code,
+                           .seq = m.seq};
+      return n->code;
+    }
+  }
+  return WEFT_SUCCESS;
 }

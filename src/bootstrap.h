@@ -5,6 +5,7 @@
 #define WEFT_BOOTSTRAP_H
 
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -16,8 +17,17 @@ enum weft_msg_type {
   WEFT_MSG_ROOT_HELLO = 0x10,
   WEFT_MSG_ROOT_TABLE = 0x11,
   WEFT_MSG_RING_HELLO = 0x12,
-  WEFT_MSG_TCP_HELLO = 0x13
+  WEFT_MSG_TCP_HELLO = 0x13,
+  WEFT_MSG_NOTICE = 0x14, /* a rank failed: forwarded around the ring */
+  WEFT_MSG_BYE = 0x15     /* the sender destroys its communicator: its close is no failure */
 };
+
+/* A failure notice: origin is the rank that first saw the failure. */
+typedef struct {
+  int origin;
+  weft_result_t code;
+  uint64_t seq;
+} weft_notice_t;
 
 /* What a weft_unique_id_t holds. */
 typedef struct {
@@ -34,6 +44,11 @@ typedef struct weft_bootstrap {
   const atomic_int *abort_flag;
   int next_fd, prev_fd;
   struct in_addr my_ip; /* how the others reach this rank */
+  /* failure channel: partial notices read so far, neighbours that said bye */
+  unsigned char rbuf[2][32];
+  size_t rgot[2];
+  int bye[2];
+  pthread_mutex_t send_mu;
 } weft_bootstrap_t;
 
 /* Starts the root's rendezvous thread on listen_fd (which it then owns). */
@@ -45,6 +60,17 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
 weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t size);
 weft_result_t weft_bootstrap_barrier(weft_bootstrap_t *b);
 void weft_bootstrap_free(weft_bootstrap_t *b);
+
+/* After init the ring sockets are idle, so they double as the failure channel. Best
+ * effort, never blocks: sends n to both neighbours. */
+void weft_bootstrap_notify(weft_bootstrap_t *b, const weft_notice_t *n);
+/* Tells both neighbours this rank is leaving on purpose (before destroy closes the ring). */
+void weft_bootstrap_bye(weft_bootstrap_t *b);
+/* Reads the ring sockets without blocking. WEFT_SUCCESS: nothing happened. Otherwise *n
+ * says who failed how: a notice, or a neighbour whose socket closed without a bye. */
+weft_result_t weft_bootstrap_check(weft_bootstrap_t *b, weft_notice_t *n);
+/* The ring's sockets, for poll sets (returns how many, 0 to 2). */
+int weft_bootstrap_fds(const weft_bootstrap_t *b, int fds[2]);
 uint64_t weft_random_u64(void);
 
 #endif

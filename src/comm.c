@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "failure.h"
 #include "param.h"
 #include "socket.h"
 
@@ -51,17 +52,20 @@ weft_result_t weft_get_unique_id(weft_unique_id_t *id) {
   return WEFT_SUCCESS;
 }
 
-void weft_comm_fail(weft_comm_t c, weft_result_t err, const char *msg) {
+void weft_comm_fail(weft_comm_t c, weft_result_t err, const char *msg, uint64_t seq) {
   pthread_mutex_lock(&c->mu);
-  if (c->async_error == WEFT_SUCCESS) {
+  int first = c->async_error == WEFT_SUCCESS;
+  if (first) {
     c->async_error = err;
     snprintf(c->error, sizeof c->error, "%s", msg);
   }
   pthread_mutex_unlock(&c->mu);
+  if (first) weft_fail_notify(c, err, seq ? seq : 1);
 }
 
 static void comm_free(weft_comm_t c) {
   weft_progress_stop(c);
+  weft_bootstrap_bye(c->boot); /* our sockets close next: that is no failure */
   for (int t = 0; t < WEFT_TR_COUNT; t++)
     if (c->tr[t] && c->tr_state[t]) c->tr[t]->teardown(c->tr_state[t]);
   weft_bootstrap_free(c->boot);
@@ -172,6 +176,7 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
   if (!c) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
   c->rank = rank;
   c->nranks = nranks;
+  c->fail_origin = -1;
   c->timeout_ms =
       config && config->timeout_ms > 0 ? config->timeout_ms : weft_param_int("WEFT_TIMEOUT_MS");
   if (c->timeout_ms <= 0) c->timeout_ms = 300000;
@@ -294,6 +299,8 @@ out:
 weft_result_t weft_comm_abort(weft_comm_t comm) {
   if (!comm) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_abort: comm is NULL");
   atomic_store(&comm->aborted, 1);
+  /* peers waiting for this rank learn at once instead of at their timeout */
+  weft_fail_notify(comm, WEFT_ERR_ABORTED, comm->seq ? comm->seq : 1);
   uint64_t one = 1;
   if (comm->wake_fd >= 0 && write(comm->wake_fd, &one, sizeof one) < 0) {
     /* a full eventfd is already readable: the waiter wakes anyway */

@@ -76,6 +76,8 @@ struct weft_comm {
 
   /* failure */
   atomic_int aborted;
+  atomic_int notified; /* this rank has told the others about the failure */
+  int fail_origin;     /* rank that first saw the failure, when told by a notice; else -1 */
   weft_result_t async_error;
   char error[1024];
 
@@ -93,8 +95,8 @@ weft_result_t weft_exec_op(struct weft_comm *comm, weft_work_t *op);
 weft_result_t weft_enqueue(struct weft_comm *comm, weft_work_t *op);
 weft_result_t weft_progress_start(struct weft_comm *comm);
 void weft_progress_stop(struct weft_comm *comm);
-/* Records err as the comm's failure (first one wins). */
-void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg);
+/* Records err as the comm's failure (first one wins) and tells the other ranks. */
+void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg, uint64_t seq);
 /* Tuner: fills task->algo and task->args.chunk when automatic. */
 void weft_tune(const struct weft_comm *comm, weft_task_t *task);
 void weft_task_free(weft_task_t *t);

@@ -37,7 +37,7 @@ static weft_result_t exec_checked(weft_comm_t c, weft_work_t *op, char *msg, siz
   rc = weft_exec_op(c, op);
   if (rc != WEFT_SUCCESS) {
     snprintf(msg, len, "%s", weft_thread_error());
-    weft_comm_fail(c, rc, msg);
+    weft_comm_fail(c, rc, msg, op->seq);
   }
   return rc;
 }

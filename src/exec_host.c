@@ -12,6 +12,7 @@
 #include "comm.h"
 #include "dtype.h"
 #include "err.h"
+#include "failure.h"
 #include "reduce.h"
 #include "socket.h"
 
@@ -235,6 +236,22 @@ static weft_result_t build_queues(exec_t *x) {
   return WEFT_SUCCESS;
 }
 
+/* A step failed with rc: report the root cause instead when there is one. A peer's closed
+ * socket is often the echo of a failure it already announced, or of our own abort. */
+static weft_result_t root_cause(weft_comm_t c, weft_result_t rc, const char *what, uint64_t seq) {
+  if (atomic_load(&c->aborted))
+    return weft_set_error(WEFT_ERR_ABORTED, "%s (op %llu) ended: communicator aborted", what,
+                          (unsigned long long)seq);
+  if (rc == WEFT_ERR_PEER_LOST || rc == WEFT_ERR_PROTOCOL) {
+    char first[512];
+    snprintf(first, sizeof first, "%s", weft_thread_error());
+    weft_result_t why = weft_fail_check(c);
+    if (why != WEFT_SUCCESS) return why;
+    weft_set_error(rc, "%s", first);
+  }
+  return rc;
+}
+
 static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
   weft_comm_t c = x->comm;
   int64_t deadline = weft_deadline(c->timeout_ms);
@@ -247,8 +264,9 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
         if (x->uses[t]) token[t] = c->tr[t]->arm(c->tr_state[t]);
     int moved = 0;
     for (int a = 0; a < x->nactive; a++) {
-      CHECK(run_sends(x, x->active[a], &moved));
-      CHECK(run_recvs(x, x->active[a], &moved));
+      weft_result_t rc = run_sends(x, x->active[a], &moved);
+      if (rc == WEFT_SUCCESS) rc = run_recvs(x, x->active[a], &moved);
+      if (rc != WEFT_SUCCESS) return root_cause(c, rc, what, seq);
     }
     if (x->local_pos < x->nlocal) run_locals(x, &moved);
     if (moved) {
@@ -274,10 +292,11 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
                             c->rank, what, (unsigned long long)seq, (long long)c->timeout_ms, buf);
     }
     if (!sleepy) continue; /* arm first, then one more look, then sleep */
+    CHECK(weft_fail_check(c));
     if (x->uses[WEFT_TR_TCP])
       CHECK(c->tr[WEFT_TR_TCP]->wait(c->tr_state[WEFT_TR_TCP], 0, x->uses[WEFT_TR_SHM] ? 1 : 100));
     else if (x->uses[WEFT_TR_SHM])
-      CHECK(c->tr[WEFT_TR_SHM]->wait(c->tr_state[WEFT_TR_SHM], token[WEFT_TR_SHM], 100));
+      CHECK(c->tr[WEFT_TR_SHM]->wait(c->tr_state[WEFT_TR_SHM], token[WEFT_TR_SHM], 20));
     else
       sched_yield();
   }

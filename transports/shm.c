@@ -10,12 +10,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "err.h"
 #include "param.h"
+#include "socket.h"
 #include "transport.h"
 
 typedef struct {
@@ -31,12 +33,18 @@ typedef struct {
   int32_t pid;
   uint32_t nlocal;
   uint64_t magic;
-  char pad[40];
+  _Atomic int32_t notice; /* origin + 1 of a failure a peer told us about; 0: none */
+  int32_t notice_code;
+  uint64_t notice_seq;
+  char pad[24];
 } seg_hdr_t;
+
+_Static_assert(sizeof(seg_hdr_t) == 64, "the segment header is one cache line");
 
 typedef struct {
   int rank, nranks, nlocal, my_local;
   const int *local_rank;
+  int64_t next_liveness_ms; /* pid checks of local peers are rate-limited */
   size_t ring_bytes, seg_bytes;
   char **segs; /* by local index; the own one included */
   char name[64];
@@ -210,6 +218,57 @@ static void shm_wake(void *state) {
   ring_bell(s, s->my_local);
 }
 
+static void shm_notify(void *state, const weft_notice_t *n) {
+  shm_t *s = state;
+  for (int l = 0; l < s->nlocal; l++) {
+    if (l == s->my_local || !s->segs[l]) continue;
+    seg_hdr_t *h = hdr(s, l);
+    int32_t none = 0;
+    h->notice_code = (int32_t)n->code;
+    h->notice_seq = n->seq;
+    atomic_compare_exchange_strong(&h->notice, &none, n->origin + 1);
+    ring_bell(s, l);
+  }
+}
+
+/* A process that is gone, or a zombie nobody reaped yet. */
+static int pid_dead(int32_t pid) {
+  if (pid <= 0) return 0;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t len = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[len] = 0;
+  const char *close_paren = strrchr(buf, ')');
+  return close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z';
+}
+
+static weft_result_t shm_check(void *state, weft_notice_t *n) {
+  shm_t *s = state;
+  seg_hdr_t *h = hdr(s, s->my_local);
+  int32_t origin = atomic_load(&h->notice);
+  if (origin > 0) {
+    *n = (weft_notice_t){
+        .origin = origin - 1, .code = (weft_result_t)h->notice_code, .seq = h->notice_seq};
+    return n->code;
+  }
+  int64_t now = weft_now_ms();
+  if (now < s->next_liveness_ms) return WEFT_SUCCESS;
+  s->next_liveness_ms = now + 100;
+  for (int p = 0; p < s->nranks; p++) {
+    int l = s->local_rank[p];
+    if (p == s->rank || l < 0 || !s->segs[l]) continue;
+    if (pid_dead(hdr(s, l)->pid)) {
+      *n = (weft_notice_t){.origin = p, .code = WEFT_ERR_PEER_LOST};
+      return WEFT_ERR_PEER_LOST;
+    }
+  }
+  return WEFT_SUCCESS;
+}
+
 const weft_transport_t weft_transport_shm = {
     .size = sizeof(weft_transport_t),
     .name = "shm",
@@ -221,4 +280,6 @@ const weft_transport_t weft_transport_shm = {
     .arm = shm_arm,
     .wait = shm_wait,
     .wake = shm_wake,
+    .notify = shm_notify,
+    .check = shm_check,
 };

@@ -45,6 +45,7 @@ typedef struct {
   conn_t *conns;
   const atomic_int *abort_flag;
   int wake_fd;
+  const weft_bootstrap_t *boot; /* its ring sockets carry failure notices: poll them too */
   struct pollfd *pfds;
 } tcp_t;
 
@@ -104,7 +105,8 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   t->max_frame = mf < 4096 ? 4096 : (size_t)mf;
   t->ring_bytes = rb < 65536 ? 65536 : (size_t)rb;
   t->conns = calloc((size_t)in->nranks, sizeof *t->conns);
-  t->pfds = calloc((size_t)in->nranks * 2 + 1, sizeof *t->pfds);
+  t->pfds = calloc((size_t)in->nranks * 2 + 3, sizeof *t->pfds);
+  t->boot = in->boot;
   addrs = calloc((size_t)in->nranks, sizeof *addrs);
   if (!t->conns || !t->pfds || !addrs) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
   /* Between hosts, two streams fill a network link better than one (separate congestion
@@ -312,6 +314,9 @@ static weft_result_t tcp_wait(void *state, uint64_t token, int timeout_ms) {
     if (c->send_blocked) t->pfds[n++] = (struct pollfd){.fd = sfd(c), .events = POLLOUT};
   }
   if (t->wake_fd >= 0) t->pfds[n++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
+  int ring[2], nring = weft_bootstrap_fds(t->boot, ring);
+  for (int i = 0; i < nring; i++)
+    t->pfds[n++] = (struct pollfd){.fd = ring[i], .events = POLLIN};
   if (poll(t->pfds, n, timeout_ms) < 0 && errno != EINTR)
     return weft_set_error(WEFT_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
   return WEFT_SUCCESS;

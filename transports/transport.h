@@ -40,6 +40,10 @@ typedef struct weft_transport {
   weft_result_t (*wait)(void *state, uint64_t token, int timeout_ms);
   /* Optional: wakes a thread sleeping in wait (abort). */
   void (*wake)(void *state);
+  /* Optional: delivers a failure notice to the peers this transport reaches directly. */
+  void (*notify)(void *state, const weft_notice_t *n);
+  /* Optional: a failure notice or a dead peer seen by this transport (WEFT_SUCCESS: none). */
+  weft_result_t (*check)(void *state, weft_notice_t *n);
 } weft_transport_t;
 
 extern const weft_transport_t weft_transport_shm;

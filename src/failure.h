@@ -1,0 +1,14 @@
+/* Failure propagation: the first rank that sees a failure tells every other rank (over the
+ * bootstrap ring, forwarded hop by hop, and straight into the shared memory of ranks on its
+ * host), so that no survivor waits for its own timeout. */
+#ifndef WEFT_FAILURE_H
+#define WEFT_FAILURE_H
+
+#include "comm.h"
+
+/* Tells the others (once per communicator) that this comm failed with err. */
+void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq);
+/* WEFT_SUCCESS, or the reported failure with a message naming who saw what. */
+weft_result_t weft_fail_check(weft_comm_t c);
+
+#endif
