@@ -1,21 +1,44 @@
-/* fork-based local launcher. The parent holds the rendezvous root (weft_get_unique_id
- * starts it here), so children only need the id they inherit. */
+/* fork-based local launcher. Rank 0 makes the unique id (its process then hosts the
+ * rendezvous root, as in a real job) and hands it to the others through shared memory:
+ * the parent starts no thread, so forking it is safe under any allocator. */
 #include "launch.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s) {
+typedef struct {
+  atomic_int state; /* 0: not yet, 1: id ready, -1: rank 0 could not make one */
   weft_unique_id_t id;
-  if (weft_get_unique_id(&id) != WEFT_SUCCESS) {
-    fprintf(stderr, "launch: weft_get_unique_id: %s\n", weft_get_last_error(NULL));
-    return 1;
+} id_slot_t;
+
+/* Rank 0 publishes the id; the others wait for it (bounded). */
+static int share_id(id_slot_t *slot, int rank, weft_unique_id_t *id, int timeout_s) {
+  if (rank == 0) {
+    int ok = weft_get_unique_id(&slot->id) == WEFT_SUCCESS;
+    if (!ok) fprintf(stderr, "launch: weft_get_unique_id: %s\n", weft_get_last_error(NULL));
+    atomic_store(&slot->state, ok ? 1 : -1);
   }
+  time_t end = time(NULL) + timeout_s;
+  while (atomic_load(&slot->state) == 0 && time(NULL) < end) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  *id = slot->id;
+  return atomic_load(&slot->state) == 1 ? 0 : -1;
+}
+
+int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s) {
+  id_slot_t *slot =
+      mmap(NULL, sizeof *slot, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (slot == MAP_FAILED) return 1;
+  atomic_init(&slot->state, 0);
   pid_t *pids = calloc((size_t)nranks, sizeof *pids);
   if (!pids) return 1;
   fflush(stdout);
@@ -23,7 +46,8 @@ int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s) {
   for (int r = 0; r < nranks; r++) {
     pid_t p = fork();
     if (p == 0) {
-      int rc = fn(r, nranks, id, arg);
+      weft_unique_id_t id;
+      int rc = share_id(slot, r, &id, timeout_s) == 0 ? fn(r, nranks, id, arg) : 1;
       fflush(stdout);
       fflush(stderr);
       _exit(rc > 255 ? 255 : rc);
@@ -69,5 +93,6 @@ int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s) {
     nanosleep(&ts, NULL);
   }
   free(pids);
+  munmap(slot, sizeof *slot);
   return failed;
 }

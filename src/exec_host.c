@@ -49,8 +49,17 @@ typedef struct {
   int uses[WEFT_TR_COUNT];
 } exec_t;
 
+/* Every step occupies a multiple of 16 bytes of its channel (zero padding after the
+ * data), so each step starts 16-aligned in the rings and every element is read aligned. */
+enum { STREAM_ALIGN = 16 };
+static const char zeros[STREAM_ALIGN];
+
+static size_t stream_len(const plan_t *pl, const weft_step_t *st) {
+  return (st->count * pl->es + STREAM_ALIGN - 1) & ~(size_t)(STREAM_ALIGN - 1);
+}
+
 static int step_done(const plan_t *pl, int32_t i) {
-  return i < 0 || pl->done[i] == pl->s->steps[i].count * pl->es;
+  return i < 0 || pl->done[i] == stream_len(pl, &pl->s->steps[i]);
 }
 static int deps_done(const plan_t *pl, const weft_step_t *st) {
   return step_done(pl, st->dep[0]) && step_done(pl, st->dep[1]);
@@ -74,27 +83,22 @@ static weft_result_t run_sends(exec_t *x, int p, int *moved) {
     plan_t *pl = &x->plans[r.plan];
     const weft_step_t *st = &pl->s->steps[r.step];
     if (!deps_done(pl, st)) return WEFT_SUCCESS;
-    size_t len = st->count * pl->es, done = pl->done[r.step], acc = 0;
-    CHECK(tr->send(ts, p, addr(pl, st->buf, st->off) + done, len - done, &acc));
-    if (acc) *moved = 1;
-    pl->done[r.step] = done + acc;
-    if (done + acc < len) return WEFT_SUCCESS;
+    size_t len = st->count * pl->es, total = stream_len(pl, st), done = pl->done[r.step];
+    while (done < total) {
+      size_t acc = 0;
+      if (done < len)
+        CHECK(tr->send(ts, p, addr(pl, st->buf, st->off) + done, len - done, &acc));
+      else
+        CHECK(tr->send(ts, p, zeros, total - done, &acc));
+      if (acc == 0) break;
+      done += acc;
+      *moved = 1;
+    }
+    pl->done[r.step] = done;
+    if (done < total) return WEFT_SUCCESS;
     q->pos[0]++;
     x->remaining--;
   }
-  return WEFT_SUCCESS;
-}
-
-/* An element split by a ring's wrap: gather its two parts into tmp and consume them. */
-static weft_result_t gather_element(const weft_transport_t *tr, void *ts, int p, char *tmp,
-                                    size_t es, const void *in, size_t contig) {
-  memcpy(tmp, in, contig);
-  tr->consume(ts, p, contig);
-  size_t c2, t2;
-  CHECK(tr->peek(ts, p, &in, &c2, &t2));
-  if (c2 < es - contig) return weft_set_error(WEFT_ERR_INTERNAL, "channel lost part of an element");
-  memcpy(tmp + contig, in, es - contig);
-  tr->consume(ts, p, es - contig);
   return WEFT_SUCCESS;
 }
 
@@ -107,36 +111,40 @@ static weft_result_t run_recvs(exec_t *x, int p, int *moved) {
     plan_t *pl = &x->plans[r.plan];
     const weft_step_t *st = &pl->s->steps[r.step];
     if (!deps_done(pl, st)) return WEFT_SUCCESS;
-    size_t len = st->count * pl->es, done = pl->done[r.step];
-    while (done < len) {
+    size_t len = st->count * pl->es, total = stream_len(pl, st), done = pl->done[r.step];
+    while (done < total) {
       const void *in;
-      size_t contig, total;
-      CHECK(tr->peek(ts, p, &in, &contig, &total));
-      if (total == 0) break;
+      size_t contig, avail;
+      CHECK(tr->peek(ts, p, &in, &contig, &avail));
+      if (avail == 0) break;
+      if (done >= len) { /* padding */
+        size_t k = contig < total - done ? contig : total - done;
+        tr->consume(ts, p, k);
+        done += k;
+        *moved = 1;
+        continue;
+      }
       size_t k = contig < len - done ? contig : len - done;
       char *dst = addr(pl, st->buf, st->off) + done;
       if (st->kind == WEFT_STEP_RECV) {
         memcpy(dst, in, k);
-        tr->consume(ts, p, k);
       } else {
-        const char *own = addr(pl, st->src_buf, st->src_off) + done;
+        /* Whole elements only; rings hold multiples of 16 bytes and steps start aligned, so
+         * an element is never split by the wrap, only still on its way. */
         k -= k % pl->es;
         if (k == 0) {
-          char tmp[16];
-          if (total < pl->es) break; /* the rest of the element is still on its way */
-          CHECK(gather_element(tr, ts, p, tmp, pl->es, in, contig));
-          weft_reduce_host(pl->dtype, red_op(pl->op), dst, own, tmp, 1);
-          k = pl->es;
-        } else {
-          weft_reduce_host(pl->dtype, red_op(pl->op), dst, own, in, k / pl->es);
-          tr->consume(ts, p, k);
+          if (contig == avail) break;
+          return weft_set_error(WEFT_ERR_INTERNAL, "an element straddles a channel's wrap");
         }
+        weft_reduce_host(pl->dtype, red_op(pl->op), dst, addr(pl, st->src_buf, st->src_off) + done,
+                         in, k / pl->es);
       }
+      tr->consume(ts, p, k);
       done += k;
       *moved = 1;
     }
     pl->done[r.step] = done;
-    if (done < len) return WEFT_SUCCESS;
+    if (done < total) return WEFT_SUCCESS;
     q->pos[1]++;
     x->remaining--;
   }
@@ -156,7 +164,7 @@ static void run_locals(exec_t *x, int *moved) {
     } else {
       weft_reduce_host(pl->dtype, red_op(pl->op), dst, dst, src, st->count);
     }
-    pl->done[r.step] = st->count * pl->es;
+    pl->done[r.step] = stream_len(pl, st);
     x->remaining--;
     *moved = 1;
   }
@@ -177,7 +185,7 @@ static void describe_wait(const exec_t *x, char *buf, size_t len) {
         const plan_t *pl = &x->plans[r.plan];
         snprintf(buf, len, "%s rank %d (%llu of %llu bytes of step %d)",
                  d ? "receiving from" : "sending to", p, (unsigned long long)pl->done[r.step],
-                 (unsigned long long)(pl->s->steps[r.step].count * pl->es), (int)r.step);
+                 (unsigned long long)stream_len(pl, &pl->s->steps[r.step]), (int)r.step);
         return;
       }
   }

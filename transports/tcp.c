@@ -103,7 +103,8 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
                .wake_fd = in->wake_fd};
   int64_t mf = weft_param_int("WEFT_TCP_FRAME_BYTES"), rb = weft_param_int("WEFT_TCP_BUF_BYTES");
   t->max_frame = mf < 4096 ? 4096 : (size_t)mf;
-  t->ring_bytes = rb < 65536 ? 65536 : (size_t)rb;
+  /* a multiple of 4096: the executor relies on 16-byte alignment of the stream in the ring */
+  t->ring_bytes = ((rb < 65536 ? 65536 : (size_t)rb) + 4095) & ~(size_t)4095;
   t->conns = calloc((size_t)in->nranks, sizeof *t->conns);
   t->pfds = calloc((size_t)in->nranks * 2 + 3, sizeof *t->pfds);
   t->boot = in->boot;

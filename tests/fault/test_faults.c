@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,8 @@
 enum { N = 4, VICTIM = 2, MAXR = 8 };
 
 typedef struct {
+  atomic_int ids_ready; /* rank 0 made both ids (its process hosts their rendezvous) */
+  weft_unique_id_t id, id2;
   int rc[MAXR];        /* result of each rank's failing call */
   int64_t t_err[MAXR]; /* when it returned (ms) */
   int64_t t_death;     /* when the victim died (ms) */
@@ -83,8 +86,23 @@ static void recover(int rank, weft_unique_id_t id2, int n2) {
   weft_comm_destroy(c2);
 }
 
-static void rank_main(scenario_t sc, int rank, weft_unique_id_t id, weft_unique_id_t id2) {
+/* Rank 0 makes the ids, as in a real job: the parent starts no thread before forking. */
+static void get_ids(int rank, weft_unique_id_t *id, weft_unique_id_t *id2) {
+  if (rank == 0) {
+    weft_get_unique_id(&sh->id);
+    weft_get_unique_id(&sh->id2);
+    atomic_store(&sh->ids_ready, 1);
+  }
+  while (!atomic_load(&sh->ids_ready))
+    usleep(1000);
+  *id = sh->id;
+  *id2 = sh->id2;
+}
+
+static void rank_main(scenario_t sc, int rank) {
   int victim = rank == VICTIM;
+  weft_unique_id_t id, id2;
+  get_ids(rank, &id, &id2);
   if (sc == KILL_BOOTSTRAP && victim) {
     sh->t_death = now_ms();
     raise(SIGKILL);
@@ -131,14 +149,11 @@ static void check(int ok, const char *sc, const char *fmt, int rank, int64_t v) 
 
 static void run(scenario_t sc, int64_t bound_ms) {
   memset(sh, 0, sizeof *sh);
-  weft_unique_id_t id, id2;
-  weft_get_unique_id(&id);
-  weft_get_unique_id(&id2);
   pid_t pids[N];
   for (int r = 0; r < N; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
-      rank_main(sc, r, id, id2);
+      rank_main(sc, r);
       _exit(0);
     }
   }
@@ -185,10 +200,29 @@ static void run(scenario_t sc, int64_t bound_ms) {
 /* Strangers at the rendezvous port while 4 ranks join: garbage, a wrong magic, 3 bytes and
  * close, a silent half-open connection. The ranks must not notice. */
 static void noise_at_root(void) {
-  weft_unique_id_t id;
-  weft_get_unique_id(&id);
+  memset(sh, 0, sizeof *sh);
+  pid_t pids[N];
+  int64_t start = now_ms();
+  for (int r = 0; r < N; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      weft_unique_id_t id, id2;
+      get_ids(r, &id, &id2);
+      if (r > 0) usleep(200000); /* the strangers get there first */
+      weft_comm_t c;
+      weft_config_t k = cfg(20000);
+      int ok = weft_comm_init(&c, N, id, r, &k) == WEFT_SUCCESS;
+      int v = r + 1, sum = 0;
+      ok = ok && weft_allreduce(&v, &sum, 1, WEFT_I32, WEFT_SUM, c, NULL) == WEFT_SUCCESS &&
+           sum == N * (N + 1) / 2;
+      if (ok) weft_comm_destroy(c);
+      _exit(ok ? 0 : 1);
+    }
+  }
+  while (!atomic_load(&sh->ids_ready))
+    usleep(1000);
   weft_id_body_t body;
-  memcpy(&body, id.internal, sizeof body);
+  memcpy(&body, sh->id.internal, sizeof body);
   int strangers[4];
   for (int i = 0; i < 4; i++) {
     strangers[i] = socket(AF_INET, SOCK_STREAM, 0);
@@ -201,21 +235,6 @@ static void noise_at_root(void) {
       send(strangers[i], hello, sizeof hello, 0);
     }
     if (i == 2) send(strangers[i], "abc", 3, 0), close(strangers[i]), strangers[i] = -1;
-  }
-  pid_t pids[N];
-  int64_t start = now_ms();
-  for (int r = 0; r < N; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      weft_comm_t c;
-      weft_config_t k = cfg(20000);
-      int ok = weft_comm_init(&c, N, id, r, &k) == WEFT_SUCCESS;
-      int v = r + 1, sum = 0;
-      ok = ok && weft_allreduce(&v, &sum, 1, WEFT_I32, WEFT_SUM, c, NULL) == WEFT_SUCCESS &&
-           sum == N * (N + 1) / 2;
-      if (ok) weft_comm_destroy(c);
-      _exit(ok ? 0 : 1);
-    }
   }
   int bad = 0;
   for (int r = 0; r < N; r++) {
