@@ -176,7 +176,7 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
   if (!c) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
   c->rank = rank;
   c->nranks = nranks;
-  c->fail_origin = -1;
+  atomic_init(&c->fail_origin, -1);
   c->timeout_ms =
       config && config->timeout_ms > 0 ? config->timeout_ms : weft_param_int("WEFT_TIMEOUT_MS");
   if (c->timeout_ms <= 0) c->timeout_ms = 300000;
@@ -299,8 +299,11 @@ out:
 weft_result_t weft_comm_abort(weft_comm_t comm) {
   if (!comm) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_abort: comm is NULL");
   atomic_store(&comm->aborted, 1);
+  pthread_mutex_lock(&comm->mu);
+  uint64_t seq = comm->seq;
+  pthread_mutex_unlock(&comm->mu);
   /* peers waiting for this rank learn at once instead of at their timeout */
-  weft_fail_notify(comm, WEFT_ERR_ABORTED, comm->seq ? comm->seq : 1);
+  weft_fail_notify(comm, WEFT_ERR_ABORTED, seq ? seq : 1);
   uint64_t one = 1;
   if (comm->wake_fd >= 0 && write(comm->wake_fd, &one, sizeof one) < 0) {
     /* a full eventfd is already readable: the waiter wakes anyway */

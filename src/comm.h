@@ -76,8 +76,8 @@ struct weft_comm {
 
   /* failure */
   atomic_int aborted;
-  atomic_int notified; /* this rank has told the others about the failure */
-  int fail_origin;     /* rank that first saw the failure, when told by a notice; else -1 */
+  atomic_int notified;    /* this rank has told the others about the failure */
+  atomic_int fail_origin; /* rank that first saw the failure, when told by a notice; else -1 */
   weft_result_t async_error;
   char error[1024];
 

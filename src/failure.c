@@ -7,8 +7,8 @@
 
 void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq) {
   if (atomic_exchange(&c->notified, 1)) return;
-  weft_notice_t n = {
-      .origin = c->fail_origin >= 0 ? c->fail_origin : c->rank, .code = err, .seq = seq};
+  int origin = atomic_load(&c->fail_origin);
+  weft_notice_t n = {.origin = origin >= 0 ? origin : c->rank, .code = err, .seq = seq};
   weft_bootstrap_notify(c->boot, &n);
   for (int t = 0; t < WEFT_TR_COUNT; t++)
     if (c->tr[t] && c->tr_state[t] && c->tr[t]->notify) c->tr[t]->notify(c->tr_state[t], &n);
@@ -21,7 +21,7 @@ weft_result_t weft_fail_check(weft_comm_t c) {
     if (c->tr[t] && c->tr_state[t] && c->tr[t]->check) rc = c->tr[t]->check(c->tr_state[t], &n);
   if (rc == WEFT_SUCCESS && c->boot) rc = weft_bootstrap_check(c->boot, &n);
   if (rc == WEFT_SUCCESS) return rc;
-  c->fail_origin = n.origin;
+  atomic_store(&c->fail_origin, n.origin);
   if (n.origin == c->rank)
     return weft_set_error(rc, "rank %d: a neighbour reported this rank's own failure", c->rank);
   if (n.seq == 0)
