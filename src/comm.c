@@ -77,6 +77,8 @@ static void comm_free(weft_comm_t c) {
   free(c->scratch);
   free(c->local_rank);
   free(c->peer_tr);
+  free(c->chan_send);
+  free(c->chan_recv);
   free(c);
 }
 
@@ -118,7 +120,9 @@ static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
   use = calloc((size_t)c->nranks * 2, 1);
   c->local_rank = malloc(sizeof(int) * (size_t)c->nranks);
   c->peer_tr = calloc((size_t)c->nranks, 1);
-  if (!hosts || !use || !c->local_rank || !c->peer_tr)
+  c->chan_send = calloc((size_t)c->nranks, sizeof *c->chan_send);
+  c->chan_recv = calloc((size_t)c->nranks, sizeof *c->chan_recv);
+  if (!hosts || !use || !c->local_rank || !c->peer_tr || !c->chan_send || !c->chan_recv)
     ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "comm init: out of memory");
   host_identity(hosts[c->rank]);
   CHECK_GOTO(weft_bootstrap_allgather(c->boot, hosts, HOSTID_BYTES), rc, out);

@@ -83,6 +83,7 @@ struct weft_comm {
 
   /* executor resources: touched only by the thread running an op */
   uint64_t seq;
+  uint32_t *chan_send, *chan_recv; /* per peer: ops that used the channel (fingerprints) */
   char *scratch;
   size_t scratch_bytes;
   weft_sched_entry_t cache[WEFT_SCHED_CACHE];

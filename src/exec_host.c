@@ -31,9 +31,28 @@ typedef struct {
   int32_t step;
 } ref_t;
 
+/* Ahead of its data on every channel it uses, an op sends a fingerprint: the channel's op
+ * count, the bytes it will send, and its call. The receiver compares it with what its own
+ * schedule expects, so ranks that called different operations fail with
+ * WEFT_ERR_MISMATCH instead of hanging or mixing up data. */
+typedef struct {
+  uint32_t tag, chan_seq;
+  uint64_t bytes;
+  uint8_t coll, dtype, op, single; /* single: one collective (not p2p, not a group) */
+  int32_t root;
+  uint64_t count;
+} fingerprint_t;
+
+_Static_assert(sizeof(fingerprint_t) == 32, "fingerprints keep the stream 16-byte aligned");
+#define FP_TAG 0x46504657u /* "WFPF" */
+
 typedef struct {
   ref_t *q[2]; /* 0: sends, 1: receives */
   size_t n[2], pos[2];
+  uint64_t bytes[2];      /* stream bytes this op sends to / expects from the peer */
+  fingerprint_t fp_out;   /* what goes ahead of the sends */
+  size_t fp_sent, fp_got; /* fingerprint bytes sent / received so far */
+  unsigned char fp_in[sizeof(fingerprint_t)];
 } peerq_t;
 
 typedef struct {
@@ -78,6 +97,14 @@ static weft_result_t run_sends(exec_t *x, int p, int *moved) {
   peerq_t *q = &x->pq[p];
   const weft_transport_t *tr = x->comm->tr[x->comm->peer_tr[p]];
   void *ts = x->comm->tr_state[x->comm->peer_tr[p]];
+  while (q->n[0] && q->fp_sent < sizeof q->fp_out) {
+    size_t acc = 0;
+    CHECK(tr->send(ts, p, (const char *)&q->fp_out + q->fp_sent, sizeof q->fp_out - q->fp_sent,
+                   &acc));
+    if (acc == 0) return WEFT_SUCCESS;
+    q->fp_sent += acc;
+    *moved = 1;
+  }
   while (q->pos[0] < q->n[0]) {
     ref_t r = q->q[0][q->pos[0]];
     plan_t *pl = &x->plans[r.plan];
@@ -102,10 +129,69 @@ static weft_result_t run_sends(exec_t *x, int p, int *moved) {
   return WEFT_SUCCESS;
 }
 
+static int reduces(int coll) {
+  return coll == WEFT_COLL_ALLREDUCE || coll == WEFT_COLL_REDUCE_SCATTER ||
+         coll == WEFT_COLL_REDUCE;
+}
+static int rooted(int coll) { return coll == WEFT_COLL_BROADCAST || coll == WEFT_COLL_REDUCE; }
+
+static void describe_call(char *buf, size_t len, const fingerprint_t *f) {
+  if (!f->single) {
+    snprintf(buf, len, "a group, send/recv or alltoallv moving %llu bytes",
+             (unsigned long long)f->bytes);
+    return;
+  }
+  int n = snprintf(buf, len, "%s(count %llu, %s", weft_coll_name((weft_coll_t)f->coll),
+                   (unsigned long long)f->count, weft_dtype_name((weft_dtype_t)f->dtype));
+  if (n > 0 && (size_t)n < len && reduces(f->coll))
+    n += snprintf(buf + n, len - (size_t)n, ", %s", weft_op_name((weft_op_t)f->op));
+  if (n > 0 && (size_t)n < len && rooted(f->coll))
+    n += snprintf(buf + n, len - (size_t)n, ", root %d", (int)f->root);
+  if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
+}
+
+/* Compares the peer's fingerprint with this rank's own view of the channel. */
+static weft_result_t check_fingerprint(exec_t *x, int p) {
+  peerq_t *q = &x->pq[p];
+  fingerprint_t in, *mine = &q->fp_out;
+  memcpy(&in, q->fp_in, sizeof in);
+  uint32_t want_seq = x->comm->chan_recv[p];
+  if (in.tag != FP_TAG)
+    return weft_set_error(WEFT_ERR_PROTOCOL, "rank %d: the stream from rank %d lost its framing",
+                          x->comm->rank, p);
+  int same_call = !(in.single && mine->single) ||
+                  (in.coll == mine->coll && in.dtype == mine->dtype && in.count == mine->count &&
+                   in.root == mine->root && in.op == mine->op);
+  if (in.chan_seq == want_seq && in.bytes == q->bytes[1] && same_call) return WEFT_SUCCESS;
+  char theirs[128], ours[128];
+  fingerprint_t expect = *mine;
+  expect.bytes = q->bytes[1];
+  describe_call(theirs, sizeof theirs, &in);
+  describe_call(ours, sizeof ours, &expect);
+  return weft_set_error(WEFT_ERR_MISMATCH,
+                        "rank %d called %s as its op %u with rank %d, which called %s as op %u "
+                        "(%llu bytes sent, %llu expected)",
+                        p, theirs, in.chan_seq, x->comm->rank, ours, want_seq,
+                        (unsigned long long)in.bytes, (unsigned long long)q->bytes[1]);
+}
+
 static weft_result_t run_recvs(exec_t *x, int p, int *moved) {
   peerq_t *q = &x->pq[p];
   const weft_transport_t *tr = x->comm->tr[x->comm->peer_tr[p]];
   void *ts = x->comm->tr_state[x->comm->peer_tr[p]];
+  while (q->n[1] && q->fp_got < sizeof q->fp_in) {
+    const void *in;
+    size_t contig, avail;
+    CHECK(tr->peek(ts, p, &in, &contig, &avail));
+    if (avail == 0) return WEFT_SUCCESS;
+    size_t k = sizeof q->fp_in - q->fp_got;
+    if (k > contig) k = contig;
+    memcpy(q->fp_in + q->fp_got, in, k);
+    tr->consume(ts, p, k);
+    q->fp_got += k;
+    *moved = 1;
+    if (q->fp_got == sizeof q->fp_in) CHECK(check_fingerprint(x, p));
+  }
   while (q->pos[1] < q->n[1]) {
     ref_t r = q->q[1][q->pos[1]];
     plan_t *pl = &x->plans[r.plan];
@@ -234,13 +320,33 @@ static weft_result_t build_queues(exec_t *x) {
       peerq_t *q = &x->pq[st->peer];
       int d = st->kind == WEFT_STEP_SEND ? 0 : 1;
       q->q[d][q->n[d]++] = r;
+      q->bytes[d] += st->count * x->plans[i].es; /* exact: padding would hide a few bytes */
     }
   }
-  for (int p = 0; p < c->nranks; p++)
-    if (x->pq[p].n[0] || x->pq[p].n[1]) {
-      x->active[x->nactive++] = p;
-      x->uses[c->peer_tr[p]] = 1;
-    }
+  const weft_task_t *t0 = x->plans[0].task;
+  weft_coll_t k0 = t0->args.coll;
+  /* A call is compared whole only when it is one collective whose arguments must agree on
+   * every rank (alltoallv's counts differ per rank; its bytes are still compared). */
+  int single =
+      x->nplans == 1 && k0 != WEFT_COLL_SEND && k0 != WEFT_COLL_RECV && k0 != WEFT_COLL_ALLTOALLV;
+  for (int p = 0; p < c->nranks; p++) {
+    peerq_t *q = &x->pq[p];
+    if (!q->n[0] && !q->n[1]) continue;
+    x->active[x->nactive++] = p;
+    x->uses[c->peer_tr[p]] = 1;
+    /* Channel op counts advance only for channels this op uses, on both ends alike. */
+    if (q->n[0])
+      q->fp_out =
+          (fingerprint_t){.tag = FP_TAG, .chan_seq = ++c->chan_send[p], .bytes = q->bytes[0]};
+    if (q->n[1]) ++c->chan_recv[p];
+    q->fp_out.tag = FP_TAG;
+    q->fp_out.single = (uint8_t)single;
+    q->fp_out.coll = (uint8_t)t0->args.coll;
+    q->fp_out.dtype = (uint8_t)t0->dtype;
+    q->fp_out.op = (uint8_t)(reduces(k0) ? t0->op : 0);
+    q->fp_out.root = rooted(k0) ? t0->args.root : 0;
+    q->fp_out.count = t0->args.count;
+  }
   return WEFT_SUCCESS;
 }
 

@@ -36,7 +36,8 @@ typedef struct {
   _Atomic int32_t notice; /* origin + 1 of a failure a peer told us about; 0: none */
   int32_t notice_code;
   uint64_t notice_seq;
-  char pad[24];
+  _Atomic int32_t left; /* the owner destroyed its communicator: its exit is no failure */
+  char pad[20];
 } seg_hdr_t;
 
 _Static_assert(sizeof(seg_hdr_t) == 64, "the segment header is one cache line");
@@ -77,6 +78,9 @@ static void ring_bell(const shm_t *s, int local) {
 static void shm_teardown(void *state) {
   shm_t *s = state;
   if (!s) return;
+  /* Peers may still be reading what this rank sent (the rings outlive it): tell them its
+   * process ending next is not a failure. */
+  if (s->segs && s->segs[s->my_local]) atomic_store(&hdr(s, s->my_local)->left, 1);
   if (s->own_linked) shm_unlink(s->name);
   for (int i = 0; i < s->nlocal && s->segs; i++)
     if (s->segs[i]) munmap(s->segs[i], s->seg_bytes);
@@ -260,7 +264,7 @@ static weft_result_t shm_check(void *state, weft_notice_t *n) {
   s->next_liveness_ms = now + 100;
   for (int p = 0; p < s->nranks; p++) {
     int l = s->local_rank[p];
-    if (p == s->rank || l < 0 || !s->segs[l]) continue;
+    if (p == s->rank || l < 0 || !s->segs[l] || atomic_load(&hdr(s, l)->left)) continue;
     if (pid_dead(hdr(s, l)->pid)) {
       *n = (weft_notice_t){.origin = p, .code = WEFT_ERR_PEER_LOST};
       return WEFT_ERR_PEER_LOST;

@@ -96,6 +96,36 @@ static int test_async(weft_comm_t c, int rank, int n) {
   return 0;
 }
 
+/* A rank that did its part and left (destroyed its comm, exited) is no failure, even while
+ * others still read what it sent: rank 0 sends a little to rank 1 and leaves; rank 1 then
+ * waits (idle, checking its peers) on a large send to rank 2, which starts late. */
+static int early_leaver(int rank, int n, weft_unique_id_t id, void *arg) {
+  (void)arg;
+  weft_comm_t c;
+  if (weft_comm_init(&c, n, id, rank, NULL) != WEFT_SUCCESS) FAIL("init");
+  size_t big = 8u << 20;
+  float *buf = calloc(big, sizeof *buf), small[64] = {0};
+  weft_result_t rc = WEFT_SUCCESS;
+  if (rank == 0) {
+    for (int i = 0; i < 64; i++)
+      small[i] = (float)i;
+    rc = weft_send(small, 64, WEFT_F32, 1, c, NULL);
+  } else if (rank == 1) {
+    weft_group_start();
+    weft_recv(small, 64, WEFT_F32, 0, c, NULL);
+    weft_send(buf, big, WEFT_F32, 2, c, NULL);
+    rc = weft_group_end();
+    if (rc == WEFT_SUCCESS && small[63] != 63.0f) FAIL("early leaver's data is wrong");
+  } else if (rank == 2) {
+    usleep(500000); /* rank 0 is long gone when rank 1 starts waiting for us */
+    rc = weft_recv(buf, big, WEFT_F32, 1, c, NULL);
+  }
+  if (rc != WEFT_SUCCESS) FAIL("a rank leaving on purpose was taken for a failure");
+  weft_comm_destroy(c);
+  free(buf);
+  return 0;
+}
+
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
   weft_comm_t world;
@@ -151,6 +181,7 @@ static int free_port(void) {
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 4;
   if (launch_local(n, rank_main, NULL, 600)) return 1;
+  if (n >= 3 && launch_local(n, early_leaver, NULL, 120)) return 1;
   int port = free_port();
   if (launch_local(n, env_main, &port, 120)) return 1;
   setenv("TEST_TORCHRUN", "1", 1);

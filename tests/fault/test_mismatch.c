@@ -1,0 +1,104 @@
+/* Mismatched calls: one rank calls a different collective, count, dtype, op or root, or
+ * sends a different number of elements than its peer receives. Every rank must get
+ * WEFT_ERR_MISMATCH quickly (the timeout is 20 s) with a message naming both calls: from the
+ * call itself, or, for a rank whose part was only to send (it can finish before anyone
+ * looks at its data), from its next call. usage: test_mismatch [shm|tcp] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "launch.h"
+#include "weft.h"
+
+enum { N = 3, ODD = 1, MAXR = 8 };
+
+typedef struct {
+  int rc[MAXR];
+  int64_t took_ms[MAXR];
+  char msg[MAXR][300];
+} shared_t;
+
+static shared_t *sh;
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+typedef enum { COLL, COUNT, DTYPE, OP, ROOT, A2AV, SENDRECV, NCASES } case_t;
+static const char *NAMES[] = {
+    "allgather vs allreduce", "count 1000 vs 999", "float vs int32",    "sum vs max",
+    "broadcast root 0 vs 2",  "alltoallv counts",  "send 64 vs recv 65"};
+
+static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
+  case_t k = *(case_t *)arg;
+  weft_config_t cfg = WEFT_CONFIG_INIT;
+  cfg.timeout_ms = 20000;
+  weft_comm_t c;
+  if (weft_comm_init(&c, n, id, rank, &cfg) != WEFT_SUCCESS) return 1;
+  static float x[4096], y[4096 * N];
+  int odd = rank == ODD;
+  int64_t t0 = now_ms();
+  weft_result_t rc = WEFT_SUCCESS;
+  switch (k) {
+  case COLL:
+    rc = odd ? weft_allgather(x, y, 1000, WEFT_F32, c, NULL)
+             : weft_allreduce(x, y, 1000, WEFT_F32, WEFT_SUM, c, NULL);
+    break;
+  case COUNT: rc = weft_allreduce(x, y, odd ? 999 : 1000, WEFT_F32, WEFT_SUM, c, NULL); break;
+  case DTYPE: rc = weft_allreduce(x, y, 1000, odd ? WEFT_I32 : WEFT_F32, WEFT_SUM, c, NULL); break;
+  case OP: rc = weft_allreduce(x, y, 1000, WEFT_F32, odd ? WEFT_MAX : WEFT_SUM, c, NULL); break;
+  case ROOT: rc = weft_broadcast(x, y, 1000, WEFT_F32, odd ? 2 : 0, c, NULL); break;
+  case A2AV: {
+    size_t sc[N], sd[N], rcnt[N], rd[N];
+    for (int p = 0; p < N; p++) {
+      sc[p] = rcnt[p] = 10;
+      sd[p] = rd[p] = (size_t)p * 20;
+    }
+    if (odd) sc[(rank + 1) % N] = 11; /* sends one more than its peer expects */
+    rc = weft_alltoallv(x, sc, sd, y, rcnt, rd, WEFT_F32, c, NULL);
+    break;
+  }
+  case SENDRECV:
+    weft_group_start();
+    weft_send(x, odd ? 65 : 64, WEFT_F32, (rank + 1) % n, c, NULL);
+    weft_recv(y, 64, WEFT_F32, (rank + n - 1) % n, c, NULL);
+    rc = weft_group_end();
+    break;
+  default: break;
+  }
+  if (rc == WEFT_SUCCESS) rc = weft_barrier(c, NULL); /* the next call must report it */
+  sh->rc[rank] = (int)rc;
+  sh->took_ms[rank] = now_ms() - t0;
+  snprintf(sh->msg[rank], sizeof sh->msg[rank], "%s", weft_get_last_error(c));
+  weft_comm_destroy(c);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) setenv("WEFT_TRANSPORT", argv[1], 1);
+  sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  int failed = 0;
+  for (case_t k = 0; k < NCASES; k++) {
+    memset(sh, 0, sizeof *sh);
+    launch_local(N, rank_main, &k, 120);
+    int ok = 1;
+    int64_t worst = 0;
+    for (int r = 0; r < N; r++) {
+      ok &= sh->rc[r] == WEFT_ERR_MISMATCH && sh->took_ms[r] < 3000;
+      if (sh->took_ms[r] > worst) worst = sh->took_ms[r];
+    }
+    failed += !ok;
+    printf("%-24s %s in %4lld ms: rank 0: %s\n", NAMES[k], ok ? "every rank: mismatch" : "FAILED",
+           (long long)worst, sh->msg[0]);
+    if (!ok)
+      for (int r = 0; r < N; r++)
+        printf("    rank %d: %s after %lld ms: %s\n", r,
+               weft_result_string((weft_result_t)sh->rc[r]), (long long)sh->took_ms[r], sh->msg[r]);
+  }
+  printf("%d passed, %d failed\n", NCASES - failed, failed);
+  return failed ? 1 : 0;
+}
