@@ -49,4 +49,10 @@ typedef struct weft_transport {
 extern const weft_transport_t weft_transport_shm;
 extern const weft_transport_t weft_transport_tcp;
 
+/* For tests/fuzz: feeds bytes to a TCP receive channel as if a peer had sent them and drains
+ * it as the executor does. WEFT_SUCCESS or WEFT_ERR_PEER_LOST (clean end of the bytes) for a
+ * well-formed stream, WEFT_ERR_PROTOCOL for a malformed one; anything else is a bug. */
+weft_result_t weft_tcp_fuzz_receive(const uint8_t *data, size_t n, uint32_t magic32,
+                                    size_t max_frame);
+
 #endif
