@@ -153,6 +153,7 @@ static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
    * it waits for may be the one that needs it (4 ranks on 2 cores: 2-4x faster than
    * pausing, and than sleeping early). */
   c->yield = cpus > 0 && c->nlocal > cpus;
+  c->full_check = weft_param_int("WEFT_CHECK") != 0;
   if (c->spin < 1) c->spin = 1;
   WEFT_INFO(WEFT_SUB_INIT, "rank %d/%d ready: %d on this host, tcp %s, spin %d%s", c->rank,
             c->nranks, c->nlocal, any_tcp ? "on" : "off", c->spin, c->yield ? " (yielding)" : "");

@@ -57,7 +57,8 @@ struct weft_comm {
   int *local_rank; /* index among ranks on this host, -1 elsewhere */
   int nlocal;
   int spin;
-  int yield; /* more local ranks than cores: yield instead of pausing while spinning */
+  int yield;      /* more local ranks than cores: yield instead of pausing while spinning */
+  int full_check; /* WEFT_CHECK=1 */
 
   /* transports */
   const weft_transport_t *tr[WEFT_TR_COUNT];
@@ -98,6 +99,9 @@ weft_result_t weft_progress_start(struct weft_comm *comm);
 void weft_progress_stop(struct weft_comm *comm);
 /* Records err as the comm's failure (first one wins) and tells the other ranks. */
 void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg, uint64_t seq);
+/* WEFT_CHECK=1 (check.c): compares every rank's call before running it. */
+int weft_check_applies(const weft_work_t *op);
+weft_result_t weft_check_call(struct weft_comm *comm, const weft_work_t *op);
 /* Tuner: fills task->algo and task->args.chunk when automatic. */
 void weft_tune(const struct weft_comm *comm, weft_task_t *task);
 void weft_task_free(weft_task_t *t);

@@ -34,7 +34,8 @@ static weft_result_t exec_checked(weft_comm_t c, weft_work_t *op, char *msg, siz
     snprintf(msg, len, "communicator was aborted");
   }
   if (rc != WEFT_SUCCESS) return rc;
-  rc = weft_exec_op(c, op);
+  if (c->full_check && weft_check_applies(op)) rc = weft_check_call(c, op);
+  if (rc == WEFT_SUCCESS) rc = weft_exec_op(c, op);
   if (rc != WEFT_SUCCESS) {
     snprintf(msg, len, "%s", weft_thread_error());
     weft_comm_fail(c, rc, msg, op->seq);

@@ -22,6 +22,8 @@ static const struct {
     {"WEFT_TCP_SOCKETS", "0", "sockets per pair of ranks, 1-8 (0: 2 between hosts, 1 on one host)"},
     {"WEFT_TCP_BUF_BYTES", "4194304", "bytes of each TCP receive staging ring"},
     {"WEFT_SOCKET_IFADDR", "", "IPv4 address to bind listeners to (default: all interfaces)"},
+    {"WEFT_SOCKET_IFNAME", "", "network interface whose IPv4 address weft uses (e.g. eth0)"},
+    {"WEFT_CHECK", "0", "1: compare every rank's call before each collective (debugging aid)"},
     {"WEFT_SPIN", "2000", "progress-loop spins before a waiting rank sleeps"},
     {"WEFT_HOSTID", "", "override the host identity (fake several hosts on one machine)"},
     {"WEFT_ROOT", "", "host:port of rank 0 for weft_comm_init_env"},

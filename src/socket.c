@@ -48,12 +48,33 @@ void weft_sock_nodelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+/* WEFT_SOCKET_IFADDR, else the address of WEFT_SOCKET_IFNAME, else any. */
 static weft_result_t bind_addr(struct in_addr *addr) {
   const char *ifaddr = weft_param_str("WEFT_SOCKET_IFADDR");
+  const char *ifname = weft_param_str("WEFT_SOCKET_IFNAME");
   addr->s_addr = htonl(INADDR_ANY);
-  if (ifaddr[0] && inet_pton(AF_INET, ifaddr, addr) != 1)
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_SOCKET_IFADDR=%s is not an IPv4 address",
-                          ifaddr);
+  if (ifaddr[0]) {
+    if (inet_pton(AF_INET, ifaddr, addr) != 1)
+      return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_SOCKET_IFADDR=%s is not an IPv4 address",
+                            ifaddr);
+    return WEFT_SUCCESS;
+  }
+  if (!ifname[0]) return WEFT_SUCCESS;
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0)
+    return weft_set_error(WEFT_ERR_SYSTEM, "getifaddrs: %s", strerror(errno));
+  int found = 0;
+  for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && strcmp(i->ifa_name, ifname) == 0) {
+      *addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+      found = 1;
+    }
+  freeifaddrs(ifs);
+  if (!found)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "WEFT_SOCKET_IFNAME=%s: no such interface with an "
+                          "IPv4 address",
+                          ifname);
   return WEFT_SUCCESS;
 }
 
