@@ -4,6 +4,8 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdatomic.h>
@@ -12,6 +14,24 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+int launch_join_netns(int rank) {
+  const char *list = getenv("WEFT_TEST_NETNS");
+  if (!list || !list[0]) return 0;
+  char names[2][64] = {"", ""};
+  if (sscanf(list, "%63[^,],%63s", names[0], names[1]) != 2) return -1;
+  char path[128];
+  snprintf(path, sizeof path, "/var/run/netns/%s", names[rank % 2]);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+    perror("launch: entering the test network namespace");
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  setenv("WEFT_HOSTID", names[rank % 2], 1);
+  return 0;
+}
 
 typedef struct {
   atomic_int state; /* 0: not yet, 1: id ready, -1: rank 0 could not make one */
@@ -47,7 +67,9 @@ int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s) {
     pid_t p = fork();
     if (p == 0) {
       weft_unique_id_t id;
-      int rc = share_id(slot, r, &id, timeout_s) == 0 ? fn(r, nranks, id, arg) : 1;
+      int rc = launch_join_netns(r) == 0 && share_id(slot, r, &id, timeout_s) == 0
+                   ? fn(r, nranks, id, arg)
+                   : 1;
       fflush(stdout);
       fflush(stderr);
       _exit(rc > 255 ? 255 : rc);

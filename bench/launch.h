@@ -11,4 +11,8 @@ typedef int (*launch_fn)(int rank, int nranks, weft_unique_id_t id, void *arg);
  * that fails or outlives timeout_s gets its siblings killed, and the result is nonzero. */
 int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s);
 
+/* Tests of fake hosts: with WEFT_TEST_NETNS=ns0,ns1 the calling process enters network
+ * namespace ns[rank % 2] and takes it as its host identity. Returns 0, also when unset. */
+int launch_join_netns(int rank);
+
 #endif

@@ -29,9 +29,26 @@ weft_result_t weft_fail_check(weft_comm_t c) {
                           "rank %d: rank %d is gone (its process died, or it left without "
                           "destroying the communicator)",
                           c->rank, n.origin);
-  if (rc == WEFT_ERR_PEER_LOST)
-    return weft_set_error(rc, "rank %d: rank %d is gone (a rank noticed during op %llu)", c->rank,
-                          n.origin, (unsigned long long)n.seq);
-  return weft_set_error(rc, "rank %d: rank %d failed in op %llu (%s); stopping here too", c->rank,
-                        n.origin, (unsigned long long)n.seq, weft_result_string(rc));
+  unsigned long long op = (unsigned long long)n.seq;
+  switch (rc) {
+  case WEFT_ERR_PEER_LOST:
+    return weft_set_error(rc, "rank %d: rank %d is gone (noticed during op %llu)", c->rank,
+                          n.origin, op);
+  case WEFT_ERR_TIMEOUT:
+    return weft_set_error(rc,
+                          "rank %d: rank %d timed out in op %llu waiting for a peer (one hangs "
+                          "or called a different operation)",
+                          c->rank, n.origin, op);
+  case WEFT_ERR_ABORTED:
+    return weft_set_error(rc, "rank %d: rank %d aborted the communicator (op %llu)", c->rank,
+                          n.origin, op);
+  case WEFT_ERR_MISMATCH:
+    return weft_set_error(rc,
+                          "rank %d: rank %d saw mismatched calls in op %llu (its error names "
+                          "both)",
+                          c->rank, n.origin, op);
+  default:
+    return weft_set_error(rc, "rank %d: rank %d failed in op %llu (%s); stopping here too", c->rank,
+                          n.origin, op, weft_result_string(rc));
+  }
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "launch.h"
 #include "weft.h"
 
 enum { N = 4, VICTIM = 2, MAXR = 8 };
@@ -102,6 +103,7 @@ static void get_ids(int rank, weft_unique_id_t *id, weft_unique_id_t *id2) {
 static void rank_main(scenario_t sc, int rank) {
   int victim = rank == VICTIM;
   weft_unique_id_t id, id2;
+  if (launch_join_netns(rank) != 0) _exit(1);
   get_ids(rank, &id, &id2);
   if (sc == KILL_BOOTSTRAP && victim) {
     sh->t_death = now_ms();
@@ -189,8 +191,13 @@ static void run(scenario_t sc, int64_t bound_ms) {
     int64_t d = sh->t_err[r] - sh->t_death;
     if (d > worst) worst = d;
     check(d <= bound_ms, NAMES[sc], "rank %d took %lld ms to fail", r, d);
-    if ((sc == KILL_DURING || sc == KILL_BETWEEN) && r != VICTIM)
+    if ((sc == KILL_DURING || sc == KILL_BETWEEN) && r != VICTIM) {
       check(sh->recovered[r], NAMES[sc], "rank %d could not use a new communicator (%lld)", r, 0);
+      char who[16];
+      snprintf(who, sizeof who, "rank %d ", VICTIM);
+      check(strstr(sh->msg[r], who) != NULL, NAMES[sc],
+            "rank %d's error does not name the dead rank (%lld)", r, 0);
+    }
   }
   printf("%-28s survivors failed within %5lld ms (bound %lld ms): rank 0 got %s: %s\n", NAMES[sc],
          (long long)worst, (long long)bound_ms, weft_result_string((weft_result_t)sh->rc[0]),
@@ -207,6 +214,7 @@ static void noise_at_root(void) {
     pids[r] = fork();
     if (pids[r] == 0) {
       weft_unique_id_t id, id2;
+      if (launch_join_netns(r) != 0) _exit(1);
       get_ids(r, &id, &id2);
       if (r > 0) usleep(200000); /* the strangers get there first */
       weft_comm_t c;
@@ -221,6 +229,7 @@ static void noise_at_root(void) {
   }
   while (!atomic_load(&sh->ids_ready))
     usleep(1000);
+  launch_join_netns(0); /* the strangers come from rank 0's host, where the root listens */
   weft_id_body_t body;
   memcpy(&body, sh->id.internal, sizeof body);
   int strangers[4];
@@ -254,7 +263,8 @@ static void noise_at_root(void) {
 int main(int argc, char **argv) {
   if (argc > 1) setenv("WEFT_TRANSPORT", argv[1], 1);
   sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  printf("transport %s, %d ranks, rank %d is the victim\n", argc > 1 ? argv[1] : "auto", N, VICTIM);
+  printf("transport %s, %d ranks, rank %d is the victim%s\n", argc > 1 ? argv[1] : "auto", N,
+         VICTIM, getenv("WEFT_TEST_NETNS") ? ", 2 hosts in network namespaces" : "");
   run(KILL_BOOTSTRAP, 3000 + 2000);
   run(KILL_DURING, 2000);
   run(KILL_BETWEEN, 2000);
