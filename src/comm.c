@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "err.h"
@@ -63,7 +64,34 @@ void weft_comm_fail(weft_comm_t c, weft_result_t err, const char *msg, uint64_t 
   if (first) weft_fail_notify(c, err, seq ? seq : 1);
 }
 
+static void *heartbeat_main(void *arg) {
+  weft_comm_t c = arg;
+  pthread_mutex_lock(&c->mu);
+  while (!c->hb_stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&c->hb_cv, &c->mu, &ts);
+    for (int t = 0; t < WEFT_TR_COUNT; t++)
+      if (c->tr[t] && c->tr_state[t] && c->tr[t]->beat) c->tr[t]->beat(c->tr_state[t]);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+static void heartbeat_stop(weft_comm_t c) {
+  if (!c->hb_started) return;
+  pthread_mutex_lock(&c->mu);
+  c->hb_stop = 1;
+  pthread_cond_broadcast(&c->hb_cv);
+  pthread_mutex_unlock(&c->mu);
+  pthread_join(c->hb_thread, NULL);
+  c->hb_started = 0;
+}
+
 static void comm_free(weft_comm_t c) {
+  heartbeat_stop(c);
   weft_progress_stop(c);
   weft_bootstrap_bye(c->boot); /* our sockets close next: that is no failure */
   for (int t = 0; t < WEFT_TR_COUNT; t++)
@@ -74,6 +102,7 @@ static void comm_free(weft_comm_t c) {
   if (c->wake_fd >= 0) close(c->wake_fd);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
+  pthread_cond_destroy(&c->hb_cv);
   free(c->scratch);
   free(c->local_rank);
   free(c->peer_tr);
@@ -188,7 +217,15 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
   c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
+  pthread_cond_init(&c->hb_cv, NULL);
   weft_result_t rc = comm_setup(c, id);
+  if (rc == WEFT_SUCCESS && c->nlocal > 1) {
+    int e = pthread_create(&c->hb_thread, NULL, heartbeat_main, c);
+    if (e == 0)
+      c->hb_started = 1;
+    else
+      rc = weft_set_error(WEFT_ERR_SYSTEM, "heartbeat thread: %s", strerror(e));
+  }
   if (rc != WEFT_SUCCESS) {
     comm_free(c);
     return rc;

@@ -75,6 +75,11 @@ struct weft_comm {
   int thread_started;
   pthread_t thread;
 
+  /* heartbeat thread: lets local peers tell a stopped or frozen process from a busy one */
+  pthread_t hb_thread;
+  int hb_started, hb_stop;
+  pthread_cond_t hb_cv;
+
   /* failure */
   atomic_int aborted;
   atomic_int notified;    /* this rank has told the others about the failure */

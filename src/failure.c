@@ -25,10 +25,11 @@ weft_result_t weft_fail_check(weft_comm_t c) {
   if (n.origin == c->rank)
     return weft_set_error(rc, "rank %d: a neighbour reported this rank's own failure", c->rank);
   if (n.seq == 0)
-    return weft_set_error(rc,
-                          "rank %d: rank %d is gone (its process died, or it left without "
-                          "destroying the communicator)",
-                          c->rank, n.origin);
+    return weft_set_error(
+        rc,
+        "rank %d: rank %d is gone (its process died or stopped, or it left without "
+        "destroying the communicator)",
+        c->rank, n.origin);
   unsigned long long op = (unsigned long long)n.seq;
   switch (rc) {
   case WEFT_ERR_PEER_LOST:

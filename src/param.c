@@ -14,6 +14,8 @@ static const struct {
     {"WEFT_DEBUG_SUBSYS", "ALL", "log filter: comma list of INIT,BOOT,NET,SHM,COLL,TUNE,ALL"},
     {"WEFT_DEBUG_FILE", "", "log to this file instead of stderr; %h = host, %p = pid"},
     {"WEFT_TIMEOUT_MS", "300000", "timeout of every blocking wait (bootstrap, connect, each op)"},
+    {"WEFT_HEARTBEAT_MS", "20000",
+     "a local peer that has not run for this long is stopped or frozen (0: off)"},
     {"WEFT_TRANSPORT", "auto", "force a transport between all ranks: auto, shm or tcp"},
     {"WEFT_ALGO", "auto", "force an algorithm: auto, ring, rhd, tree, direct, pairwise, chain"},
     {"WEFT_CHUNK_BYTES", "0", "pipeline chunk size in bytes (0: the tuner picks)"},

@@ -36,8 +36,9 @@ typedef struct {
   _Atomic int32_t notice; /* origin + 1 of a failure a peer told us about; 0: none */
   int32_t notice_code;
   uint64_t notice_seq;
-  _Atomic int32_t left; /* the owner destroyed its communicator: its exit is no failure */
-  char pad[20];
+  _Atomic int32_t left;       /* the owner destroyed its communicator: its exit is no failure */
+  _Atomic uint32_t heartbeat; /* bumped every 100 ms by the owner's heartbeat thread */
+  char pad[16];
 } seg_hdr_t;
 
 _Static_assert(sizeof(seg_hdr_t) == 64, "the segment header is one cache line");
@@ -46,6 +47,9 @@ typedef struct {
   int rank, nranks, nlocal, my_local;
   const int *local_rank;
   int64_t next_liveness_ms; /* pid checks of local peers are rate-limited */
+  int64_t heartbeat_ms;     /* a local peer silent this long is stopped or frozen; 0: off */
+  uint32_t *beat_seen;      /* per local index: last heartbeat value seen ... */
+  int64_t *beat_when;       /* ... and when it last changed */
   size_t ring_bytes, seg_bytes;
   char **segs; /* by local index; the own one included */
   char name[64];
@@ -85,6 +89,8 @@ static void shm_teardown(void *state) {
   for (int i = 0; i < s->nlocal && s->segs; i++)
     if (s->segs[i]) munmap(s->segs[i], s->seg_bytes);
   free(s->segs);
+  free(s->beat_seen);
+  free(s->beat_when);
   free(s);
 }
 
@@ -129,7 +135,11 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
   s->ring_bytes = ((size_t)rb + 4095) & ~(size_t)4095;
   s->seg_bytes = sizeof(seg_hdr_t) + (size_t)s->nlocal * (sizeof(ring_ctl_t) + s->ring_bytes);
   s->segs = calloc((size_t)s->nlocal, sizeof *s->segs);
-  if (!s->segs) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "shm: out of memory");
+  s->beat_seen = calloc((size_t)s->nlocal, sizeof *s->beat_seen);
+  s->beat_when = calloc((size_t)s->nlocal, sizeof *s->beat_when);
+  if (!s->segs || !s->beat_seen || !s->beat_when)
+    ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "shm: out of memory");
+  s->heartbeat_ms = weft_param_int("WEFT_HEARTBEAT_MS");
   seg_name(s->name, sizeof s->name, in->magic, in->rank);
   CHECK_GOTO(map_seg(s->name, s->seg_bytes, 1, &s->segs[s->my_local]), rc, fail);
   s->own_linked = 1;
@@ -250,6 +260,11 @@ static int pid_dead(int32_t pid) {
   return close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z';
 }
 
+static void shm_beat(void *state) {
+  shm_t *s = state;
+  atomic_fetch_add(&hdr(s, s->my_local)->heartbeat, 1);
+}
+
 static weft_result_t shm_check(void *state, weft_notice_t *n) {
   shm_t *s = state;
   seg_hdr_t *h = hdr(s, s->my_local);
@@ -269,6 +284,17 @@ static weft_result_t shm_check(void *state, weft_notice_t *n) {
       *n = (weft_notice_t){.origin = p, .code = WEFT_ERR_PEER_LOST};
       return WEFT_ERR_PEER_LOST;
     }
+    uint32_t beat = atomic_load(&hdr(s, l)->heartbeat);
+    if (beat != s->beat_seen[l] || s->beat_when[l] == 0) {
+      s->beat_seen[l] = beat;
+      s->beat_when[l] = now;
+    } else if (s->heartbeat_ms > 0 && now - s->beat_when[l] > s->heartbeat_ms) {
+      *n = (weft_notice_t){.origin = p, .code = WEFT_ERR_PEER_LOST};
+      return weft_set_error(WEFT_ERR_PEER_LOST,
+                            "rank %d (pid %d) has not run for %lld ms: stopped (SIGSTOP, a "
+                            "debugger) or frozen",
+                            p, (int)hdr(s, l)->pid, (long long)(now - s->beat_when[l]));
+    }
   }
   return WEFT_SUCCESS;
 }
@@ -286,4 +312,5 @@ const weft_transport_t weft_transport_shm = {
     .wake = shm_wake,
     .notify = shm_notify,
     .check = shm_check,
+    .beat = shm_beat,
 };

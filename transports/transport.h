@@ -44,6 +44,8 @@ typedef struct weft_transport {
   void (*notify)(void *state, const weft_notice_t *n);
   /* Optional: a failure notice or a dead peer seen by this transport (WEFT_SUCCESS: none). */
   weft_result_t (*check)(void *state, weft_notice_t *n);
+  /* Optional: called every 100 ms by the comm's heartbeat thread. */
+  void (*beat)(void *state);
 } weft_transport_t;
 
 extern const weft_transport_t weft_transport_shm;
