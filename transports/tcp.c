@@ -1,5 +1,5 @@
-/* TCP transport: non-blocking sockets per peer pair. Data goes in frames {magic, length}
- * with a bounded length, so a corrupt or foreign stream is refused instead of trusted;
+/* TCP transport: non-blocking sockets per peer pair. Data goes in frames {magic, length,
+ * sequence} with a bounded length, so a corrupt or foreign stream is refused instead of trusted;
  * received payload lands in a staging ring that the executor peeks into. With several
  * sockets per pair, frame k travels on socket k mod S and is read back in the same order,
  * so the byte stream needs no reordering. */
@@ -25,14 +25,14 @@ typedef struct {
   uint64_t sframe, rframe; /* frames sent / received so far: pick the socket */
   /* send side: the frame being written */
   int in_frame;
-  uint32_t hdr[2];
+  uint32_t hdr[3]; /* magic, payload length, frame sequence */
   size_t hdr_sent, payload_left;
   int send_blocked;
   /* receive side */
   char *ring;
   uint64_t head, tail;
   int in_rframe;
-  uint32_t rhdr[2];
+  uint32_t rhdr[3];
   size_t rhdr_got, rpayload_left;
   weft_result_t rerr; /* EOF or error seen; raised once the staged bytes run out */
   char rerr_msg[200];
@@ -181,6 +181,7 @@ static weft_result_t tcp_send(void *state, int peer, const void *src, size_t n, 
       size_t len = n - done < t->max_frame ? n - done : t->max_frame;
       c->hdr[0] = t->magic32;
       c->hdr[1] = (uint32_t)len;
+      c->hdr[2] = (uint32_t)c->sframe;
       c->hdr_sent = 0;
       c->payload_left = len;
       c->in_frame = 1;
@@ -248,6 +249,11 @@ static weft_result_t fill_socket(tcp_t *t, int peer) {
       c->rhdr_got += (size_t)r;
       if (c->rhdr_got < sizeof c->rhdr) continue;
       c->rhdr_got = 0;
+      if (c->rhdr[2] != (uint32_t)c->rframe && c->rhdr[0] == t->magic32)
+        return weft_set_error(WEFT_ERR_PROTOCOL,
+                              "tcp: rank %d sent frame %u where frame %u was due (lost or "
+                              "reordered data)",
+                              peer, c->rhdr[2], (uint32_t)c->rframe);
       if (c->rhdr[0] != t->magic32 || c->rhdr[1] == 0 || c->rhdr[1] > t->max_frame)
         return weft_set_error(WEFT_ERR_PROTOCOL,
                               "tcp: rank %d sent a bad frame header (magic %08x, length %u, "
