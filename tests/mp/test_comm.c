@@ -11,15 +11,8 @@
 #include <unistd.h>
 
 #include "launch.h"
+#include "rank_check.h"
 #include "weft.h"
-
-#define FAIL(...)                                                                                  \
-  do {                                                                                             \
-    fprintf(stderr, "rank %d: ", rank);                                                            \
-    fprintf(stderr, __VA_ARGS__);                                                                  \
-    fprintf(stderr, " (%s)\n", weft_get_last_error(NULL));                                         \
-    return 1;                                                                                      \
-  } while (0)
 
 static double now_s(void) {
   struct timespec ts;

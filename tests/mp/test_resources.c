@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "launch.h"
+#include "rank_check.h"
 #include "weft.h"
 
 static int count_fds(void) {
@@ -29,14 +30,6 @@ static long shm_files(void) {
 }
 
 static size_t heap(void) { return mallinfo2().uordblks; }
-
-#define FAIL(...)                                                                                  \
-  do {                                                                                             \
-    fprintf(stderr, "rank %d: ", rank);                                                            \
-    fprintf(stderr, __VA_ARGS__);                                                                  \
-    fprintf(stderr, " (%s)\n", weft_get_last_error(NULL));                                         \
-    return 1;                                                                                      \
-  } while (0)
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
