@@ -527,6 +527,9 @@ weft_result_t weft_exec_op(weft_comm_t c, weft_work_t *op) {
   rc = build_queues(&x);
   if (rc == WEFT_SUCCESS) {
     const char *what = n == 1 ? weft_coll_name(op->tasks[0].args.coll) : "group";
+    WEFT_TRACE(WEFT_SUB_COLL, "rank %d op %llu: %s of %d task(s), %s, %zu steps, %d peers", c->rank,
+               (unsigned long long)op->seq, what, n, weft_algo_name(op->tasks[0].algo), steps,
+               x.nactive);
     rc = run(&x, what, op->seq);
   }
   if (rc == WEFT_SUCCESS)

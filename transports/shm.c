@@ -162,6 +162,8 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
   CHECK_GOTO(weft_bootstrap_barrier(in->boot), rc, fail);
   shm_unlink(s->name);
   s->own_linked = 0;
+  WEFT_INFO(WEFT_SUB_SHM, "rank %d: %d local ranks, rings of %zu bytes (%zu bytes mapped here)",
+            in->rank, s->nlocal, s->ring_bytes, s->seg_bytes);
   *state = s;
   return WEFT_SUCCESS;
 fail:

@@ -157,6 +157,11 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   }
   close(listen_fd);
   free(addrs);
+  int npeers = 0;
+  for (int p = 0; p < in->nranks; p++)
+    npeers += t->conns[p].fds[0] >= 0;
+  WEFT_INFO(WEFT_SUB_NET, "rank %d: tcp to %d peers, frames up to %zu bytes", in->rank, npeers,
+            t->max_frame);
   *state = t;
   return WEFT_SUCCESS;
 fail:
