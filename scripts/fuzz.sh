@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Bounded libFuzzer runs (clang, ASan+UBSan) of the parsers of bytes that come from the
-# network: TCP data frames and bootstrap-ring notices. New inputs go to a scratch copy of the
-# corpus; crashes leave their input in build-fuzz/. usage: scripts/fuzz.sh [seconds per target]
+# network: TCP data frames, bootstrap-ring notices, and the rendezvous root's reply. New
+# inputs go to a scratch copy of the corpus; crashes leave their input in build-fuzz/.
+# usage: scripts/fuzz.sh [seconds per target]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}
 [ -f build-fuzz/build.ninja ] || CC=clang meson setup build-fuzz -Dfuzz=true \
   -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized -Dmpi=disabled > /dev/null
 ninja -C build-fuzz > /dev/null
-for t in tcp_stream notice; do
+for t in tcp_stream notice rendezvous; do
   work=$(mktemp -d)
   cp tests/fuzz/corpus/$t/* "$work"/
   echo "fuzz_$t, $secs s:"

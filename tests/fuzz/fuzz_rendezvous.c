@@ -1,0 +1,65 @@
+/* Fuzz target: arbitrary bytes as the rendezvous root's answer to a rank (src/bootstrap.c:
+ * reply header and address table). A fake root on loopback reads the rank's hello and sends
+ * the input back. One rank only, so even a well-formed table never makes weft connect to an
+ * address taken from the input. Every outcome must be a weft result; never a crash. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+
+typedef struct {
+  int listen_fd;
+  const uint8_t *data;
+  size_t size;
+} root_t;
+
+static void *fake_root(void *arg) {
+  root_t *r = arg;
+  int fd = accept(r->listen_fd, NULL, NULL);
+  if (fd < 0) return NULL;
+  char hello[40];
+  size_t got = 0;
+  while (got < sizeof hello) {
+    ssize_t n = recv(fd, hello + got, sizeof hello - got, 0);
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  if (r->size) send(fd, r->data, r->size, MSG_NOSIGNAL);
+  close(fd);
+  return NULL;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size > 4096) return 0;
+  setenv("WEFT_SOCKET_IFADDR", "127.0.0.1", 1);
+  root_t r = {.data = data, .size = size};
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  r.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (r.listen_fd < 0 || bind(r.listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      listen(r.listen_fd, 4) != 0 || getsockname(r.listen_fd, (struct sockaddr *)&a, &len) != 0) {
+    if (r.listen_fd >= 0) close(r.listen_fd);
+    return 0;
+  }
+  pthread_t t;
+  pthread_create(&t, NULL, fake_root, &r);
+  /* The magic of the seed corpus, so mutations start from a valid reply. */
+  weft_id_body_t id = {.magic = 0x1122334455667788ull, .version = WEFT_WIRE_VERSION, .root = a};
+  weft_bootstrap_t *b = NULL;
+  weft_result_t rc = weft_bootstrap_init(&id, 0, 1, 2000, NULL, &b);
+  if (rc == WEFT_SUCCESS)
+    weft_bootstrap_free(b);
+  else if (rc < 0 || rc > WEFT_ERR_IN_PROGRESS)
+    abort();
+  pthread_join(t, NULL);
+  close(r.listen_fd);
+  return 0;
+}
