@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -274,9 +275,10 @@ typedef struct {
   uint32_t version, type;
   int32_t origin, code;
   uint64_t seq;
+  char text[WEFT_NOTICE_TEXT]; /* NUL-terminated on the wire; not trusted to be */
 } notice_msg_t;
 
-_Static_assert(sizeof(notice_msg_t) == 32, "notice messages are 32 bytes on the wire");
+_Static_assert(sizeof(notice_msg_t) == WEFT_NOTICE_BYTES, "notices have one size on the wire");
 
 static void send_both(weft_bootstrap_t *b, const notice_msg_t *m) {
   pthread_mutex_lock(&b->send_mu);
@@ -297,6 +299,7 @@ void weft_bootstrap_notify(weft_bootstrap_t *b, const weft_notice_t *n) {
                     .origin = n->origin,
                     .code = (int32_t)n->code,
                     .seq = n->seq};
+  snprintf(m.text, sizeof m.text, "%s", n->text);
   send_both(b, &m);
 }
 
@@ -320,7 +323,8 @@ weft_result_t weft_bootstrap_check(weft_bootstrap_t *b, weft_notice_t *n) {
   for (int side = 0; side < 2; side++) {
     if (fd[side] < 0) continue;
     for (;;) {
-      ssize_t r = recv(fd[side], b->rbuf[side] + b->rgot[side], 32 - b->rgot[side], MSG_DONTWAIT);
+      ssize_t r = recv(fd[side], b->rbuf[side] + b->rgot[side], WEFT_NOTICE_BYTES - b->rgot[side],
+                       MSG_DONTWAIT);
       if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         if (b->bye[side]) break; /* it left on purpose */
         *n = (weft_notice_t){.origin = who[side], .code = WEFT_ERR_PEER_LOST};
@@ -328,7 +332,7 @@ weft_result_t weft_bootstrap_check(weft_bootstrap_t *b, weft_notice_t *n) {
       }
       if (r < 0) break;
       b->rgot[side] += (size_t)r;
-      if (b->rgot[side] < 32) continue;
+      if (b->rgot[side] < WEFT_NOTICE_BYTES) continue;
       b->rgot[side] = 0;
       notice_msg_t m;
       memcpy(&m, b->rbuf[side], sizeof m);
@@ -346,6 +350,9 @@ weft_result_t weft_bootstrap_check(weft_bootstrap_t *b, weft_notice_t *n) {
       *n = (weft_notice_t){.origin = bad ? who[side] : m.origin,
                            .code = bad ? WEFT_ERR_PROTOCOL : (weft_result_t)m.code,
                            .seq = m.seq};
+      /* The text came over the network: printable characters only, always terminated. */
+      for (size_t i = 0; !bad && i < sizeof n->text - 1 && m.text[i]; i++)
+        n->text[i] = (m.text[i] >= 32 && m.text[i] < 127) ? m.text[i] : '?';
       return n->code;
     }
   }

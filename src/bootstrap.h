@@ -22,11 +22,15 @@ enum weft_msg_type {
   WEFT_MSG_BYE = 0x15     /* the sender destroys its communicator: its close is no failure */
 };
 
-/* A failure notice: origin is the rank that first saw the failure. */
+/* A failure notice: origin is the rank that first saw the failure; text is its error
+ * message (so every rank can say what happened, e.g. both calls of a mismatch). */
+#define WEFT_NOTICE_BYTES 256
+#define WEFT_NOTICE_TEXT  (WEFT_NOTICE_BYTES - 32)
 typedef struct {
   int origin;
   weft_result_t code;
   uint64_t seq;
+  char text[WEFT_NOTICE_TEXT];
 } weft_notice_t;
 
 /* What a weft_unique_id_t holds. */
@@ -45,7 +49,7 @@ typedef struct weft_bootstrap {
   int next_fd, prev_fd;
   struct in_addr my_ip; /* how the others reach this rank */
   /* failure channel: partial notices read so far, neighbours that said bye */
-  unsigned char rbuf[2][32];
+  unsigned char rbuf[2][WEFT_NOTICE_BYTES];
   size_t rgot[2];
   int bye[2];
   pthread_mutex_t send_mu;

@@ -61,7 +61,7 @@ void weft_comm_fail(weft_comm_t c, weft_result_t err, const char *msg, uint64_t 
     snprintf(c->error, sizeof c->error, "%s", msg);
   }
   pthread_mutex_unlock(&c->mu);
-  if (first) weft_fail_notify(c, err, seq ? seq : 1);
+  if (first) weft_fail_notify(c, err, seq ? seq : 1, msg);
 }
 
 static void *heartbeat_main(void *arg) {
@@ -345,7 +345,7 @@ weft_result_t weft_comm_abort(weft_comm_t comm) {
   uint64_t seq = comm->seq;
   pthread_mutex_unlock(&comm->mu);
   /* peers waiting for this rank learn at once instead of at their timeout */
-  weft_fail_notify(comm, WEFT_ERR_ABORTED, seq ? seq : 1);
+  weft_fail_notify(comm, WEFT_ERR_ABORTED, seq ? seq : 1, "weft_comm_abort was called");
   uint64_t one = 1;
   if (comm->wake_fd >= 0 && write(comm->wake_fd, &one, sizeof one) < 0) {
     /* a full eventfd is already readable: the waiter wakes anyway */

@@ -84,6 +84,7 @@ struct weft_comm {
   atomic_int aborted;
   atomic_int notified;    /* this rank has told the others about the failure */
   atomic_int fail_origin; /* rank that first saw the failure, when told by a notice; else -1 */
+  char relay_text[WEFT_NOTICE_TEXT]; /* a received notice's text, passed on unchanged */
   weft_result_t async_error;
   char error[1024];
 

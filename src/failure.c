@@ -3,12 +3,16 @@
  * local peer whose process is gone; it then forwards the notice, keeping its origin. */
 #include "failure.h"
 
+#include <stdio.h>
+
 #include "err.h"
 
-void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq) {
+void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char *text) {
   if (atomic_exchange(&c->notified, 1)) return;
   int origin = atomic_load(&c->fail_origin);
   weft_notice_t n = {.origin = origin >= 0 ? origin : c->rank, .code = err, .seq = seq};
+  /* A rank that only relays a notice passes the reporter's words on, not its own quote. */
+  snprintf(n.text, sizeof n.text, "%s", c->relay_text[0] ? c->relay_text : text ? text : "");
   weft_bootstrap_notify(c->boot, &n);
   for (int t = 0; t < WEFT_TR_COUNT; t++)
     if (c->tr[t] && c->tr_state[t] && c->tr[t]->notify) c->tr[t]->notify(c->tr_state[t], &n);
@@ -16,40 +20,34 @@ void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq) {
 
 weft_result_t weft_fail_check(weft_comm_t c) {
   weft_notice_t n = {0};
-  weft_result_t rc = WEFT_SUCCESS;
+  /* The ring's notices carry the reporter's message; the shm header's only its code. */
+  weft_result_t rc = c->boot ? weft_bootstrap_check(c->boot, &n) : WEFT_SUCCESS;
   for (int t = 0; t < WEFT_TR_COUNT && rc == WEFT_SUCCESS; t++)
     if (c->tr[t] && c->tr_state[t] && c->tr[t]->check) rc = c->tr[t]->check(c->tr_state[t], &n);
-  if (rc == WEFT_SUCCESS && c->boot) rc = weft_bootstrap_check(c->boot, &n);
   if (rc == WEFT_SUCCESS) return rc;
   atomic_store(&c->fail_origin, n.origin);
+  snprintf(c->relay_text, sizeof c->relay_text, "%s", n.text);
   if (n.origin == c->rank)
     return weft_set_error(rc, "rank %d: a neighbour reported this rank's own failure", c->rank);
-  if (n.seq == 0)
-    return weft_set_error(
-        rc,
-        "rank %d: rank %d is gone (its process died or stopped, or it left without "
-        "destroying the communicator)",
-        c->rank, n.origin);
+  char what[192];
   unsigned long long op = (unsigned long long)n.seq;
-  switch (rc) {
-  case WEFT_ERR_PEER_LOST:
-    return weft_set_error(rc, "rank %d: rank %d is gone (noticed during op %llu)", c->rank,
-                          n.origin, op);
-  case WEFT_ERR_TIMEOUT:
-    return weft_set_error(rc,
-                          "rank %d: rank %d timed out in op %llu waiting for a peer (one hangs "
-                          "or called a different operation)",
-                          c->rank, n.origin, op);
-  case WEFT_ERR_ABORTED:
-    return weft_set_error(rc, "rank %d: rank %d aborted the communicator (op %llu)", c->rank,
-                          n.origin, op);
-  case WEFT_ERR_MISMATCH:
-    return weft_set_error(rc,
-                          "rank %d: rank %d saw mismatched calls in op %llu (its error names "
-                          "both)",
-                          c->rank, n.origin, op);
-  default:
-    return weft_set_error(rc, "rank %d: rank %d failed in op %llu (%s); stopping here too", c->rank,
-                          n.origin, op, weft_result_string(rc));
-  }
+  if (n.seq == 0)
+    snprintf(what, sizeof what,
+             "rank %d is gone (its process died or stopped, or it left "
+             "without destroying the communicator)",
+             n.origin);
+  else if (rc == WEFT_ERR_PEER_LOST)
+    snprintf(what, sizeof what, "rank %d is gone (noticed during op %llu)", n.origin, op);
+  else if (rc == WEFT_ERR_TIMEOUT)
+    snprintf(what, sizeof what, "rank %d timed out in op %llu waiting for a peer", n.origin, op);
+  else if (rc == WEFT_ERR_ABORTED)
+    snprintf(what, sizeof what, "rank %d aborted the communicator (op %llu)", n.origin, op);
+  else if (rc == WEFT_ERR_MISMATCH)
+    snprintf(what, sizeof what, "rank %d saw mismatched calls in op %llu", n.origin, op);
+  else
+    snprintf(what, sizeof what, "rank %d failed in op %llu (%s)", n.origin, op,
+             weft_result_string(rc));
+  /* The reporter's own words, when its notice came over the ring. */
+  if (n.text[0]) return weft_set_error(rc, "rank %d: %s: %s", c->rank, what, n.text);
+  return weft_set_error(rc, "rank %d: %s", c->rank, what);
 }

@@ -6,8 +6,9 @@
 
 #include "comm.h"
 
-/* Tells the others (once per communicator) that this comm failed with err. */
-void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq);
+/* Tells the others (once per communicator) that this comm failed with err; text is the
+ * error message they will quote. */
+void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char *text);
 /* WEFT_SUCCESS, or the reported failure with a message naming who saw what. */
 weft_result_t weft_fail_check(weft_comm_t c);
 

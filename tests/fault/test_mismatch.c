@@ -1,6 +1,7 @@
 /* Mismatched calls: one rank calls a different collective, count, dtype, op or root, or
  * sends a different number of elements than its peer receives. Every rank must get
- * WEFT_ERR_MISMATCH quickly (the timeout is 20 s) with a message naming both calls: from the
+ * WEFT_ERR_MISMATCH quickly (the timeout is 20 s) with a message naming both calls (the
+ * failure notices carry the reporter's words to the ranks that did not see it): from the
  * call itself, or, for a rank whose part was only to send (it can finish before anyone
  * looks at its data), from its next call. usage: test_mismatch [shm|tcp] */
 #include <stdio.h>
@@ -88,6 +89,9 @@ int main(int argc, char **argv) {
     int ok = 1;
     int64_t worst = 0;
     for (int r = 0; r < N; r++) {
+      /* every rank's message names both calls: "... called X ... which called Y ..." */
+      const char *first = strstr(sh->msg[r], "called ");
+      ok &= first && strstr(first + 1, "called ") != NULL;
       ok &= sh->rc[r] == WEFT_ERR_MISMATCH && sh->took_ms[r] < 3000;
       if (sh->took_ms[r] > worst) worst = sh->took_ms[r];
     }
