@@ -146,7 +146,9 @@ weft_result_t weft_recv(void *recvbuf, size_t count, weft_dtype_t dtype, int pee
 weft_result_t weft_barrier(weft_comm_t comm, weft_stream_t stream);
 
 /* Operations issued between start and end (on this thread) run as one: concurrently, and
- * with the stream of the first one. Nestable; errors are reported by weft_group_end. */
+ * with the stream of the first one. A group spanning several communicators completes before
+ * weft_group_end returns (each comm progresses on its own thread). Nestable; errors are
+ * reported by weft_group_end. */
 weft_result_t weft_group_start(void);
 weft_result_t weft_group_end(void);
 
