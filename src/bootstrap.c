@@ -123,6 +123,10 @@ weft_result_t weft_bootstrap_root_start(int listen_fd, uint64_t id_magic, int64_
     close(listen_fd);
     return weft_set_error(WEFT_ERR_NO_MEMORY, "bootstrap root: out of memory");
   }
+  /* The root thread must not read the environment (a caller's setenv in parallel would
+   * crash it): settle the timeout and the log settings here, on the caller's thread. */
+  if (timeout_ms <= 0) timeout_ms = weft_deadline(0) - weft_now_ms();
+  weft_log_enabled(WEFT_LOG_WARN, WEFT_SUB_BOOT);
   *R = (root_t){.listen_fd = listen_fd, .magic = id_magic, .timeout_ms = timeout_ms};
   pthread_t t;
   pthread_attr_t attr;

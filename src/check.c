@@ -60,7 +60,10 @@ weft_result_t weft_check_call(weft_comm_t c, const weft_work_t *op) {
                    .dtype = WEFT_U8,
                    .sendbuf = &mine,
                    .recvbuf = all};
-  weft_tune(c, &t);
+  /* Runs on the executing thread, which must not read the environment (so no weft_tune):
+   * a few dozen bytes from every rank is what direct exchange is for. */
+  t.algo = WEFT_ALGO_DIRECT;
+  t.args.chunk = sizeof mine;
   weft_work_t w = {.tasks = &t, .ntasks = 1, .seq = op->seq};
   weft_result_t rc = weft_exec_op(c, &w);
   for (int p = 0; p < c->nranks && rc == WEFT_SUCCESS; p++) {

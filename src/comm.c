@@ -206,6 +206,9 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
   if (config && config->device >= 0)
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
                           "weft_comm_init: device communicators are not in this build yet");
+  /* weft's own threads never read the environment: its settings are read on the caller's
+   * thread, here and when operations are issued (the logging ones once, right now). */
+  weft_log_enabled(WEFT_LOG_WARN, WEFT_SUB_INIT);
   weft_comm_t c = calloc(1, sizeof *c);
   if (!c) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
   c->rank = rank;

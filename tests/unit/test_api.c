@@ -169,12 +169,33 @@ static void readme_lists_every_param(void **st) {
   }
 }
 
+/* weft's own threads never read the environment, so a program may change it while they
+ * run: here each weft_get_unique_id starts a rendezvous thread and the caller rewrites the
+ * environment at once (getenv racing setenv crashes a process). */
+static void own_threads_leave_the_environment_alone(void **st) {
+  (void)st;
+  setenv("WEFT_TIMEOUT_MS", "300", 1); /* the idle rendezvous threads end soon */
+  char name[32], value[32];
+  for (int i = 0; i < 300; i++) {
+    weft_unique_id_t id;
+    assert_int_equal(weft_get_unique_id(&id), WEFT_SUCCESS);
+    for (int k = 0; k < 40; k++) {
+      snprintf(name, sizeof name, "WEFT_TEST_CHURN_%d", k);
+      snprintf(value, sizeof value, "%d", i * 40 + k);
+      setenv(name, value, 1);
+      if (k % 2) unsetenv(name);
+    }
+  }
+  unsetenv("WEFT_TIMEOUT_MS");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(bad_arguments_change_nothing),
                                      cmocka_unit_test(bad_init),
                                      cmocka_unit_test(env_init),
                                      cmocka_unit_test(streams),
                                      cmocka_unit_test(tables),
-                                     cmocka_unit_test(readme_lists_every_param)};
+                                     cmocka_unit_test(readme_lists_every_param),
+                                     cmocka_unit_test(own_threads_leave_the_environment_alone)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
