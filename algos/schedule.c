@@ -82,6 +82,12 @@ const char *weft_coll_name(weft_coll_t c) {
   return (unsigned)c < WEFT_COLL_COUNT ? coll_names[c] : "invalid";
 }
 
+int weft_coll_reduces(weft_coll_t c) {
+  return c == WEFT_COLL_ALLREDUCE || c == WEFT_COLL_REDUCE_SCATTER || c == WEFT_COLL_REDUCE;
+}
+
+int weft_coll_rooted(weft_coll_t c) { return c == WEFT_COLL_BROADCAST || c == WEFT_COLL_REDUCE; }
+
 weft_algo_t weft_algo_parse(const char *name) {
   for (int i = 0; i < WEFT_ALGO_COUNT; i++)
     if (strcasecmp(name, algo_names[i]) == 0) return (weft_algo_t)i;

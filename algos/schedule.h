@@ -100,6 +100,8 @@ typedef weft_result_t (*weft_algo_fn)(const weft_coll_args_t *a, weft_sched_t *s
 weft_algo_fn weft_algo_lookup(weft_coll_t coll, weft_algo_t algo);
 const char *weft_algo_name(weft_algo_t algo);
 const char *weft_coll_name(weft_coll_t coll);
+int weft_coll_reduces(weft_coll_t coll);       /* takes a reduction op */
+int weft_coll_rooted(weft_coll_t coll);        /* takes a root */
 weft_algo_t weft_algo_parse(const char *name); /* WEFT_ALGO_COUNT when unknown */
 
 /* Generators (one file each in algos/). */

@@ -125,7 +125,7 @@ weft_result_t weft_bootstrap_root_start(int listen_fd, uint64_t id_magic, int64_
   }
   /* The root thread must not read the environment (a caller's setenv in parallel would
    * crash it): settle the timeout and the log settings here, on the caller's thread. */
-  if (timeout_ms <= 0) timeout_ms = weft_deadline(0) - weft_now_ms();
+  if (timeout_ms <= 0) timeout_ms = weft_default_timeout_ms();
   weft_log_enabled(WEFT_LOG_WARN, WEFT_SUB_BOOT);
   *R = (root_t){.listen_fd = listen_fd, .magic = id_magic, .timeout_ms = timeout_ms};
   pthread_t t;
@@ -197,8 +197,7 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
     ERR_GOTO(rc, fail, WEFT_ERR_TIMEOUT,
              "rank %d: the rendezvous root did not answer within %lld ms: not all %d ranks "
              "joined (is every rank started, with the same id and nranks?)",
-             rank, (long long)(timeout_ms > 0 ? timeout_ms : weft_deadline(0) - weft_now_ms()),
-             nranks);
+             rank, (long long)(timeout_ms > 0 ? timeout_ms : weft_default_timeout_ms()), nranks);
   if (rc == WEFT_ERR_PEER_LOST)
     ERR_GOTO(rc, fail, WEFT_ERR_PEER_LOST,
              "rank %d: the rendezvous root closed the connection (another rank used a different "

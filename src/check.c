@@ -22,26 +22,28 @@ _Static_assert(sizeof(call_t) == 32, "call descriptions are 32 bytes");
 static call_t describe(const weft_work_t *op) {
   const weft_task_t *t = &op->tasks[0];
   weft_coll_t k = t->args.coll;
-  int reduces = k == WEFT_COLL_ALLREDUCE || k == WEFT_COLL_REDUCE_SCATTER || k == WEFT_COLL_REDUCE;
-  int rooted = k == WEFT_COLL_BROADCAST || k == WEFT_COLL_REDUCE;
   return (call_t){.coll = (uint8_t)k,
                   .dtype = (uint8_t)t->dtype,
-                  .op = (uint8_t)(reduces ? t->op : 0),
+                  .op = (uint8_t)(weft_coll_reduces(k) ? t->op : 0),
                   .comparable = k != WEFT_COLL_ALLTOALLV,
-                  .root = rooted ? t->args.root : 0,
+                  .root = weft_coll_rooted(k) ? t->args.root : 0,
                   .count = t->args.count};
 }
 
-static void name_call(char *buf, size_t len, const call_t *c) {
-  int k = c->coll;
-  int n = snprintf(buf, len, "%s(count %llu, %s", weft_coll_name((weft_coll_t)k),
-                   (unsigned long long)c->count, weft_dtype_name((weft_dtype_t)c->dtype));
-  if (n > 0 && (size_t)n < len &&
-      (k == WEFT_COLL_ALLREDUCE || k == WEFT_COLL_REDUCE_SCATTER || k == WEFT_COLL_REDUCE))
-    n += snprintf(buf + n, len - (size_t)n, ", %s", weft_op_name((weft_op_t)c->op));
-  if (n > 0 && (size_t)n < len && (k == WEFT_COLL_BROADCAST || k == WEFT_COLL_REDUCE))
-    n += snprintf(buf + n, len - (size_t)n, ", root %d", (int)c->root);
+void weft_call_name(char *buf, size_t len, weft_coll_t coll, uint64_t count, weft_dtype_t dtype,
+                    weft_op_t op, int root) {
+  int n = snprintf(buf, len, "%s(count %llu, %s", weft_coll_name(coll), (unsigned long long)count,
+                   weft_dtype_name(dtype));
+  if (n > 0 && (size_t)n < len && weft_coll_reduces(coll))
+    n += snprintf(buf + n, len - (size_t)n, ", %s", weft_op_name(op));
+  if (n > 0 && (size_t)n < len && weft_coll_rooted(coll))
+    n += snprintf(buf + n, len - (size_t)n, ", root %d", root);
   if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
+}
+
+static void name_call(char *buf, size_t len, const call_t *c) {
+  weft_call_name(buf, len, (weft_coll_t)c->coll, c->count, (weft_dtype_t)c->dtype, (weft_op_t)c->op,
+                 (int)c->root);
 }
 
 int weft_check_applies(const weft_work_t *op) {

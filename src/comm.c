@@ -214,9 +214,7 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
   c->rank = rank;
   c->nranks = nranks;
   atomic_init(&c->fail_origin, -1);
-  c->timeout_ms =
-      config && config->timeout_ms > 0 ? config->timeout_ms : weft_param_int("WEFT_TIMEOUT_MS");
-  if (c->timeout_ms <= 0) c->timeout_ms = 300000;
+  c->timeout_ms = config && config->timeout_ms > 0 ? config->timeout_ms : weft_default_timeout_ms();
   c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);

@@ -105,6 +105,9 @@ weft_result_t weft_progress_start(struct weft_comm *comm);
 void weft_progress_stop(struct weft_comm *comm);
 /* Records err as the comm's failure (first one wins) and tells the other ranks. */
 void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg, uint64_t seq);
+/* "allreduce(count 1000, float, sum)": a call as errors name it (op and root where they apply). */
+void weft_call_name(char *buf, size_t len, weft_coll_t coll, uint64_t count, weft_dtype_t dtype,
+                    weft_op_t op, int root);
 /* WEFT_CHECK=1 (check.c): compares every rank's call before running it. */
 int weft_check_applies(const weft_work_t *op);
 weft_result_t weft_check_call(struct weft_comm *comm, const weft_work_t *op);

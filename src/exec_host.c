@@ -129,25 +129,13 @@ static weft_result_t run_sends(exec_t *x, int p, int *moved) {
   return WEFT_SUCCESS;
 }
 
-static int reduces(int coll) {
-  return coll == WEFT_COLL_ALLREDUCE || coll == WEFT_COLL_REDUCE_SCATTER ||
-         coll == WEFT_COLL_REDUCE;
-}
-static int rooted(int coll) { return coll == WEFT_COLL_BROADCAST || coll == WEFT_COLL_REDUCE; }
-
 static void describe_call(char *buf, size_t len, const fingerprint_t *f) {
-  if (!f->single) {
+  if (!f->single)
     snprintf(buf, len, "a group, send/recv or alltoallv moving %llu bytes",
              (unsigned long long)f->bytes);
-    return;
-  }
-  int n = snprintf(buf, len, "%s(count %llu, %s", weft_coll_name((weft_coll_t)f->coll),
-                   (unsigned long long)f->count, weft_dtype_name((weft_dtype_t)f->dtype));
-  if (n > 0 && (size_t)n < len && reduces(f->coll))
-    n += snprintf(buf + n, len - (size_t)n, ", %s", weft_op_name((weft_op_t)f->op));
-  if (n > 0 && (size_t)n < len && rooted(f->coll))
-    n += snprintf(buf + n, len - (size_t)n, ", root %d", (int)f->root);
-  if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
+  else
+    weft_call_name(buf, len, (weft_coll_t)f->coll, f->count, (weft_dtype_t)f->dtype,
+                   (weft_op_t)f->op, (int)f->root);
 }
 
 /* Compares the peer's fingerprint with this rank's own view of the channel. */
@@ -343,8 +331,8 @@ static weft_result_t build_queues(exec_t *x) {
     q->fp_out.single = (uint8_t)single;
     q->fp_out.coll = (uint8_t)t0->args.coll;
     q->fp_out.dtype = (uint8_t)t0->dtype;
-    q->fp_out.op = (uint8_t)(reduces(k0) ? t0->op : 0);
-    q->fp_out.root = rooted(k0) ? t0->args.root : 0;
+    q->fp_out.op = (uint8_t)(weft_coll_reduces(k0) ? t0->op : 0);
+    q->fp_out.root = weft_coll_rooted(k0) ? t0->args.root : 0;
     q->fp_out.count = t0->args.count;
   }
   return WEFT_SUCCESS;

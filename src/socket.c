@@ -25,10 +25,13 @@ int64_t weft_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t weft_default_timeout_ms(void) {
+  int64_t t = weft_param_int("WEFT_TIMEOUT_MS");
+  return t > 0 ? t : 300000;
+}
+
 int64_t weft_deadline(int64_t timeout_ms) {
-  if (timeout_ms <= 0) timeout_ms = weft_param_int("WEFT_TIMEOUT_MS");
-  if (timeout_ms <= 0) timeout_ms = 300000;
-  return weft_now_ms() + timeout_ms;
+  return weft_now_ms() + (timeout_ms > 0 ? timeout_ms : weft_default_timeout_ms());
 }
 
 const char *weft_sock_addr_str(const struct sockaddr_in *a, char *buf, size_t len) {

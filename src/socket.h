@@ -12,7 +12,9 @@
 #include "weft.h"
 
 int64_t weft_now_ms(void);
-/* deadline for a timeout in ms from now (timeout <= 0: the WEFT_TIMEOUT_MS default) */
+/* WEFT_TIMEOUT_MS, or 300000 when unset or not positive. */
+int64_t weft_default_timeout_ms(void);
+/* deadline for a timeout in ms from now (timeout <= 0: the default) */
 int64_t weft_deadline(int64_t timeout_ms);
 
 /* Listens on WEFT_SOCKET_IFADDR (or all interfaces) at port (0: any); *bound gets the
