@@ -69,8 +69,8 @@ int32_t weft_alltoall_snapshot(const weft_coll_args_t *a, weft_sched_t *s) {
                         -1, -1);
 }
 
-static const char *algo_names[WEFT_ALGO_COUNT] = {"auto",   "ring",     "rhd",  "tree",
-                                                  "direct", "pairwise", "chain"};
+static const char *algo_names[WEFT_ALGO_COUNT] = {
+    "auto", "ring", "rhd", "tree", "direct", "pairwise", "chain", "oneshot", "twoshot"};
 static const char *coll_names[WEFT_COLL_COUNT] = {"allreduce", "reduce_scatter", "allgather",
                                                   "broadcast", "reduce",         "alltoall",
                                                   "alltoallv", "send",           "recv"};

@@ -51,6 +51,8 @@ typedef enum {
   WEFT_ALGO_DIRECT,   /* every rank exchanges with every rank at once */
   WEFT_ALGO_PAIRWISE, /* all-to-all in nranks-1 rounds of shifted pairs */
   WEFT_ALGO_CHAIN,    /* pipelined chain for broadcast and reduce */
+  WEFT_ALGO_ONESHOT,  /* device allreduce: every rank reduces the whole buffer */
+  WEFT_ALGO_TWOSHOT,  /* device allreduce: reduce-scatter then all-gather through peers */
   WEFT_ALGO_COUNT
 } weft_algo_t;
 

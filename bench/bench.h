@@ -30,6 +30,12 @@ typedef struct {
   int ranks;
   const char *json;
   int compare_mpi;
+  int compare_nccl;
+  int gpu;         /* device buffers, one GPU per rank */
+  int graph;       /* -G: time CUDA-graph replays of the timed loop */
+  void *stream;    /* cudaStream_t of this rank's calls (GPU runs) */
+  weft_comm_t ctl; /* host communicator for timing reductions and barriers */
+  const char *plot;
   int quiet;
 } bench_opts_t;
 
@@ -49,9 +55,29 @@ weft_result_t bench_call(int coll, const void *s, void *r, size_t count, const b
                          weft_comm_t comm, int rank, int nranks);
 /* Buffer sizes in elements. */
 void bench_buf_elems(int coll, size_t count, int nranks, size_t *in, size_t *out);
+/* Where in and out lie for a case (in place: inside one buffer, as NCCL puts them). */
+void bench_layout(int coll, char *s, char *r, size_t count, size_t es, int rank, int in_place,
+                  char **in, char **out);
+/* The oracle's input of this rank, and the number of elements of out that differ from
+ * the oracle's output. */
+void bench_fill(int coll, char *in, size_t count, const bench_opts_t *o, int rank, int nranks);
+long bench_wrong(int coll, const char *out, size_t count, const bench_opts_t *o, int rank,
+                 int nranks);
 /* Fills inputs from the oracle, runs once, returns the number of wrong elements here. */
 long bench_check(int coll, void *s, void *r, size_t count, const bench_opts_t *o, weft_comm_t comm,
                  int rank, int nranks, int in_place, weft_result_t *rc);
+
+#ifdef WEFT_HAVE_CUDA
+/* GPU runs (gpu.c). */
+int bench_gpu_setup(int rank, void **stream); /* device of this rank, or -1 */
+void bench_gpu_teardown(void *stream);
+int bench_gpu_alloc(size_t bytes, void **s, void **r);
+void bench_gpu_free(void *s, void *r);
+long bench_gpu_check(int coll, char *ds, char *dr, size_t count, const bench_opts_t *o,
+                     weft_comm_t comm, int rank, int nranks, int in_place, weft_result_t *rc);
+double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_opts_t *o,
+                      weft_comm_t comm, void *peer, int rank, int nranks, weft_result_t *rc);
+#endif
 
 #ifdef WEFT_HAVE_MPI
 /* The same collective through MPI on MPI_COMM_WORLD; returns seconds per call (max over

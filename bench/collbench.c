@@ -6,7 +6,13 @@
 #ifdef WEFT_HAVE_MPI
 #include <mpi.h>
 #endif
+#ifdef WEFT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "nccl_peer.h"
+#endif
 #include <getopt.h>
+#include <sys/wait.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +91,11 @@ static void usage(FILE *f) {
              "      --ranks N         spawn N local ranks (default 4; ignored under mpirun)\n"
              "      --json FILE       write every row as JSON\n"
              "      --compare mpi     also time Open MPI's collective in the same run (mpirun)\n"
+             "      --compare nccl    also time NCCL (libnccl.so.2, loaded at run time) on GPUs\n"
+             "      --gpu, --cpu      device or host buffers (default: GPUs when present, one\n"
+             "                        rank per GPU)\n"
+             "  -G, --cudagraph 0|1   GPU: capture the timed loop in a CUDA graph and replay it\n"
+             "      --plot FILE.png   draw busbw against size for weft (and the peer)\n"
              "      --params          print every WEFT_* variable and exit\n"
              "  -h, --help\n");
 }
@@ -149,25 +160,76 @@ typedef struct {
   char **argv;
 } run_arg_t;
 
+/* A peer library measured in the same run (--compare). */
+typedef struct {
+  const char *name; /* "mpi" or "nccl"; NULL: none */
+  char version[32];
+  void *nccl;
+} peer_t;
+
 static double reduce_max(double v, weft_comm_t comm) {
   double out = v;
   weft_allreduce(&v, &out, 1, WEFT_F64, WEFT_MAX, comm, NULL);
   return out;
 }
 
-static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *o, int argc,
-                    char **argv) {
+static int alloc_bufs(const bench_opts_t *o, size_t bytes, char **s, char **r) {
+#ifdef WEFT_HAVE_CUDA
+  if (o->gpu) return bench_gpu_alloc(bytes, (void **)s, (void **)r);
+#endif
+  (void)o;
+  *s = malloc(bytes);
+  *r = malloc(bytes);
+  if (!*s || !*r) return -1;
+  memset(*s, 0, bytes);
+  memset(*r, 0, bytes);
+  return 0;
+}
+
+static void free_bufs(const bench_opts_t *o, char *s, char *r) {
+#ifdef WEFT_HAVE_CUDA
+  if (o->gpu) {
+    bench_gpu_free(s, r);
+    return;
+  }
+#endif
+  (void)o;
+  free(s);
+  free(r);
+}
+
+/* Seconds per call on this rank (or < 0 on failure, with *rc set). */
+static double time_calls(int coll, char *in, char *out, size_t count, const bench_opts_t *o,
+                         weft_comm_t comm, void *nccl, int rank, int nranks, weft_result_t *rc) {
+#ifdef WEFT_HAVE_CUDA
+  if (o->gpu) return bench_gpu_time(coll, in, out, count, o, comm, nccl, rank, nranks, rc);
+#endif
+  (void)nccl;
+  *rc = WEFT_SUCCESS;
+  for (int i = 0; i < o->warmup && *rc == WEFT_SUCCESS; i++)
+    *rc = bench_call(coll, in, out, count, o, comm, rank, nranks);
+  if (*rc == WEFT_SUCCESS) *rc = weft_barrier(comm, NULL);
+  double t0 = now_s();
+  for (int i = 0; i < o->iters && *rc == WEFT_SUCCESS; i++)
+    *rc = bench_call(coll, in, out, count, o, comm, rank, nranks);
+  return *rc == WEFT_SUCCESS ? (now_s() - t0) / (o->iters > 0 ? o->iters : 1) : -1;
+}
+
+static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *o, const peer_t *pr,
+                    int argc, char **argv) {
   size_t es = weft_dtype_size(o->dtype);
   size_t max_in, max_out, max_count = o->max_bytes / es + 1;
   bench_buf_elems(B_ALLTOALL, max_count, nranks, &max_in, &max_out);
   size_t bytes = (max_in > max_out ? max_in : max_out) * es + 64;
-  char *sbuf = malloc(bytes), *rbuf = malloc(bytes);
-  if (!sbuf || !rbuf) {
+  char *sbuf = NULL, *rbuf = NULL;
+  weft_comm_t ctl = o->ctl;
+  int comparing = pr->name != NULL;
+  if (alloc_bufs(o, bytes, &sbuf, &rbuf) != 0) {
     fprintf(stderr, "collbench: rank %d: cannot allocate 2 x %zu bytes\n", rank, bytes);
     return 1;
   }
-  memset(sbuf, 0, bytes);
-  memset(rbuf, 0, bytes);
+  size_t devmem = 0;
+  weft_comm_device_memory(comm, &devmem);
   sbuf_t js = {0};
   int failed = 0, tty = isatty(2);
   double start = now_s(), last_progress = start;
@@ -181,6 +243,10 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
     for (int i = 0; i < argc; i++)
       printf(" %s", argv[i]);
     printf("\n");
+    if (o->gpu)
+      printf("# on GPUs: one per rank, %s; weft holds %.1f MiB of device memory per rank\n",
+             o->graph ? "CUDA-graph replays (-G)" : "stream launches", devmem / 1048576.0);
+    if (comparing) printf("# peer: %s %s, same buffers, same run\n", pr->name, pr->version);
     print_params(stdout, 1);
     sb_printf(&js,
               "{\n  \"tool\": \"collbench\",\n  \"weft_version\": \"%d.%d.%d\",\n  \"host\": "
@@ -188,7 +254,10 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
               WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, host, nranks);
     for (int i = 0; i < argc; i++)
       sb_printf(&js, "%s%s", i ? " " : "", argv[i]);
-    sb_printf(&js, "\",\n  \"rows\": [");
+    sb_printf(&js, "\",\n  \"gpu\": %d,\n  \"graph\": %d,\n  \"device_memory_bytes\": %zu,", o->gpu,
+              o->graph, devmem);
+    if (comparing) sb_printf(&js, "\n  \"peer\": \"%s %s\",", pr->name, pr->version);
+    sb_printf(&js, "\n  \"rows\": [");
   }
   int first_row = 1, nsizes = 0, done_sizes = 0;
   for (size_t b = o->min_bytes; b <= o->max_bytes;
@@ -201,10 +270,10 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
       printf("#\n# %s\n#%11s %12s %9s %6s %5s %10s %8s %8s %6s %10s %8s %8s %6s",
              bench_colls[coll].name, "size", "count", "type", "redop", "root", "time", "algbw",
              "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-      if (o->compare_mpi) printf(" %10s %8s %6s", "mpi time", "mpi bus", "ratio");
+      if (comparing) printf(" %10s %8s %6s", "peer time", "peer bus", "ratio");
       printf("\n#%11s %12s %9s %6s %5s %10s %8s %8s %6s %10s %8s %8s %6s", "(B)", "(elements)", "",
              "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
-      if (o->compare_mpi) printf(" %10s %8s %6s", "(us)", "(GB/s)", "weft/mpi");
+      if (comparing) printf(" %10s %8s %6s", "(us)", "(GB/s)", "peer/weft");
       printf("\n");
     }
     for (size_t b = o->min_bytes; b <= o->max_bytes && !failed;
@@ -220,20 +289,19 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
       long wrong[2] = {0, 0};
       int has_in_place = coll != B_SENDRECV; /* a send and a receive of one buffer */
       for (int ip = 0; ip < 1 + has_in_place; ip++) {
-        void *s = sbuf, *r = ip ? sbuf : rbuf;
         weft_result_t rc = WEFT_SUCCESS;
         long w = 0;
-        if (o->check) w = bench_check(coll, sbuf, r, count, o, comm, rank, nranks, ip, &rc);
-        void *in = s, *out = r;
-        if (ip && coll == B_ALLGATHER) in = sbuf + (size_t)rank * count * es;
-        if (ip && coll == B_REDUCE_SCATTER) out = sbuf + (size_t)rank * count * es;
-        for (int i = 0; i < o->warmup && rc == WEFT_SUCCESS; i++)
-          rc = bench_call(coll, in, out, count, o, comm, rank, nranks);
-        if (rc == WEFT_SUCCESS) rc = weft_barrier(comm, NULL);
-        double t0 = now_s();
-        for (int i = 0; i < o->iters && rc == WEFT_SUCCESS; i++)
-          rc = bench_call(coll, in, out, count, o, comm, rank, nranks);
-        double dt = (now_s() - t0) / (o->iters > 0 ? o->iters : 1);
+#ifdef WEFT_HAVE_CUDA
+        if (o->check && o->gpu)
+          w = bench_gpu_check(coll, sbuf, rbuf, count, o, comm, rank, nranks, ip, &rc);
+#endif
+        if (o->check && !o->gpu)
+          w = bench_check(coll, sbuf, ip ? sbuf : rbuf, count, o, comm, rank, nranks, ip, &rc);
+        char *in, *out;
+        bench_layout(coll, sbuf, rbuf, count, es, rank, ip, &in, &out);
+        double dt = -1;
+        if (rc == WEFT_SUCCESS)
+          dt = time_calls(coll, in, out, count, o, comm, NULL, rank, nranks, &rc);
         if (rc != WEFT_SUCCESS) {
           fprintf(stderr, "collbench: rank %d: %s of %zu bytes failed: %s: %s\n", rank,
                   bench_colls[coll].name, row_bytes, weft_result_string(rc),
@@ -241,9 +309,9 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
           failed = 1;
           break;
         }
-        t[ip] = reduce_max(dt, comm);
+        t[ip] = reduce_max(dt, ctl);
         long wsum = 0;
-        weft_allreduce(&w, &wsum, 1, WEFT_I64, WEFT_SUM, comm, NULL);
+        weft_allreduce(&w, &wsum, 1, WEFT_I64, WEFT_SUM, ctl, NULL);
         wrong[ip] = wsum;
         if (wsum) failed = 2;
       }
@@ -252,6 +320,12 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
 #ifdef WEFT_HAVE_MPI
       if (o->compare_mpi) peer = bench_mpi_time(coll, sbuf, rbuf, count, o, rank, nranks);
 #endif
+      if (pr->nccl) {
+        weft_result_t prc = WEFT_SUCCESS;
+        double pt = time_calls(coll, sbuf, rbuf, count, o, comm, pr->nccl, rank, nranks, &prc);
+        double worst = reduce_max(pt < 0 ? 1e30 : pt, ctl);
+        peer = worst >= 1e30 ? -1 : worst;
+      }
       if (rank == 0) {
         const char *opn = bench_colls[coll].reduces ? weft_op_name(o->op) : "none";
         int root = (coll == B_BROADCAST || coll == B_REDUCE) ? o->root : -1;
@@ -267,7 +341,7 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
         else
           printf(" %10s %8s %8s %6s", "n/a", "n/a", "n/a", "n/a");
         double pbus = peer > 0 ? bench_busbw(coll, row_bytes / peer / 1e9, nranks) : 0;
-        if (o->compare_mpi) {
+        if (comparing) {
           if (peer > 0)
             printf(" %10.2f %8.2f %6.2f", peer * 1e6, pbus, peer / t[0]);
           else
@@ -284,9 +358,9 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
                     nranks, row_bytes, count, ip, t[ip] * 1e6, alg[ip], bus[ip], wrong[ip]);
           if (peer > 0 && ip == 0)
             sb_printf(&js,
-                      ", \"peer\": \"mpi\", \"peer_time_us\": %.3f, \"peer_busbw\": %.4f, "
+                      ", \"peer\": \"%s\", \"peer_time_us\": %.3f, \"peer_busbw\": %.4f, "
                       "\"ratio\": %.4f",
-                      peer * 1e6, pbus, peer / t[0]);
+                      pr->name, peer * 1e6, pbus, peer / t[0]);
           sb_printf(&js, "}");
           first_row = 0;
         }
@@ -317,9 +391,44 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
       printf("# collbench: WRONG RESULTS (see #wrong)\n");
   }
   free(js.buf);
-  free(sbuf);
-  free(rbuf);
+  free_bufs(o, sbuf, rbuf);
   return failed ? 1 : 0;
+}
+
+/* One rank's whole run over host communicator `host`: on GPUs, a device communicator split
+ * from it (and NCCL's, with --compare nccl) runs the collectives. */
+static int rank_entry(weft_comm_t host, int rank, int nranks, const bench_opts_t *opts, int argc,
+                      char **argv) {
+  bench_opts_t o = *opts;
+  peer_t pr = {0};
+  weft_comm_t comm = host;
+  int rc = 1;
+  o.ctl = host;
+  if (o.compare_mpi) pr.name = "mpi";
+  if (o.gpu) {
+#ifdef WEFT_HAVE_CUDA
+    int dev = bench_gpu_setup(rank, &o.stream);
+    weft_config_t cfg = WEFT_CONFIG_INIT;
+    cfg.device = dev;
+    if (dev < 0) return 1;
+    if (weft_comm_split(host, 0, rank, &comm, &cfg) != WEFT_SUCCESS) {
+      fprintf(stderr, "collbench: rank %d: device communicator on GPU %d: %s\n", rank, dev,
+              weft_get_last_error(NULL));
+      bench_gpu_teardown(o.stream);
+      return 1;
+    }
+    if (o.compare_nccl) {
+      pr.nccl = bench_nccl_open(host, rank, nranks, pr.version, sizeof pr.version);
+      pr.name = "nccl";
+    }
+    if (!o.compare_nccl || pr.nccl) rc = run_rank(comm, rank, nranks, &o, &pr, argc, argv);
+    bench_nccl_close(pr.nccl);
+    weft_comm_destroy(comm);
+    bench_gpu_teardown(o.stream);
+#endif
+    return rc;
+  }
+  return run_rank(comm, rank, nranks, &o, &pr, argc, argv);
 }
 
 static int local_rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
@@ -329,9 +438,27 @@ static int local_rank_main(int rank, int nranks, weft_unique_id_t id, void *arg)
     fprintf(stderr, "collbench: rank %d: weft_comm_init: %s\n", rank, weft_get_last_error(NULL));
     return 1;
   }
-  int rc = run_rank(comm, rank, nranks, a->o, a->argc, a->argv);
+  int rc = rank_entry(comm, rank, nranks, a->o, a->argc, a->argv);
   weft_comm_destroy(comm);
   return rc;
+}
+
+/* GPUs visible, counted in a child process: CUDA must not be initialised in a process
+ * that forks ranks afterwards. */
+static int count_gpus(void) {
+#ifdef WEFT_HAVE_CUDA
+  pid_t pid = fork();
+  if (pid == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    _exit(n > 100 ? 100 : n);
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return 0;
+  return WEXITSTATUS(st);
+#else
+  return 0;
+#endif
 }
 
 int main(int argc, char **argv) {
@@ -360,10 +487,16 @@ int main(int argc, char **argv) {
                                         {"json", required_argument, 0, 2},
                                         {"compare", required_argument, 0, 3},
                                         {"params", no_argument, 0, 4},
+                                        {"gpu", no_argument, 0, 5},
+                                        {"cpu", no_argument, 0, 6},
+                                        {"cudagraph", required_argument, 0, 'G'},
+                                        {"plot", required_argument, 0, 7},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
-  int ch;
-  while ((ch = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:C:h", longs, NULL)) != -1) {
+  int ch, gpu_mode = -1, ranks_given = 0;
+  for (int i = 1; i < argc; i++)
+    ranks_given |= strncmp(argv[i], "--ranks", 7) == 0;
+  while ((ch = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:C:G:h", longs, NULL)) != -1) {
     switch (ch) {
     case 'b': o.min_bytes = parse_size(optarg); break;
     case 'e': o.max_bytes = parse_size(optarg); break;
@@ -394,12 +527,19 @@ int main(int argc, char **argv) {
     case 1: o.ranks = atoi(optarg); break;
     case 2: o.json = optarg; break;
     case 3:
-      if (strcmp(optarg, "mpi") != 0) {
-        fprintf(stderr, "collbench: --compare takes mpi (nccl comes with the GPU build)\n");
+      if (strcmp(optarg, "mpi") == 0)
+        o.compare_mpi = 1;
+      else if (strcmp(optarg, "nccl") == 0)
+        o.compare_nccl = 1;
+      else {
+        fprintf(stderr, "collbench: --compare takes mpi or nccl\n");
         return 2;
       }
-      o.compare_mpi = 1;
       break;
+    case 5: gpu_mode = 1; break;
+    case 6: gpu_mode = 0; break;
+    case 'G': o.graph = atoi(optarg); break;
+    case 7: o.plot = optarg; break;
     case 4: print_params(stdout, 0); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -408,6 +548,24 @@ int main(int argc, char **argv) {
   if (o.factor <= 1 && !o.step_bytes) o.factor = 2;
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.iters < 1 || o.warmup < 0 || o.ranks < 1) {
     fprintf(stderr, "collbench: need 1 <= minbytes <= maxbytes, iters >= 1, ranks >= 1\n");
+    return 2;
+  }
+  /* GPUs when the build has CUDA and the machine has GPUs, unless --cpu */
+  int ngpu = gpu_mode != 0 ? count_gpus() : 0;
+  if (gpu_mode == 1 && ngpu == 0) {
+    fprintf(stderr, "collbench: --gpu, but %s\n",
+#ifdef WEFT_HAVE_CUDA
+            "no GPU is visible"
+#else
+            "this collbench was built without CUDA"
+#endif
+    );
+    return 2;
+  }
+  o.gpu = ngpu > 0;
+  if (o.gpu && !ranks_given) o.ranks = ngpu;
+  if (!o.gpu && (o.compare_nccl || o.graph)) {
+    fprintf(stderr, "collbench: --compare nccl and -G need GPUs\n");
     return 2;
   }
   run_arg_t a = {&o, argc, argv};
@@ -422,7 +580,7 @@ int main(int argc, char **argv) {
     weft_comm_t comm;
     int rc = 1;
     if (weft_comm_init_mpi(&comm, MPI_COMM_WORLD, NULL) == WEFT_SUCCESS) {
-      rc = run_rank(comm, rank, n, &o, argc, argv);
+      rc = rank_entry(comm, rank, n, &o, argc, argv);
       weft_comm_destroy(comm);
     } else {
       fprintf(stderr, "collbench: rank %d: weft_comm_init_mpi: %s\n", rank,
@@ -450,7 +608,7 @@ int main(int argc, char **argv) {
     weft_comm_rank(comm, &rank);
     weft_comm_count(comm, &n);
     if (o.root >= n) o.root = 0;
-    int rc = run_rank(comm, rank, n, &o, argc, argv);
+    int rc = rank_entry(comm, rank, n, &o, argc, argv);
     weft_comm_destroy(comm);
     return rc;
   }

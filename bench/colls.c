@@ -35,34 +35,59 @@ void bench_buf_elems(int coll, size_t count, int nranks, size_t *in, size_t *out
 
 weft_result_t bench_call(int coll, const void *s, void *r, size_t count, const bench_opts_t *o,
                          weft_comm_t comm, int rank, int nranks) {
+  weft_stream_t st = (weft_stream_t)o->stream;
   switch (coll) {
-  case B_ALLREDUCE: return weft_allreduce(s, r, count, o->dtype, o->op, comm, NULL);
-  case B_REDUCE_SCATTER: return weft_reduce_scatter(s, r, count, o->dtype, o->op, comm, NULL);
-  case B_ALLGATHER: return weft_allgather(s, r, count, o->dtype, comm, NULL);
-  case B_BROADCAST: return weft_broadcast(s, r, count, o->dtype, o->root, comm, NULL);
-  case B_REDUCE: return weft_reduce(s, r, count, o->dtype, o->op, o->root, comm, NULL);
-  case B_ALLTOALL: return weft_alltoall(s, r, count, o->dtype, comm, NULL);
+  case B_ALLREDUCE: return weft_allreduce(s, r, count, o->dtype, o->op, comm, st);
+  case B_REDUCE_SCATTER: return weft_reduce_scatter(s, r, count, o->dtype, o->op, comm, st);
+  case B_ALLGATHER: return weft_allgather(s, r, count, o->dtype, comm, st);
+  case B_BROADCAST: return weft_broadcast(s, r, count, o->dtype, o->root, comm, st);
+  case B_REDUCE: return weft_reduce(s, r, count, o->dtype, o->op, o->root, comm, st);
+  case B_ALLTOALL: return weft_alltoall(s, r, count, o->dtype, comm, st);
   default: { /* ring exchange, as nccl-tests' sendrecv */
     weft_group_start();
-    weft_send(s, count, o->dtype, (rank + 1) % nranks, comm, NULL);
-    weft_recv(r, count, o->dtype, (rank + nranks - 1) % nranks, comm, NULL);
+    weft_send(s, count, o->dtype, (rank + 1) % nranks, comm, st);
+    weft_recv(r, count, o->dtype, (rank + nranks - 1) % nranks, comm, st);
     return weft_group_end();
   }
   }
+}
+
+void bench_layout(int coll, char *s, char *r, size_t count, size_t es, int rank, int in_place,
+                  char **in, char **out) {
+  *in = s;
+  *out = in_place ? s : r;
+  if (in_place && coll == B_ALLGATHER) *in = s + (size_t)rank * count * es;
+  if (in_place && coll == B_REDUCE_SCATTER) *out = s + (size_t)rank * count * es;
+}
+
+static uint32_t check_seed(int coll, size_t count) { return (uint32_t)count * 7u + (uint32_t)coll; }
+
+void bench_fill(int coll, char *in, size_t count, const bench_opts_t *o, int rank, int nranks) {
+  size_t nin, nout;
+  bench_buf_elems(coll, count, nranks, &nin, &nout);
+  weft_op_t fop = bench_colls[coll].reduces ? o->op : WEFT_SUM;
+  oracle_fill(o->dtype, fop, rank, in, 0, coll == B_ALLGATHER ? count : nin,
+              check_seed(coll, count));
 }
 
 long bench_check(int coll, void *s, void *r, size_t count, const bench_opts_t *o, weft_comm_t comm,
                  int rank, int nranks, int in_place, weft_result_t *rc) {
   size_t es = weft_dtype_size(o->dtype), nin, nout;
   bench_buf_elems(coll, count, nranks, &nin, &nout);
-  uint32_t seed = (uint32_t)count * 7u + (uint32_t)coll;
-  weft_op_t fop = bench_colls[coll].reduces ? o->op : WEFT_SUM;
-  char *in = s, *out = in_place ? s : r;
-  if (in_place && coll == B_ALLGATHER) in = (char *)s + (size_t)rank * count * es;
-  if (in_place && coll == B_REDUCE_SCATTER) out = (char *)s + (size_t)rank * count * es;
-  oracle_fill(o->dtype, fop, rank, in, 0, coll == B_ALLGATHER ? count : nin, seed);
+  char *in, *out;
+  bench_layout(coll, s, r, count, es, rank, in_place, &in, &out);
+  bench_fill(coll, in, count, o, rank, nranks);
   *rc = bench_call(coll, in, out, count, o, comm, rank, nranks);
   if (*rc != WEFT_SUCCESS) return (long)nout;
+  return bench_wrong(coll, out, count, o, rank, nranks);
+}
+
+long bench_wrong(int coll, const char *out, size_t count, const bench_opts_t *o, int rank,
+                 int nranks) {
+  size_t es = weft_dtype_size(o->dtype), nin, nout;
+  bench_buf_elems(coll, count, nranks, &nin, &nout);
+  uint32_t seed = check_seed(coll, count);
+  weft_op_t fop = bench_colls[coll].reduces ? o->op : WEFT_SUM;
   char *want = malloc(nout * es + 1);
   if (!want) return (long)nout;
   size_t cmp = nout;

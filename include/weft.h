@@ -66,7 +66,9 @@ typedef struct {
 typedef struct {
   size_t size;        /* sizeof(weft_config_t), set by WEFT_CONFIG_INIT */
   int64_t timeout_ms; /* every blocking wait; default WEFT_TIMEOUT_MS */
-  int device;         /* CUDA device for device communicators; -1: host buffers */
+  int device;         /* CUDA device: buffers are device memory on it, and the stream
+                         argument is a cudaStream_t cast to weft_stream_t (NULL: the
+                         default stream); -1: host buffers and weft streams */
 } weft_config_t;
 
 #define WEFT_CONFIG_INIT                                                                           \
@@ -101,6 +103,8 @@ weft_result_t weft_comm_abort(weft_comm_t comm);
 /* First error of asynchronous work on comm, WEFT_SUCCESS if none. */
 weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t *error);
 weft_result_t weft_comm_count(weft_comm_t comm, int *count);
+/* Device memory comm holds on its GPU (staging slots, flags, counters); 0 on host comms. */
+weft_result_t weft_comm_device_memory(weft_comm_t comm, size_t *bytes);
 weft_result_t weft_comm_rank(weft_comm_t comm, int *rank);
 
 /* ---- host streams ----

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}
 [ -f build-fuzz/build.ninja ] || CC=clang meson setup build-fuzz -Dfuzz=true \
-  -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized -Dmpi=disabled > /dev/null
+  -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized -Dmpi=disabled -Dcuda=disabled > /dev/null
 ninja -C build-fuzz > /dev/null
 for t in tcp_stream notice rendezvous; do
   work=$(mktemp -d)

@@ -13,7 +13,7 @@ export TSAN_OPTIONS=halt_on_error=1
 for cfg in asan:address,undefined tsan:thread; do
   dir=build-${cfg%%:*}
   [ -f "$dir/build.ninja" ] || meson setup "$dir" -Db_sanitize="${cfg#*:}" -Db_lundef=false \
-    -Dbuildtype=debugoptimized -Dwerror=true > /dev/null
+    -Dbuildtype=debugoptimized -Dwerror=true -Dcuda=disabled > /dev/null
   ninja -C "$dir" > /dev/null
   if [ "$dir" = build-asan ]; then list=("${asan_tests[@]}"); else list=("${threaded[@]}"); fi
   meson test -C "$dir" --print-errorlogs --timeout-multiplier 3 "${list[@]}"

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "dev_comm.h"
 #include "dtype.h"
 #include "err.h"
 #include "group.h"
@@ -49,6 +50,11 @@ static weft_result_t submit(weft_comm_t comm, weft_task_t *t, weft_stream_t stre
   t->args.rank = comm->rank;
   weft_tune(comm, t);
   if (weft_group_active()) return weft_group_add(comm, t, stream);
+  if (comm->dev) {
+    weft_result_t rc = weft_dev_submit(comm, t, 1, stream);
+    weft_task_free(t);
+    return rc;
+  }
   if (!stream) {
     weft_work_t op = {.tasks = t, .ntasks = 1};
     weft_result_t rc = weft_enqueue(comm, &op);
@@ -269,6 +275,11 @@ weft_result_t weft_barrier(weft_comm_t comm, weft_stream_t stream) {
                    .dtype = WEFT_U8,
                    .op = WEFT_MAX,
                    .sendbuf = &zero};
+  if (comm->dev) { /* device buffers; stream-ordered like any device operation */
+    t.sendbuf = t.recvbuf = weft_dev_scratch(comm);
+    t.args.in_place = 1;
+    return submit(comm, &t, stream);
+  }
   uint8_t *sink = malloc(1);
   if (!sink) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_barrier: out of memory");
   t.recvbuf = sink;

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dev_comm.h"
 #include "err.h"
 #include "failure.h"
 #include "param.h"
@@ -75,6 +76,11 @@ static void *heartbeat_main(void *arg) {
     pthread_cond_timedwait(&c->hb_cv, &c->mu, &ts);
     for (int t = 0; t < WEFT_TR_COUNT; t++)
       if (c->tr[t] && c->tr_state[t] && c->tr[t]->beat) c->tr[t]->beat(c->tr_state[t]);
+    if (c->dev) { /* no host thread waits in a device operation: watch for its failures */
+      pthread_mutex_unlock(&c->mu);
+      weft_dev_watch(c);
+      pthread_mutex_lock(&c->mu);
+    }
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;
@@ -92,6 +98,7 @@ static void heartbeat_stop(weft_comm_t c) {
 
 static void comm_free(weft_comm_t c) {
   heartbeat_stop(c);
+  weft_dev_free(c);
   weft_progress_stop(c);
   weft_bootstrap_bye(c->boot); /* our sockets close next: that is no failure */
   for (int t = 0; t < WEFT_TR_COUNT; t++)
@@ -203,9 +210,6 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
                           "weft_comm_init: config->size is %zu, expected %zu (start from "
                           "WEFT_CONFIG_INIT)",
                           config->size, sizeof(weft_config_t));
-  if (config && config->device >= 0)
-    return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                          "weft_comm_init: device communicators are not in this build yet");
   /* weft's own threads never read the environment: its settings are read on the caller's
    * thread, here and when operations are issued (the logging ones once, right now). */
   weft_log_enabled(WEFT_LOG_WARN, WEFT_SUB_INIT);
@@ -220,6 +224,7 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
   pthread_cond_init(&c->cv, NULL);
   pthread_cond_init(&c->hb_cv, NULL);
   weft_result_t rc = comm_setup(c, id);
+  if (rc == WEFT_SUCCESS && config && config->device >= 0) rc = weft_dev_setup(c, config->device);
   if (rc == WEFT_SUCCESS && c->nlocal > 1) {
     int e = pthread_create(&c->hb_thread, NULL, heartbeat_main, c);
     if (e == 0)
@@ -342,6 +347,7 @@ out:
 weft_result_t weft_comm_abort(weft_comm_t comm) {
   if (!comm) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_abort: comm is NULL");
   atomic_store(&comm->aborted, 1);
+  weft_dev_abort(comm);
   pthread_mutex_lock(&comm->mu);
   uint64_t seq = comm->seq;
   pthread_mutex_unlock(&comm->mu);
@@ -368,6 +374,7 @@ weft_result_t weft_comm_destroy(weft_comm_t comm) {
 weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t *error) {
   if (!comm || !error)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_get_async_error: NULL argument");
+  weft_dev_watch(comm);
   pthread_mutex_lock(&comm->mu);
   *error = comm->async_error;
   pthread_mutex_unlock(&comm->mu);
@@ -378,6 +385,13 @@ weft_result_t weft_comm_count(weft_comm_t comm, int *count) {
   if (!comm || !count)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_count: NULL argument");
   *count = comm->nranks;
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_comm_device_memory(weft_comm_t comm, size_t *bytes) {
+  if (!comm || !bytes)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_device_memory: NULL argument");
+  *bytes = weft_dev_memory(comm);
   return WEFT_SUCCESS;
 }
 

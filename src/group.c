@@ -5,12 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dev_comm.h"
 #include "err.h"
 #include "stream.h"
 
 typedef struct {
   weft_comm_t comm;
   weft_task_t task;
+  weft_stream_t stream;
 } item_t;
 
 static _Thread_local struct {
@@ -51,7 +53,7 @@ weft_result_t weft_group_add(weft_comm_t comm, weft_task_t *task, weft_stream_t 
     grp.items = ni;
     grp.cap = ncap;
   }
-  grp.items[grp.n++] = (item_t){comm, *task};
+  grp.items[grp.n++] = (item_t){comm, *task, stream};
   return WEFT_SUCCESS;
 }
 
@@ -67,6 +69,7 @@ weft_result_t weft_group_end(void) {
   /* One op per communicator, tasks in issue order. */
   int ncomms = 0;
   weft_comm_t comms[64];
+  weft_stream_t first_stream[64]; /* a device comm's CUDA stream: its first call's */
   weft_work_t *ops[64];
   weft_result_t rc = WEFT_SUCCESS;
   for (int i = 0; i < grp.n; i++) {
@@ -78,6 +81,7 @@ weft_result_t weft_group_end(void) {
         drop_items();
         return weft_set_error(WEFT_ERR_INVALID_ARG, "group: more than 64 communicators");
       }
+      first_stream[ncomms] = grp.items[i].stream;
       comms[ncomms++] = grp.items[i].comm;
     }
   }
@@ -101,6 +105,25 @@ weft_result_t weft_group_end(void) {
   }
   weft_stream_t user_stream = grp.stream;
   drop_items();
+  /* Device comms: the whole group is one kernel on the caller's CUDA stream. */
+  int ndev = 0;
+  for (int k = 0; k < ncomms; k++)
+    ndev += comms[k]->dev != NULL;
+  if (ndev) {
+    for (int k = 0; k < ncomms; k++) {
+      weft_result_t e =
+          ndev < ncomms
+              ? weft_set_error(WEFT_ERR_INVALID_ARG, "group: host and device communicators "
+                                                     "cannot share a group (their streams differ)")
+              : weft_dev_submit(comms[k], ops[k]->tasks, ops[k]->ntasks, first_stream[k]);
+      if (e != WEFT_SUCCESS && rc == WEFT_SUCCESS) rc = e;
+      for (int i = 0; i < ops[k]->ntasks; i++)
+        weft_task_free(&ops[k]->tasks[i]);
+      free(ops[k]->tasks);
+      free(ops[k]);
+    }
+    return rc;
+  }
   if (ncomms == 1 && !user_stream) { /* blocking, one comm: run it like a single call */
     weft_work_t op = *ops[0];
     op.stream = NULL;

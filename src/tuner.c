@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "dev_comm.h"
 #include "dtype.h"
 #include "err.h"
 #include "param.h"
@@ -80,6 +81,10 @@ static int usable(const weft_task_t *t, weft_algo_t a) {
 }
 
 void weft_tune(const struct weft_comm *c, weft_task_t *t) {
+  if (c->dev) {
+    weft_dev_tune(c, t);
+    return;
+  }
   int n = c->nranks;
   size_t es = weft_dtype_size(t->dtype);
   double m = (double)t->args.count * (double)es;

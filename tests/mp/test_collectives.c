@@ -2,10 +2,15 @@
  * algorithm, on N forked ranks, compared bit for bit with the oracle. Also checks that
  * out-of-place calls leave sendbuf alone and nobody writes past the output.
  * usage: test_collectives RANKS [shm|tcp|auto] [--big] [--hosts=K] (K fake hosts: shm within
- * a host, tcp between them) */
+ * a host, tcp between them). Built with WEFT_TEST_GPU (tests/gpu), the same matrix runs on
+ * device buffers: one GPU per rank, or all ranks on GPU 0 with --share. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef WEFT_TEST_GPU
+#include <cuda_runtime_api.h>
+#endif
 
 #include "launch.h"
 #include "oracle.h"
@@ -16,7 +21,9 @@ static const unsigned char PATTERN = 0xA5;
 
 typedef struct {
   int big;
-  int hosts; /* > 0: fake that many hosts (rank % hosts), so shm and tcp mix */
+  int share;    /* GPU build: every rank on GPU 0 */
+  void *stream; /* GPU build: the cudaStream_t every call uses */
+  int hosts;    /* > 0: fake that many hosts (rank % hosts), so shm and tcp mix */
   int failures, runs;
   int rank, n;
   weft_comm_t comm;
@@ -53,6 +60,19 @@ static void report(ctx_t *c, const char *what, const char *algo, weft_dtype_t t,
 enum { AR, RS, AG, BC, RD, A2A, A2AV, SR, NKINDS };
 static const char *KIND_NAME[NKINDS] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
                                         "reduce",    "alltoall",       "alltoallv", "sendrecv"};
+
+#ifdef WEFT_TEST_GPU
+/* Device twins of the host buffers: the host side is filled and checked as in the host
+ * test, and copied to and from the GPU around the call (guards included). */
+static char *dev_twin(const char *host, size_t bytes) {
+  void *d = NULL;
+  if (!host) return NULL;
+  if (cudaMalloc(&d, bytes) != cudaSuccess || cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice))
+    return NULL;
+  return d;
+}
+#define ON_DEV(p, hbase, dbase) ((p) ? (dbase) + ((const char *)(p) - (hbase)) : NULL)
+#endif
 
 static void run_case(ctx_t *c, int kind, const char *algo, weft_dtype_t t, weft_op_t op,
                      size_t count, int in_place, uint32_t seed) {
@@ -94,21 +114,47 @@ static void run_case(ctx_t *c, int kind, const char *algo, weft_dtype_t t, weft_
   if (!in_place) memset(out, PATTERN, out_elems * es);
   set_algo(algo);
   weft_result_t rc = WEFT_SUCCESS;
+  weft_stream_t st = (weft_stream_t)c->stream;
+  char *hin = in, *hout = out;
+#ifdef WEFT_TEST_GPU
+  size_t sbytes = total * es + GUARD, rbytes = out_elems * es + GUARD;
+  char *dsend = dev_twin(sendbuf, sbytes), *drecv = dev_twin(recvbuf, rbytes);
+  in = ON_DEV(in, sendbuf, dsend);
+  out = in_place ? ON_DEV(out, sendbuf, dsend) : ON_DEV(out, recvbuf, drecv);
+#endif
   switch (kind) {
-  case AR: rc = weft_allreduce(in, out, count, t, op, c->comm, NULL); break;
-  case RS: rc = weft_reduce_scatter(in, out, count, t, op, c->comm, NULL); break;
-  case AG: rc = weft_allgather(in, out, count, t, c->comm, NULL); break;
-  case BC: rc = weft_broadcast(in, out, count, t, root, c->comm, NULL); break;
-  case RD: rc = weft_reduce(in, out, count, t, op, root, c->comm, NULL); break;
-  case A2A: rc = weft_alltoall(in, out, count, t, c->comm, NULL); break;
-  case A2AV: rc = weft_alltoallv(in, sc, sd, out, rcv, rd, t, c->comm, NULL); break;
+  case AR: rc = weft_allreduce(in, out, count, t, op, c->comm, st); break;
+  case RS: rc = weft_reduce_scatter(in, out, count, t, op, c->comm, st); break;
+  case AG: rc = weft_allgather(in, out, count, t, c->comm, st); break;
+  case BC: rc = weft_broadcast(in, out, count, t, root, c->comm, st); break;
+  case RD: rc = weft_reduce(in, out, count, t, op, root, c->comm, st); break;
+  case A2A: rc = weft_alltoall(in, out, count, t, c->comm, st); break;
+  case A2AV: rc = weft_alltoallv(in, sc, sd, out, rcv, rd, t, c->comm, st); break;
   case SR:
     weft_group_start();
-    weft_send(in, count, t, (r + 1) % n, c->comm, NULL);
-    weft_recv(out, count, t, (r + n - 1) % n, c->comm, NULL);
+    weft_send(in, count, t, (r + 1) % n, c->comm, st);
+    weft_recv(out, count, t, (r + n - 1) % n, c->comm, st);
     rc = weft_group_end();
     break;
   }
+#ifdef WEFT_TEST_GPU
+  if (rc == WEFT_SUCCESS) {
+    weft_result_t ae = WEFT_SUCCESS;
+    if (cudaStreamSynchronize((cudaStream_t)c->stream) != cudaSuccess ||
+        cudaMemcpy(sendbuf, dsend, sbytes, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        (recvbuf && cudaMemcpy(recvbuf, drecv, rbytes, cudaMemcpyDeviceToHost) != cudaSuccess))
+      fprintf(stderr, "rank %d: CUDA error after the call: %s\n", r,
+              cudaGetErrorString(cudaGetLastError()));
+    weft_comm_get_async_error(c->comm, &ae);
+    if (ae != WEFT_SUCCESS) rc = ae;
+  }
+  cudaFree(dsend);
+  cudaFree(drecv);
+  in = hin;
+  out = hout;
+#else
+  (void)hin, (void)hout;
+#endif
   c->runs++;
   char why[256] = "";
   if (rc != WEFT_SUCCESS) {
@@ -177,6 +223,18 @@ static void run_case(ctx_t *c, int kind, const char *algo, weft_dtype_t t, weft_
   free(rd);
 }
 
+#ifdef WEFT_TEST_GPU
+static const char *ALGOS[NKINDS][6] = {
+    [AR] = {"auto", "oneshot", "twoshot"},
+    [RS] = {"auto"},
+    [AG] = {"auto"},
+    [BC] = {"auto"},
+    [RD] = {"auto"},
+    [A2A] = {"auto"},
+    [A2AV] = {"auto"},
+    [SR] = {"auto"},
+};
+#else
 static const char *ALGOS[NKINDS][6] = {
     [AR] = {"auto", "ring", "rhd", "tree", "direct"},
     [RS] = {"auto", "ring", "rhd", "direct"},
@@ -187,6 +245,7 @@ static const char *ALGOS[NKINDS][6] = {
     [A2AV] = {"auto", "pairwise", "direct"},
     [SR] = {"auto"},
 };
+#endif
 
 static int rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
   ctx_t c = *(ctx_t *)arg;
@@ -199,6 +258,18 @@ static int rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
   }
   weft_config_t cfg = WEFT_CONFIG_INIT;
   cfg.timeout_ms = 60000;
+#ifdef WEFT_TEST_GPU
+  int ngpu = 0;
+  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 1) {
+    fprintf(stderr, "rank %d: no GPU\n", rank);
+    return 1;
+  }
+  cfg.device = c.share ? 0 : rank % ngpu;
+  cudaSetDevice(cfg.device);
+  cudaStream_t s = NULL;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  c.stream = s;
+#endif
   if (weft_comm_init(&c.comm, nranks, id, rank, &cfg) != WEFT_SUCCESS) {
     fprintf(stderr, "rank %d: init failed: %s\n", rank, weft_get_last_error(NULL));
     return 1;
@@ -245,6 +316,8 @@ int main(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--big") == 0)
       c.big = 1;
+    else if (strcmp(argv[i], "--share") == 0)
+      c.share = 1;
     else if (strncmp(argv[i], "--hosts=", 8) == 0)
       c.hosts = atoi(argv[i] + 8);
     else

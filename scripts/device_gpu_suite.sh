@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The GPU suite on the device machine, with a report under OUT: GPU topology, the gpu test
+# suite (oracle matrix on device buffers, 2 ranks on 2 GPUs and 2-3 ranks sharing one GPU;
+# graph capture, concurrent communicators, failures), and compute-sanitizer memcheck and
+# racecheck over a short collbench run of every collective.
+# usage: scripts/device_gpu_suite.sh OUT [BUILD]   (BUILD: a build dir made with -Dcuda=enabled)
+set -uo pipefail
+out=${1:?usage: device_gpu_suite.sh OUT [BUILD]}
+b=${2:-build-dev}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+if [ ! -x "$b/tests/gpu/test_collectives_gpu" ]; then
+  meson setup "$b" -Dcuda=enabled -Dmpi=disabled > "$out/build.log" 2>&1 && ninja -C "$b" >> "$out/build.log" 2>&1 ||
+    { echo "build failed"; tail -30 "$out/build.log"; exit 1; }
+fi
+rep="$out/gpu_suite.txt"
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvidia-smi topo -m; } > "$rep" 2>&1
+pass=0 fail=0
+run() { # name, command...
+  local name=$1
+  shift
+  local t0=$SECONDS
+  if "$@" > "$out/$name.log" 2>&1; then
+    pass=$((pass + 1)); echo "PASS $name ($((SECONDS - t0)) s)" | tee -a "$rep"
+  else
+    fail=$((fail + 1)); echo "FAIL $name ($((SECONDS - t0)) s)" | tee -a "$rep"; tail -15 "$out/$name.log"
+  fi
+  tail -3 "$out/$name.log" >> "$rep"
+}
+run dev_comm_2 "$b/tests/gpu/test_dev_comm" 2
+run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
+run collectives_2_share "$b/tests/gpu/test_collectives_gpu" 2 --share
+run collectives_3_share "$b/tests/gpu/test_collectives_gpu" 3 --share
+for tool in memcheck racecheck; do
+  run "sanitizer_$tool" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 9 \
+    "$b/bench/collbench" -C all -b 8 -e 1M -f 8 -n 2 -w 1 --ranks 2
+done
+echo "gpu suite: $pass passed, $fail failed" | tee -a "$rep"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,466 @@
+/* Device communicators with CUDA: each rank's staging region is mapped by every peer (p2p
+ * transport); an operation, or a whole group, becomes one kernel launch on the caller's
+ * stream with no host synchronisation, so it can be captured in a CUDA graph. Kernels
+ * report timeouts through host-mapped memory, which the heartbeat thread watches. */
+#include "dev_comm.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dev.h"
+#include "dtype.h"
+#include "err.h"
+#include "failure.h"
+#include "p2p.h"
+#include "param.h"
+
+struct weft_dev {
+  int device;
+  weft_p2p_t p2p;
+  uint64_t *counters;
+  int32_t *abort_h, *abort_d;
+  weft_dev_error_t *err_h, *err_d;
+  uint32_t chunk_bytes, stages;
+  int max_channels;
+  size_t block_bytes;
+  uint64_t p2p_sent[WEFT_DEV_MAX_RANKS], p2p_recv[WEFT_DEV_MAX_RANKS]; /* messages so far */
+  cudaEvent_t order;
+  cudaStream_t last; /* stream of the last launch */
+  int launched;
+  weft_dev_launch_t launch; /* reused: filled per operation */
+};
+
+/* Channel counters, then a few bytes for weft_barrier's one-byte allreduce. */
+#define COUNTER_BYTES (sizeof(uint64_t) * WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS * 2)
+#define SCRATCH_BYTES 256
+
+#define CUDA_CHECK(call, what)                                                                     \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess)                                                                         \
+      return weft_set_error(WEFT_ERR_SYSTEM, "%s: %s", what, cudaGetErrorString(e_));              \
+  } while (0)
+
+/* Runs with c's device current, restoring the caller's afterwards. */
+static int enter_device(int device, int *saved) {
+  if (cudaGetDevice(saved) != cudaSuccess) *saved = -1;
+  return *saved == device ? 0 : cudaSetDevice(device) == cudaSuccess ? 0 : -1;
+}
+static void leave_device(int device, int saved) {
+  if (saved >= 0 && saved != device) cudaSetDevice(saved);
+}
+
+static size_t region_bytes(int nranks, uint32_t chunk, uint32_t stages) {
+  return WEFT_DEV_STAGE_OFF +
+         (size_t)WEFT_DEV_MAX_CHANNELS * (size_t)(nranks > 1 ? nranks - 1 : 1) * stages * chunk;
+}
+
+static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
+  int ndev = 0;
+  cudaError_t ce = cudaGetDeviceCount(&ndev);
+  if (ce != cudaSuccess)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_comm_init: device %d asked, but CUDA has no "
+                          "usable device here: %s",
+                          device, cudaGetErrorString(ce));
+  if (device >= ndev)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_init: device %d, but %d GPU(s) visible",
+                          device, ndev);
+  if (c->nlocal != c->nranks)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_comm_init: device communicators span one host for now (%d of %d "
+                          "ranks are here)",
+                          c->nlocal, c->nranks);
+  int64_t chunk = weft_param_int("WEFT_P2P_CHUNK_BYTES"),
+          stages = weft_param_int("WEFT_P2P_STAGES"), ch = weft_param_int("WEFT_P2P_CHANNELS"),
+          bb = weft_param_int("WEFT_P2P_BLOCK_BYTES");
+  if (chunk < 1024 || chunk > (64 << 20) || chunk % 16)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "WEFT_P2P_CHUNK_BYTES=%lld: use a multiple of 16 in [1 KiB, 64 MiB]",
+                          (long long)chunk);
+  if (stages < 2 || stages > 16)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_STAGES=%lld: use 2-16",
+                          (long long)stages);
+  if (ch < 1 || ch > WEFT_DEV_COLL_CHANNELS)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_CHANNELS=%lld: use 1-%d", (long long)ch,
+                          WEFT_DEV_COLL_CHANNELS);
+  d->chunk_bytes = (uint32_t)chunk;
+  d->stages = (uint32_t)stages;
+  d->max_channels = (int)ch;
+  d->block_bytes = bb > 0 ? (size_t)bb : 32768;
+  CUDA_CHECK(cudaSetDevice(device), "weft_comm_init: cudaSetDevice");
+  CUDA_CHECK(cudaMalloc((void **)&d->counters, COUNTER_BYTES + SCRATCH_BYTES),
+             "weft_comm_init: cudaMalloc");
+  CUDA_CHECK(cudaMemset(d->counters, 0, COUNTER_BYTES + SCRATCH_BYTES),
+             "weft_comm_init: cudaMemset");
+  CUDA_CHECK(cudaHostAlloc((void **)&d->abort_h, 64, cudaHostAllocMapped),
+             "weft_comm_init: cudaHostAlloc");
+  CUDA_CHECK(cudaHostAlloc((void **)&d->err_h, sizeof *d->err_h, cudaHostAllocMapped),
+             "weft_comm_init: cudaHostAlloc");
+  memset(d->abort_h, 0, 64);
+  memset(d->err_h, 0, sizeof *d->err_h);
+  CUDA_CHECK(cudaHostGetDevicePointer((void **)&d->abort_d, d->abort_h, 0),
+             "weft_comm_init: cudaHostGetDevicePointer");
+  CUDA_CHECK(cudaHostGetDevicePointer((void **)&d->err_d, d->err_h, 0),
+             "weft_comm_init: cudaHostGetDevicePointer");
+  CUDA_CHECK(cudaEventCreateWithFlags(&d->order, cudaEventDisableTiming),
+             "weft_comm_init: cudaEventCreate");
+  return WEFT_SUCCESS;
+}
+
+/* Every rank learns whether every other one got its GPU ready, so that one bad device
+ * fails the whole init at once instead of leaving the others waiting for the mapping. */
+static weft_result_t agree(weft_comm_t c, weft_result_t mine) {
+  int32_t *st = calloc((size_t)c->nranks, sizeof *st);
+  if (!st) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
+  st[c->rank] = (int32_t)mine;
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", weft_thread_error());
+  weft_result_t rc = weft_bootstrap_allgather(c->boot, st, sizeof *st);
+  for (int p = 0; p < c->nranks && rc == WEFT_SUCCESS; p++)
+    if (st[p] != WEFT_SUCCESS)
+      rc = p == c->rank ? weft_set_error(mine, "%s", msg)
+                        : weft_set_error((weft_result_t)st[p],
+                                         "weft_comm_init: rank %d could not set up its GPU (%s)", p,
+                                         weft_result_string((weft_result_t)st[p]));
+  free(st);
+  return rc;
+}
+
+static void dev_release(struct weft_dev *d) {
+  weft_p2p_unmap(&d->p2p);
+  if (d->counters) cudaFree(d->counters);
+  if (d->abort_h) cudaFreeHost(d->abort_h);
+  if (d->err_h) cudaFreeHost(d->err_h);
+  if (d->order) cudaEventDestroy(d->order);
+  free(d);
+}
+
+weft_result_t weft_dev_setup(weft_comm_t c, int device) {
+  struct weft_dev *d = calloc(1, sizeof *d);
+  if (!d) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
+  d->device = device;
+  int saved = -1;
+  cudaGetDevice(&saved);
+  weft_result_t rc = agree(c, dev_init(c, d, device));
+  if (rc == WEFT_SUCCESS)
+    rc = weft_p2p_map(c->boot, c->rank, c->nranks, device,
+                      region_bytes(c->nranks, d->chunk_bytes, d->stages), &d->p2p);
+  leave_device(device, saved);
+  if (rc != WEFT_SUCCESS) {
+    dev_release(d);
+    return rc;
+  }
+  c->dev = d;
+  WEFT_INFO(WEFT_SUB_INIT, "rank %d: device %d, %zu bytes of staging, chunk %u x %u stages",
+            c->rank, device, d->p2p.bytes, d->chunk_bytes, d->stages);
+  return WEFT_SUCCESS;
+}
+
+void weft_dev_free(weft_comm_t c) {
+  struct weft_dev *d = c->dev;
+  if (!d) return;
+  int saved = -1;
+  enter_device(d->device, &saved);
+  /* Kernels end on their own (done, aborted or timed out); wait for ours, then for the
+   * peers', since their kernels may still write into our region. */
+  if (d->launched && cudaEventRecord(d->order, d->last) == cudaSuccess)
+    cudaEventSynchronize(d->order);
+  pthread_mutex_lock(&c->mu);
+  int healthy = c->async_error == WEFT_SUCCESS && !atomic_load(&c->aborted);
+  pthread_mutex_unlock(&c->mu);
+  if (healthy && c->boot) weft_bootstrap_barrier(c->boot);
+  int device = d->device;
+  dev_release(d);
+  leave_device(device, saved);
+  c->dev = NULL;
+}
+
+size_t weft_dev_memory(const struct weft_comm *c) {
+  const struct weft_dev *d = c->dev;
+  if (!d) return 0;
+  return d->p2p.bytes + COUNTER_BYTES + SCRATCH_BYTES;
+}
+
+void *weft_dev_scratch(const struct weft_comm *c) {
+  return c->dev ? (char *)c->dev->counters + COUNTER_BYTES : NULL;
+}
+
+void weft_dev_abort(weft_comm_t c) {
+  if (c->dev) ((volatile int32_t *)c->dev->abort_h)[0] = 1;
+}
+
+void weft_dev_watch(weft_comm_t c) {
+  struct weft_dev *d = c->dev;
+  if (!d) return;
+  volatile weft_dev_error_t *e = d->err_h;
+  if (e->code != WEFT_DEV_ERR_NONE) {
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "rank %d: a device kernel (work kind %u, channel %d) waited more than %lld ms for "
+             "rank %d: that rank is hung, dead, or called a different operation",
+             c->rank, e->kind, e->channel, (long long)c->timeout_ms, e->peer);
+    pthread_mutex_lock(&c->mu);
+    uint64_t seq = c->seq;
+    pthread_mutex_unlock(&c->mu);
+    weft_comm_fail(c, WEFT_ERR_TIMEOUT, msg, seq);
+  }
+  /* failures other ranks reported, or a local peer that died */
+  const weft_transport_t *shm = c->tr[WEFT_TR_SHM];
+  if (shm && shm->check && c->tr_state[WEFT_TR_SHM]) {
+    weft_notice_t n = {0};
+    weft_result_t rc = shm->check(c->tr_state[WEFT_TR_SHM], &n);
+    if (rc != WEFT_SUCCESS) {
+      char msg[512];
+      if (n.seq == 0)
+        snprintf(msg, sizeof msg, "rank %d: rank %d is gone (its process died or stopped)", c->rank,
+                 n.origin);
+      else
+        snprintf(msg, sizeof msg, "rank %d: rank %d failed in op %llu (%s)", c->rank, n.origin,
+                 (unsigned long long)n.seq, weft_result_string(rc));
+      atomic_store(&c->fail_origin, n.origin);
+      weft_comm_fail(c, rc, msg, n.seq);
+    }
+  }
+  pthread_mutex_lock(&c->mu);
+  int failed = c->async_error != WEFT_SUCCESS;
+  pthread_mutex_unlock(&c->mu);
+  if (failed || atomic_load(&c->aborted)) weft_dev_abort(c);
+}
+
+void weft_dev_tune(const struct weft_comm *c, weft_task_t *t) {
+  weft_algo_t forced = weft_algo_parse(weft_param_str("WEFT_ALGO"));
+  if (t->args.coll != WEFT_COLL_ALLREDUCE) {
+    t->algo = WEFT_ALGO_DIRECT;
+    return;
+  }
+  if (forced == WEFT_ALGO_ONESHOT || forced == WEFT_ALGO_TWOSHOT) {
+    t->algo = forced;
+    return;
+  }
+  /* One-shot moves (n-1) x the buffer into each rank but needs one exchange; two-shot
+   * moves 2(n-1)/n x in two. Crossover measured with collbench (bench/results). */
+  int64_t lim = weft_param_int("WEFT_ONESHOT_MAX_BYTES");
+  size_t bytes = t->args.count * weft_dtype_size(t->dtype);
+  if (lim <= 0) lim = c->nranks <= 2 ? 256 * 1024 : 64 * 1024;
+  t->algo = bytes <= (size_t)lim ? WEFT_ALGO_ONESHOT : WEFT_ALGO_TWOSHOT;
+}
+
+/* Device buffers only: a host pointer would fault the kernel and poison the context. */
+static weft_result_t check_ptr(const struct weft_dev *d, const char *what, const void *p,
+                               size_t bytes) {
+  if (!bytes) return WEFT_SUCCESS;
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s %p is not memory CUDA knows", what, p);
+  }
+  if (a.type == cudaMemoryTypeManaged) return WEFT_SUCCESS;
+  if (a.type != cudaMemoryTypeDevice)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "%s %p is host memory; a device communicator needs device buffers", what,
+                          p);
+  if (a.device != d->device)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s %p is on GPU %d; this communicator's GPU is %d",
+                          what, p, a.device, d->device);
+  return WEFT_SUCCESS;
+}
+
+static uint64_t round_len(const struct weft_comm *c, const weft_task_t *t, int kind) {
+  const weft_coll_args_t *a = &t->args;
+  uint64_t n = (uint64_t)c->nranks, m = 0;
+  switch (kind) {
+  case WEFT_DEV_ALLREDUCE_TWOSHOT: return (a->count + n - 1) / n;
+  case WEFT_DEV_ALLTOALLV:
+    for (int p = 0; p < c->nranks; p++) {
+      if (a->sendcounts[p] > m) m = a->sendcounts[p];
+      if (a->recvcounts[p] > m) m = a->recvcounts[p];
+    }
+    return m;
+  default: return a->count;
+  }
+}
+
+static int dev_kind(const weft_task_t *t) {
+  switch (t->args.coll) {
+  case WEFT_COLL_ALLREDUCE:
+    return t->algo == WEFT_ALGO_ONESHOT ? WEFT_DEV_ALLREDUCE_ONESHOT : WEFT_DEV_ALLREDUCE_TWOSHOT;
+  case WEFT_COLL_REDUCE_SCATTER: return WEFT_DEV_REDUCE_SCATTER;
+  case WEFT_COLL_ALLGATHER: return WEFT_DEV_ALLGATHER;
+  case WEFT_COLL_BROADCAST: return WEFT_DEV_BROADCAST;
+  case WEFT_COLL_REDUCE: return WEFT_DEV_REDUCE;
+  case WEFT_COLL_ALLTOALL: return WEFT_DEV_ALLTOALL;
+  case WEFT_COLL_ALLTOALLV: return WEFT_DEV_ALLTOALLV;
+  case WEFT_COLL_SEND: return WEFT_DEV_SEND;
+  default: return WEFT_DEV_RECV;
+  }
+}
+
+/* Input and output extents, for the pointer checks. */
+static void extents(const struct weft_comm *c, const weft_task_t *t, size_t *in, size_t *out) {
+  size_t es = weft_dtype_size(t->dtype), n = (size_t)c->nranks, cnt = t->args.count * es;
+  const weft_coll_args_t *a = &t->args;
+  *in = *out = cnt;
+  switch (a->coll) {
+  case WEFT_COLL_REDUCE_SCATTER: *in = cnt * n; break;
+  case WEFT_COLL_ALLGATHER: *out = cnt * n; break;
+  case WEFT_COLL_ALLTOALL: *in = *out = cnt * n; break;
+  case WEFT_COLL_ALLTOALLV:
+    *in = *out = 0;
+    for (size_t p = 0; p < n; p++) {
+      if ((a->sdispls[p] + a->sendcounts[p]) * es > *in)
+        *in = (a->sdispls[p] + a->sendcounts[p]) * es;
+      if ((a->rdispls[p] + a->recvcounts[p]) * es > *out)
+        *out = (a->rdispls[p] + a->recvcounts[p]) * es;
+    }
+    break;
+  case WEFT_COLL_BROADCAST:
+    if (c->rank != a->root) *in = 0;
+    break;
+  case WEFT_COLL_REDUCE:
+    if (c->rank != a->root) *out = 0;
+    break;
+  case WEFT_COLL_SEND: *out = 0; break;
+  case WEFT_COLL_RECV: *in = 0; break;
+  default: break;
+  }
+}
+
+/* Fills the launch; on error nothing has changed (p2p message counts included). */
+static weft_result_t build(weft_comm_t c, weft_task_t *tasks, int ntasks, int *nblocks) {
+  struct weft_dev *d = c->dev;
+  weft_dev_launch_t *L = &d->launch;
+  int ncoll = 0, na2av = 0, blocks = 0, chan = 0;
+  uint64_t sent[WEFT_DEV_MAX_RANKS], recvd[WEFT_DEV_MAX_RANKS];
+  uint8_t used[WEFT_DEV_MAX_RANKS][2][WEFT_DEV_P2P_SETS];
+  memcpy(sent, d->p2p_sent, sizeof sent);
+  memcpy(recvd, d->p2p_recv, sizeof recvd);
+  memset(used, 0, sizeof used);
+  if (ntasks > WEFT_DEV_MAX_ITEMS)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "a group on a device communicator holds at most %d operations (%d given)",
+                          WEFT_DEV_MAX_ITEMS, ntasks);
+  for (int i = 0; i < ntasks; i++) {
+    weft_coll_t k = tasks[i].args.coll;
+    ncoll += k != WEFT_COLL_SEND && k != WEFT_COLL_RECV;
+  }
+  int per_coll = ncoll ? d->max_channels / ncoll : 0;
+  if (ncoll > d->max_channels)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "a group on a device communicator holds at most %d collectives",
+                          d->max_channels);
+  L->nitems = 0;
+  for (int i = 0; i < ntasks; i++) {
+    weft_task_t *t = &tasks[i];
+    size_t in_b = 0, out_b = 0, es = weft_dtype_size(t->dtype);
+    extents(c, t, &in_b, &out_b);
+    CHECK(check_ptr(d, "sendbuf", t->sendbuf, in_b));
+    CHECK(check_ptr(d, "recvbuf", t->recvbuf, out_b));
+    int kind = dev_kind(t);
+    uint64_t len = round_len(c, t, kind);
+    if (len == 0 && kind != WEFT_DEV_ALLTOALLV) continue; /* nothing moves */
+    weft_dev_item_t *it = &L->items[L->nitems];
+    memset(it, 0, sizeof *it);
+    it->kind = (uint8_t)kind;
+    it->dtype = (uint8_t)t->dtype;
+    it->op = (uint8_t)t->op;
+    it->root = (int16_t)t->args.root;
+    it->count = t->args.count;
+    it->send = t->sendbuf;
+    it->recv = t->recvbuf;
+    uint64_t want = (len * es + d->block_bytes - 1) / d->block_bytes;
+    if (want < 1) want = 1;
+    if (kind == WEFT_DEV_SEND || kind == WEFT_DEV_RECV) {
+      int peer = t->args.root, dir = kind == WEFT_DEV_RECV;
+      if (peer == c->rank)
+        return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                              "send/recv to this rank itself on a device communicator (use "
+                              "cudaMemcpyAsync)");
+      uint64_t *msgs = dir ? recvd : sent;
+      int set = (int)(msgs[peer]++ % WEFT_DEV_P2P_SETS);
+      if (used[peer][dir][set]++)
+        return weft_set_error(
+            WEFT_ERR_UNSUPPORTED, "a group on a device communicator holds at most %d %s %s rank %d",
+            WEFT_DEV_P2P_SETS, dir ? "receives from" : "sends to", dir ? "from" : "to", peer);
+      it->chan0 = (uint16_t)(WEFT_DEV_COLL_CHANNELS + set * WEFT_DEV_P2P_SET_CHANNELS);
+      it->nblocks = (uint16_t)(want < WEFT_DEV_P2P_SET_CHANNELS ? want : WEFT_DEV_P2P_SET_CHANNELS);
+    } else {
+      if (kind == WEFT_DEV_ALLTOALLV) {
+        if (na2av == WEFT_DEV_MAX_A2AV)
+          return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                                "a group on a device communicator holds at most %d alltoallv",
+                                WEFT_DEV_MAX_A2AV);
+        weft_dev_a2av_t *v = &L->a2av[na2av];
+        for (int p = 0; p < c->nranks; p++) {
+          v->sendcounts[p] = t->args.sendcounts[p];
+          v->sdispls[p] = t->args.sdispls[p];
+          v->recvcounts[p] = t->args.recvcounts[p];
+          v->rdispls[p] = t->args.rdispls[p];
+        }
+        it->a2av = (int16_t)na2av++;
+      }
+      it->chan0 = (uint16_t)chan;
+      it->nblocks = (uint16_t)(want < (uint64_t)per_coll ? want : (uint64_t)per_coll);
+      chan += per_coll; /* the same on every rank, whatever the sizes */
+    }
+    it->block0 = (uint16_t)blocks;
+    blocks += it->nblocks;
+    L->nitems++;
+  }
+  memcpy(d->p2p_sent, sent, sizeof sent);
+  memcpy(d->p2p_recv, recvd, sizeof recvd);
+  *nblocks = blocks;
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream) {
+  struct weft_dev *d = c->dev;
+  cudaStream_t s = (cudaStream_t)(void *)stream;
+  weft_dev_watch(c);
+  pthread_mutex_lock(&c->mu);
+  weft_result_t rc = c->async_error;
+  uint64_t seq = ++c->seq;
+  pthread_mutex_unlock(&c->mu);
+  if (rc != WEFT_SUCCESS) return weft_set_error(rc, "communicator failed earlier: %s", c->error);
+  if (atomic_load(&c->aborted)) return weft_set_error(WEFT_ERR_ABORTED, "communicator was aborted");
+  int saved = -1, nblocks = 0;
+  if (enter_device(d->device, &saved) != 0)
+    return weft_set_error(WEFT_ERR_SYSTEM, "cannot make GPU %d current", d->device);
+  rc = build(c, tasks, ntasks, &nblocks);
+  if (rc == WEFT_SUCCESS && nblocks > 0) {
+    weft_dev_launch_t *L = &d->launch;
+    for (int r = 0; r < c->nranks; r++)
+      L->region[r] = d->p2p.region[r];
+    L->counters = d->counters;
+    L->abort_flag = d->abort_d;
+    L->error = d->err_d;
+    L->rank = c->rank;
+    L->nranks = c->nranks;
+    L->chunk_bytes = d->chunk_bytes;
+    L->stages = d->stages;
+    L->timeout_ns = (uint64_t)c->timeout_ms * 1000000ull;
+    /* Operations of one comm run in issue order even across streams (their channels are
+     * shared); a stream being captured into a graph orders itself. */
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(s, &cap);
+    if (d->launched && d->last != s && cap == cudaStreamCaptureStatusNone) {
+      if (cudaEventRecord(d->order, d->last) != cudaSuccess ||
+          cudaStreamWaitEvent(s, d->order, 0) != cudaSuccess)
+        rc = weft_set_error(WEFT_ERR_SYSTEM, "ordering after the previous stream failed");
+    }
+    if (rc == WEFT_SUCCESS) {
+      int e = weft_dev_launch(L, nblocks, s);
+      if (e != 0)
+        rc = weft_set_error(WEFT_ERR_SYSTEM, "kernel launch of op %llu failed: %s",
+                            (unsigned long long)seq, weft_dev_error_string(e));
+      else if (cap == cudaStreamCaptureStatusNone) {
+        d->last = s;
+        d->launched = 1;
+      }
+    }
+  }
+  leave_device(d->device, saved);
+  return rc;
+}

@@ -1,0 +1,30 @@
+/* Device communicators (one CUDA device per rank, all ranks on one host): setup of the
+ * peer-mapped staging, the launch of operations on the caller's CUDA stream, and the
+ * watch that turns a kernel's timeout into a communicator failure. Built from
+ * dev_comm.c with CUDA, else from dev_none.c, which refuses device communicators. */
+#ifndef WEFT_DEV_COMM_H
+#define WEFT_DEV_COMM_H
+
+#include <stddef.h>
+
+#include "comm.h"
+
+/* Collective: binds c to device and maps every peer's staging region. */
+weft_result_t weft_dev_setup(struct weft_comm *c, int device);
+/* Waits for c's last operation, then (if c is healthy) for the peers, and frees. */
+void weft_dev_free(struct weft_comm *c);
+/* Runs tasks (one call, or a group's) as one kernel on stream (a cudaStream_t). */
+weft_result_t weft_dev_submit(struct weft_comm *c, weft_task_t *tasks, int ntasks,
+                              weft_stream_t stream);
+/* Picks the device algorithm for t (WEFT_ALGO, WEFT_ONESHOT_MAX_BYTES). */
+void weft_dev_tune(const struct weft_comm *c, weft_task_t *t);
+/* From the heartbeat thread and queries: a kernel's error becomes the comm's failure, and
+ * a failed comm makes its kernels give up. */
+void weft_dev_watch(struct weft_comm *c);
+/* Makes running and later kernels of c give up at once (abort). */
+void weft_dev_abort(struct weft_comm *c);
+size_t weft_dev_memory(const struct weft_comm *c);
+/* 256 bytes of device memory for weft_barrier. */
+void *weft_dev_scratch(const struct weft_comm *c);
+
+#endif

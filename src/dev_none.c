@@ -1,0 +1,28 @@
+/* Device communicators in a build without CUDA: refused with a clear error. */
+#include "dev_comm.h"
+#include "err.h"
+
+weft_result_t weft_dev_setup(struct weft_comm *c, int device) {
+  (void)c;
+  return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                        "weft_comm_init: device %d asked, but this weft was built without CUDA "
+                        "(meson -Dcuda=enabled needs nvcc)",
+                        device);
+}
+void weft_dev_free(struct weft_comm *c) { (void)c; }
+weft_result_t weft_dev_submit(struct weft_comm *c, weft_task_t *tasks, int ntasks,
+                              weft_stream_t stream) {
+  (void)c, (void)tasks, (void)ntasks, (void)stream;
+  return weft_set_error(WEFT_ERR_UNSUPPORTED, "device communicators need a CUDA build");
+}
+void weft_dev_tune(const struct weft_comm *c, weft_task_t *t) { (void)c, (void)t; }
+void weft_dev_watch(struct weft_comm *c) { (void)c; }
+void weft_dev_abort(struct weft_comm *c) { (void)c; }
+void *weft_dev_scratch(const struct weft_comm *c) {
+  (void)c;
+  return NULL;
+}
+size_t weft_dev_memory(const struct weft_comm *c) {
+  (void)c;
+  return 0;
+}

@@ -1,0 +1,97 @@
+/* What the host and the CUDA kernels share: the layout of each rank's peer-mapped region
+ * (flags, then staging slots), the launch description (work items), and the error record
+ * a kernel leaves in host-mapped memory. Plain C, included by .c and .cu files. */
+#ifndef WEFT_DEV_H
+#define WEFT_DEV_H
+
+#include <stdint.h>
+
+enum {
+  WEFT_DEV_MAX_RANKS = 8,      /* ranks of one device communicator (one host) */
+  WEFT_DEV_COLL_CHANNELS = 32, /* channels 0..31: collectives */
+  WEFT_DEV_P2P_SETS = 8,       /* channels 32..63: send/recv, in sets */
+  WEFT_DEV_P2P_SET_CHANNELS = 4,
+  WEFT_DEV_MAX_CHANNELS = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_SETS * WEFT_DEV_P2P_SET_CHANNELS,
+  WEFT_DEV_MAX_ITEMS = 16, /* work items (group members) in one launch */
+  WEFT_DEV_MAX_A2AV = 2,   /* alltoallv items in one launch */
+  WEFT_DEV_THREADS = 512,
+  WEFT_DEV_FLAG_STRIDE = 64 /* bytes between flags: one writer per cache line */
+};
+
+/* Region of rank r, mapped by every peer:
+ *   ready[ch][src]  posted chunk count from src (written by src)
+ *   done[ch][dst]   chunks of ours that dst has consumed (written by dst)
+ *   stage[ch][src slot][stage]  chunk_bytes each, written by src */
+#define WEFT_DEV_READY_OFF(ch, peer)                                                               \
+  ((uint64_t)((ch)*WEFT_DEV_MAX_RANKS + (peer)) * WEFT_DEV_FLAG_STRIDE)
+#define WEFT_DEV_DONE_OFF(ch, peer)                                                                \
+  (WEFT_DEV_READY_OFF(WEFT_DEV_MAX_CHANNELS, 0) + WEFT_DEV_READY_OFF(ch, peer))
+#define WEFT_DEV_STAGE_OFF (2 * WEFT_DEV_READY_OFF(WEFT_DEV_MAX_CHANNELS, 0))
+
+typedef enum {
+  WEFT_DEV_ALLREDUCE_ONESHOT = 0,
+  WEFT_DEV_ALLREDUCE_TWOSHOT,
+  WEFT_DEV_REDUCE_SCATTER,
+  WEFT_DEV_ALLGATHER,
+  WEFT_DEV_BROADCAST,
+  WEFT_DEV_REDUCE,
+  WEFT_DEV_ALLTOALL,
+  WEFT_DEV_ALLTOALLV,
+  WEFT_DEV_SEND,
+  WEFT_DEV_RECV,
+  WEFT_DEV_KIND_COUNT
+} weft_dev_kind_t;
+
+typedef struct {
+  uint8_t kind, dtype, op, pad_;
+  int16_t root;     /* broadcast/reduce root; send/recv peer */
+  int16_t a2av;     /* index into the launch's alltoallv table */
+  uint16_t block0;  /* first block of this item */
+  uint16_t nblocks; /* blocks = channels it uses */
+  uint16_t chan0;   /* first channel */
+  uint16_t pad2_;
+  uint64_t count; /* elements: per rank block for rs/ag/a2a, whole buffer otherwise */
+  const void *send;
+  void *recv;
+} weft_dev_item_t;
+
+typedef struct {
+  uint64_t sendcounts[WEFT_DEV_MAX_RANKS], sdispls[WEFT_DEV_MAX_RANKS];
+  uint64_t recvcounts[WEFT_DEV_MAX_RANKS], rdispls[WEFT_DEV_MAX_RANKS];
+} weft_dev_a2av_t;
+
+/* What a kernel found wrong; code 0 while none. First writer wins. */
+typedef struct {
+  uint32_t code; /* WEFT_DEV_ERR_* */
+  int32_t peer;
+  int32_t channel;
+  uint32_t kind;
+} weft_dev_error_t;
+
+enum { WEFT_DEV_ERR_NONE = 0, WEFT_DEV_ERR_TIMEOUT = 1, WEFT_DEV_ERR_ABORTED = 2 };
+
+typedef struct {
+  char *region[WEFT_DEV_MAX_RANKS]; /* every rank's region as mapped here (own included) */
+  uint64_t *counters;               /* private: [ch][peer][2] sent, received */
+  volatile int32_t *abort_flag;     /* host-mapped; nonzero: give up */
+  weft_dev_error_t *error;          /* host-mapped */
+  int32_t rank, nranks;
+  uint32_t chunk_bytes, stages;
+  uint64_t timeout_ns;
+  int32_t nitems, pad_;
+  weft_dev_item_t items[WEFT_DEV_MAX_ITEMS];
+  weft_dev_a2av_t a2av[WEFT_DEV_MAX_A2AV];
+} weft_dev_launch_t;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Launches one kernel running all items on stream; returns a cudaError_t as int. */
+int weft_dev_launch(const weft_dev_launch_t *l, int nblocks, void *stream);
+/* cudaGetErrorString of such a code. */
+const char *weft_dev_error_string(int code);
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,220 @@
+/* Block-wide primitives of the device executor: flag waits with a timeout and an abort
+ * path, credit-based slots in a peer's staging area, and 16-byte copy and reduce loops.
+ * A channel is one block's private FIFO to every peer: the sender waits for a free slot
+ * (the receiver's "done" count), writes the chunk into the receiver's memory over NVLink,
+ * fences at system scope and bumps "ready"; the receiver waits for "ready", reads the
+ * chunk from its own memory, and returns the slot. Counts only grow, so flags never need
+ * resetting, and they persist in device memory so a replayed CUDA graph stays in step. */
+#ifndef WEFT_DEVICE_PRIMS_CUH
+#define WEFT_DEVICE_PRIMS_CUH
+
+#include <stdint.h>
+
+#include "dev.h"
+#include "types.cuh"
+
+namespace weft {
+
+__device__ inline uint64_t ld_acquire_sys(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ inline void st_release_sys(uint64_t *p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ inline uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* One block's view of its channel. */
+struct Chan {
+  const weft_dev_launch_t *L;
+  int ch, rank, n;
+  uint64_t *sent, *recvd; /* shared memory, per peer */
+  int *bail;              /* shared memory */
+  uint32_t kind;
+
+  __device__ char *region(int r) const { return L->region[r]; }
+  __device__ uint64_t *flag(int owner, uint64_t off) const {
+    return (uint64_t *)(region(owner) + off);
+  }
+  /* Slot index of src in a receiver's staging area (a rank keeps none for itself). */
+  __device__ int slot_of(int src, int dst) const { return src < dst ? src : src - 1; }
+  __device__ char *stage(int owner, int src, uint64_t seq) const {
+    uint64_t i = ((uint64_t)ch * (n - 1) + slot_of(src, owner)) * L->stages + seq % L->stages;
+    return region(owner) + WEFT_DEV_STAGE_OFF + i * L->chunk_bytes;
+  }
+
+  /* Thread 0 waits for *p >= target; everyone learns the outcome. */
+  __device__ bool wait_geq(const uint64_t *p, uint64_t target, int peer) const {
+    if (threadIdx.x == 0 && !*bail) {
+      uint64_t start = 0;
+      for (uint32_t spins = 0; ld_acquire_sys(p) < target; spins++) {
+        if ((spins & 1023) != 1023) continue;
+        uint64_t now = global_ns();
+        if (!start) start = now;
+        uint32_t code = WEFT_DEV_ERR_NONE;
+        if (*L->abort_flag)
+          code = WEFT_DEV_ERR_ABORTED;
+        else if (now - start > L->timeout_ns)
+          code = WEFT_DEV_ERR_TIMEOUT;
+        if (code != WEFT_DEV_ERR_NONE) {
+          if (code == WEFT_DEV_ERR_TIMEOUT && L->error->code == 0) {
+            L->error->peer = peer;
+            L->error->channel = ch;
+            L->error->kind = kind;
+            __threadfence_system();
+            L->error->code = code;
+            *L->abort_flag = 1; /* the other blocks stop too */
+          }
+          *bail = 1;
+          break;
+        }
+      }
+    }
+    __syncthreads();
+    return !*bail;
+  }
+
+  /* Where the next chunk to dst goes, once dst has a free slot. */
+  __device__ char *send_slot(int dst) const {
+    uint64_t s = sent[dst];
+    uint64_t need = s + 1 > L->stages ? s + 1 - L->stages : 0;
+    if (!wait_geq(flag(rank, WEFT_DEV_DONE_OFF(ch, dst)), need, dst)) return nullptr;
+    return stage(dst, rank, s);
+  }
+  /* After the whole block wrote the chunks: make them visible, then bump ready. */
+  __device__ void publish(const int *dsts, int nd) const {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence_system();
+      for (int i = 0; i < nd; i++) {
+        int d = dsts[i];
+        st_release_sys(flag(d, WEFT_DEV_READY_OFF(ch, rank)), ++sent[d]);
+      }
+    }
+    __syncthreads();
+  }
+  __device__ const char *recv_slot(int src) const {
+    uint64_t r = recvd[src];
+    if (!wait_geq(flag(rank, WEFT_DEV_READY_OFF(ch, src)), r + 1, src)) return nullptr;
+    return stage(rank, src, r);
+  }
+  /* After the whole block has read the chunks: hand the slots back. */
+  __device__ void release(const int *srcs, int ns) const {
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int i = 0; i < ns; i++) {
+        int s = srcs[i];
+        st_release_sys(flag(s, WEFT_DEV_DONE_OFF(ch, rank)), ++recvd[s]);
+      }
+    __syncthreads();
+  }
+};
+
+/* Block-wide copy to up to WEFT_DEV_MAX_RANKS destinations, 16 bytes a thread when every
+ * pointer allows it. */
+__device__ inline void copy_multi(char *const *dst, int nd, const char *src, uint64_t bytes) {
+  uintptr_t al = (uintptr_t)src | bytes;
+  for (int d = 0; d < nd; d++)
+    al |= (uintptr_t)dst[d];
+  const int t = threadIdx.x, nt = blockDim.x;
+  if ((al & 15) == 0) {
+    const uint4 *s = (const uint4 *)src;
+    uint64_t nv = bytes / 16, i = t;
+    for (; i + 3 * nt < nv; i += 4 * nt) {
+      uint4 a = s[i], b = s[i + nt], c = s[i + 2 * nt], e = s[i + 3 * nt];
+      for (int d = 0; d < nd; d++) {
+        uint4 *o = (uint4 *)dst[d];
+        o[i] = a, o[i + nt] = b, o[i + 2 * nt] = c, o[i + 3 * nt] = e;
+      }
+    }
+    for (; i < nv; i += nt) {
+      uint4 a = s[i];
+      for (int d = 0; d < nd; d++)
+        ((uint4 *)dst[d])[i] = a;
+    }
+    return;
+  }
+  if ((al & 3) == 0) {
+    for (uint64_t i = t; i < bytes / 4; i += nt) {
+      uint32_t a = ((const uint32_t *)src)[i];
+      for (int d = 0; d < nd; d++)
+        ((uint32_t *)dst[d])[i] = a;
+    }
+    return;
+  }
+  for (uint64_t i = t; i < bytes; i += nt) {
+    char a = src[i];
+    for (int d = 0; d < nd; d++)
+      dst[d][i] = a;
+  }
+}
+
+__device__ inline void copy1(char *dst, const char *src, uint64_t bytes) {
+  copy_multi(&dst, 1, src, bytes);
+}
+
+/* out[d][i] = in[0][i] op in[1][i] op ... in rank order, for every destination d. */
+template <int DT, int OP>
+__device__ void reduce_multi(char *const *dst, int nd, const char *const *in, int nin,
+                             uint64_t count, int nranks) {
+  typedef Ty<DT> T;
+  typedef typename T::S S;
+  typedef typename T::A A;
+  constexpr int V = 16 / sizeof(S);
+  uintptr_t al = 0;
+  for (int d = 0; d < nd; d++)
+    al |= (uintptr_t)dst[d];
+  for (int j = 0; j < nin; j++)
+    al |= (uintptr_t)in[j];
+  const int t = threadIdx.x, nt = blockDim.x;
+  uint64_t done = 0;
+  if ((al & 15) == 0) {
+    uint64_t nv = count / V;
+    for (uint64_t i = t; i < nv; i += nt) {
+      uint4 v[WEFT_DEV_MAX_RANKS];
+#pragma unroll
+      for (int j = 0; j < WEFT_DEV_MAX_RANKS; j++)
+        if (j < nin) v[j] = ((const uint4 *)in[j])[i];
+      const S *e0 = (const S *)&v[0];
+      A acc[V];
+#pragma unroll
+      for (int k = 0; k < V; k++)
+        acc[k] = T::up(e0[k]);
+#pragma unroll
+      for (int j = 1; j < WEFT_DEV_MAX_RANKS; j++)
+        if (j < nin) {
+          const S *e = (const S *)&v[j];
+#pragma unroll
+          for (int k = 0; k < V; k++)
+            acc[k] = combine<DT, OP>(acc[k], T::up(e[k]));
+        }
+      uint4 o;
+      S *eo = (S *)&o;
+#pragma unroll
+      for (int k = 0; k < V; k++)
+        eo[k] = finish<DT, OP>(acc[k], nranks);
+      for (int d = 0; d < nd; d++)
+        ((uint4 *)dst[d])[i] = o;
+    }
+    done = nv * V;
+  }
+  for (uint64_t i = done + t; i < count; i += nt) {
+    A acc = T::up(((const S *)in[0])[i]);
+    for (int j = 1; j < nin; j++)
+      acc = combine<DT, OP>(acc, T::up(((const S *)in[j])[i]));
+    S o = finish<DT, OP>(acc, nranks);
+    for (int d = 0; d < nd; d++)
+      ((S *)dst[d])[i] = o;
+  }
+}
+
+} // namespace weft
+
+#endif

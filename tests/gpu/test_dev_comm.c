@@ -1,0 +1,254 @@
+/* Device communicators beyond the oracle matrix (tests/gpu, 2+ ranks): device buffers
+ * only, CUDA-graph capture and replay, several communicators and streams in flight at
+ * once, a group of collectives as one launch, the device memory report, and failures: a
+ * rank that never joins gives WEFT_ERR_TIMEOUT on both sides, and weft_comm_abort ends a
+ * waiting kernel at once. usage: test_dev_comm RANKS [--share] */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launch.h"
+#include "rank_check.h"
+#include "weft.h"
+
+static int share;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* in[i] = rank * 1000 + i % 977 + salt: sums are exact in f32 */
+static void fill(float *h, size_t n, int rank, int salt) {
+  for (size_t i = 0; i < n; i++)
+    h[i] = (float)(rank * 1000 + (int)(i % 977) + salt);
+}
+
+static int sum_ok(const float *h, size_t n, int nranks, int salt) {
+  for (size_t i = 0; i < n; i++) {
+    float want = 0;
+    for (int r = 0; r < nranks; r++)
+      want += (float)(r * 1000 + (int)(i % 977) + salt);
+    if (h[i] != want) return 0;
+  }
+  return 1;
+}
+
+static weft_result_t settle(weft_comm_t c, cudaStream_t s) {
+  weft_result_t e = WEFT_SUCCESS;
+  if (cudaStreamSynchronize(s) != cudaSuccess) return WEFT_ERR_SYSTEM;
+  weft_comm_get_async_error(c, &e);
+  return e;
+}
+
+static int check_graph(int rank, int n, weft_comm_t c, cudaStream_t s) {
+  size_t cnt = 3 << 20; /* 12 MiB: two-shot, several rounds per block */
+  float *d = NULL, *out = NULL, *h = malloc(cnt * sizeof *h);
+  cudaMalloc((void **)&d, cnt * sizeof *d);
+  cudaMalloc((void **)&out, cnt * sizeof *out);
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  weft_result_t rc = weft_allreduce(d, out, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
+  weft_result_t rc2 = weft_allreduce(d, d, 1000, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
+  if (cudaStreamEndCapture(s, &g) != cudaSuccess || rc || rc2) FAIL("capture failed");
+  if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) FAIL("instantiate failed");
+  for (int rep = 0; rep < 5; rep++) { /* new inputs each replay: the graph reads them */
+    fill(h, cnt, rank, rep);
+    cudaMemcpyAsync(d, h, cnt * sizeof *h, cudaMemcpyHostToDevice, s);
+    cudaGraphLaunch(ge, s);
+    if (settle(c, s) != WEFT_SUCCESS) FAIL("replay %d failed", rep);
+    cudaMemcpy(h, out, cnt * sizeof *h, cudaMemcpyDeviceToHost);
+    if (!sum_ok(h, cnt, n, rep)) FAIL("replay %d: wrong sum", rep);
+    cudaMemcpy(h, d, 1000 * sizeof *h, cudaMemcpyDeviceToHost);
+    if (!sum_ok(h, 1000, n, rep)) FAIL("replay %d: wrong in-place sum", rep);
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaFree(d);
+  cudaFree(out);
+  free(h);
+  return 0;
+}
+
+/* Two comms, each on its own stream, issued in opposite orders on even and odd ranks:
+ * both kernels must make progress at once. */
+static int check_concurrent(int rank, int n, weft_comm_t a, weft_comm_t b) {
+  size_t cnt = 1 << 20;
+  float *da, *db, *h = malloc(cnt * sizeof *h);
+  cudaStream_t sa, sb;
+  cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking);
+  cudaMalloc((void **)&da, cnt * 4);
+  cudaMalloc((void **)&db, cnt * 4);
+  fill(h, cnt, rank, 1);
+  cudaMemcpy(da, h, cnt * 4, cudaMemcpyHostToDevice);
+  fill(h, cnt, rank, 2);
+  cudaMemcpy(db, h, cnt * 4, cudaMemcpyHostToDevice);
+  for (int k = 0; k < 2; k++) {
+    int first = (rank % 2) ^ k;
+    weft_result_t rc = first
+                           ? weft_allreduce(da, da, cnt, WEFT_F32, WEFT_SUM, a, (weft_stream_t)sa)
+                           : weft_allreduce(db, db, cnt, WEFT_F32, WEFT_SUM, b, (weft_stream_t)sb);
+    if (rc) FAIL("issue failed");
+    if (k == 0) continue;
+  }
+  if (settle(a, sa) || settle(b, sb)) FAIL("concurrent comms failed");
+  cudaMemcpy(h, da, cnt * 4, cudaMemcpyDeviceToHost);
+  if (!sum_ok(h, cnt, n, 1)) FAIL("comm a: wrong sum");
+  cudaMemcpy(h, db, cnt * 4, cudaMemcpyDeviceToHost);
+  if (!sum_ok(h, cnt, n, 2)) FAIL("comm b: wrong sum");
+  /* one comm, two streams: weft orders them */
+  fill(h, cnt, rank, 3);
+  cudaMemcpy(da, h, cnt * 4, cudaMemcpyHostToDevice);
+  if (weft_allreduce(da, db, cnt, WEFT_F32, WEFT_SUM, a, (weft_stream_t)sa) ||
+      weft_allreduce(db, db, 1, WEFT_F32, WEFT_SUM, a, (weft_stream_t)sb))
+    FAIL("issue on two streams failed");
+  if (settle(a, sa) || settle(a, sb)) FAIL("two streams failed");
+  cudaMemcpy(h, db, cnt * 4, cudaMemcpyDeviceToHost);
+  float first = 0, want0 = 0;
+  for (int r = 0; r < n; r++)
+    want0 += (float)(r * 1000 + 3);
+  first = h[0];
+  h[0] = want0; /* element 0 was summed again by the second call */
+  if (!sum_ok(h, cnt, n, 3) || first != want0 * (float)n) FAIL("two streams: wrong result");
+  /* a group of collectives is one launch */
+  fill(h, cnt, rank, 4);
+  cudaMemcpy(da, h, cnt * 4, cudaMemcpyHostToDevice);
+  weft_group_start();
+  weft_allreduce(da, db, cnt / 2, WEFT_F32, WEFT_SUM, a, (weft_stream_t)sa);
+  weft_allreduce(da + cnt / 2, db + cnt / 2, cnt / 2, WEFT_F32, WEFT_SUM, a, (weft_stream_t)sa);
+  if (weft_group_end() || settle(a, sa)) FAIL("group failed");
+  cudaMemcpy(h, db, cnt * 4, cudaMemcpyDeviceToHost);
+  for (size_t i = 0; i < cnt; i++) { /* halves start their pattern at cnt / 2 */
+    float want = 0;
+    for (int r = 0; r < n; r++)
+      want += (float)(r * 1000 + (int)(i % 977) + 4);
+    if (h[i] != want) FAIL("group: wrong sum at %zu", i);
+  }
+  cudaFree(da);
+  cudaFree(db);
+  cudaStreamDestroy(sa);
+  cudaStreamDestroy(sb);
+  free(h);
+  return 0;
+}
+
+typedef struct {
+  weft_comm_t c;
+  double delay;
+} abort_arg_t;
+
+static void *aborter(void *p) {
+  abort_arg_t *a = p;
+  usleep((useconds_t)(a->delay * 1e6));
+  weft_comm_abort(a->c);
+  return NULL;
+}
+
+static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s) {
+  weft_config_t cfg = WEFT_CONFIG_INIT;
+  cfg.device = dev;
+  cfg.timeout_ms = 2000;
+  weft_comm_t c;
+  float *d;
+  cudaMalloc((void **)&d, 4096);
+  /* rank 1 never calls: rank 0's kernel gives up after the timeout, both comms fail */
+  if (weft_comm_split(world, 0, rank, &c, &cfg)) FAIL("split failed");
+  double t0 = now_s();
+  if (rank == 0) {
+    if (weft_allreduce(d, d, 1000, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s)) FAIL("issue failed");
+    weft_result_t e = settle(c, s);
+    double dt = now_s() - t0;
+    if (e == WEFT_SUCCESS) { /* the watch runs every 100 ms */
+      usleep(300000);
+      weft_comm_get_async_error(c, &e);
+    }
+    if (e != WEFT_ERR_TIMEOUT) FAIL("expected a timeout, got %s", weft_result_string(e));
+    if (dt < 1.5 || dt > 5) FAIL("kernel gave up after %.2f s, timeout 2 s", dt);
+    if (!strstr(weft_get_last_error(c), "rank 1")) FAIL("message: %s", weft_get_last_error(c));
+    printf("rank 0: timeout after %.2f s: %s\n", dt, weft_get_last_error(c));
+    if (weft_allreduce(d, d, 10, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s) != WEFT_ERR_TIMEOUT)
+      FAIL("a failed comm accepted more work");
+  } else if (rank == 1) {
+    weft_result_t e = WEFT_SUCCESS;
+    while (e == WEFT_SUCCESS && now_s() - t0 < 8) {
+      usleep(50000);
+      weft_comm_get_async_error(c, &e);
+    }
+    if (e == WEFT_SUCCESS) FAIL("rank 1 never heard of rank 0's timeout");
+    printf("rank 1: told after %.2f s: %s\n", now_s() - t0, weft_get_last_error(c));
+  }
+  weft_comm_destroy(c);
+  /* abort from another thread ends a kernel that waits for a peer */
+  cfg.timeout_ms = 60000;
+  if (weft_comm_split(world, 0, rank, &c, &cfg)) FAIL("split failed");
+  if (rank == 0) {
+    abort_arg_t a = {c, 0.3};
+    pthread_t th;
+    pthread_create(&th, NULL, aborter, &a);
+    t0 = now_s();
+    weft_allreduce(d, d, 1000, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
+    cudaStreamSynchronize(s);
+    double dt = now_s() - t0;
+    pthread_join(th, NULL);
+    if (dt > 2) FAIL("abort took %.2f s to end the kernel", dt);
+    printf("rank 0: abort ended the kernel after %.2f s\n", dt);
+  }
+  weft_barrier(world, NULL);
+  weft_comm_destroy(c);
+  cudaFree(d);
+  return 0;
+}
+
+static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
+  (void)arg;
+  int ngpu = 0;
+  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 1) FAIL("no GPU");
+  int dev = share ? 0 : rank % ngpu;
+  cudaSetDevice(dev);
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  weft_comm_t world, a, b;
+  weft_config_t cfg = WEFT_CONFIG_INIT;
+  cfg.timeout_ms = 60000;
+  if (weft_comm_init(&world, n, id, rank, NULL)) FAIL("init failed");
+  cfg.device = dev;
+  if (weft_comm_split(world, 0, rank, &a, &cfg) || weft_comm_split(world, 0, rank, &b, &cfg))
+    FAIL("device comms failed");
+  size_t mem = 0;
+  weft_comm_device_memory(a, &mem);
+  if (mem == 0 || mem > (size_t)64 << 20) FAIL("device memory %zu bytes", mem);
+  if (rank == 0) printf("device memory per comm: %.1f MiB\n", mem / 1048576.0);
+  /* host buffers are refused, and nothing runs */
+  float hostbuf[4] = {0};
+  if (weft_allreduce(hostbuf, hostbuf, 4, WEFT_F32, WEFT_SUM, a, (weft_stream_t)s) !=
+      WEFT_ERR_INVALID_ARG)
+    FAIL("host buffer accepted");
+  if (!strstr(weft_get_last_error(NULL), "host memory")) FAIL("unclear message");
+  if (check_graph(rank, n, a, s)) return 1;
+  if (check_concurrent(rank, n, a, b)) return 1;
+  weft_comm_destroy(a);
+  weft_comm_destroy(b);
+  if (check_failures(rank, dev, world, s)) return 1;
+  weft_comm_destroy(world);
+  printf("rank %d: ok\n", rank);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 2;
+  share = argc > 2 && strcmp(argv[2], "--share") == 0;
+  if (n < 2) {
+    fprintf(stderr, "usage: %s RANKS [--share]\n", argv[0]);
+    return 2;
+  }
+  int rc = launch_local(n, rank_main, NULL, 300);
+  printf("test_dev_comm: %d ranks%s: %s\n", n, share ? " on one GPU" : "", rc ? "FAILED" : "ok");
+  return rc;
+}

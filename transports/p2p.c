@@ -1,0 +1,88 @@
+/* CUDA IPC mapping of every rank's staging region. Regions are allocated once per
+ * communicator and mapped once, so no operation pays for a handle exchange. */
+#include "p2p.h"
+
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "err.h"
+
+typedef struct {
+  cudaIpcMemHandle_t handle;
+  int32_t device;
+  int32_t pid;
+  char bus[32]; /* PCI bus id: which physical GPU */
+} card_t;
+
+#define CUDA_GOTO(call, rc, label, what)                                                           \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess)                                                                         \
+      ERR_GOTO(rc, label, WEFT_ERR_SYSTEM, "%s: %s", what, cudaGetErrorString(e_));                \
+  } while (0)
+
+weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int device, size_t bytes,
+                           weft_p2p_t *out) {
+  weft_result_t rc = WEFT_SUCCESS;
+  card_t *cards = NULL;
+  memset(out, 0, sizeof *out);
+  out->device = device;
+  out->rank = rank;
+  out->nranks = nranks;
+  out->bytes = bytes;
+  if (nranks > WEFT_DEV_MAX_RANKS)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "device communicators have at most %d ranks (one host) for now; %d asked",
+                          WEFT_DEV_MAX_RANKS, nranks);
+  cards = calloc((size_t)nranks, sizeof *cards);
+  if (!cards) return weft_set_error(WEFT_ERR_NO_MEMORY, "p2p: out of memory");
+  CUDA_GOTO(cudaMalloc((void **)&out->mine, bytes), rc, fail,
+            "p2p: cudaMalloc of the staging region");
+  CUDA_GOTO(cudaMemset(out->mine, 0, bytes), rc, fail, "p2p: cudaMemset");
+  CUDA_GOTO(cudaDeviceSynchronize(), rc, fail, "p2p: cudaDeviceSynchronize");
+  CUDA_GOTO(cudaIpcGetMemHandle(&cards[rank].handle, out->mine), rc, fail,
+            "p2p: cudaIpcGetMemHandle");
+  cards[rank].device = device;
+  cards[rank].pid = (int32_t)getpid();
+  CUDA_GOTO(cudaDeviceGetPCIBusId(cards[rank].bus, sizeof cards[rank].bus, device), rc, fail,
+            "p2p: cudaDeviceGetPCIBusId");
+  CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
+  for (int p = 0; p < nranks; p++) {
+    if (p == rank) {
+      out->region[p] = out->mine;
+      continue;
+    }
+    if (strcmp(cards[p].bus, cards[rank].bus) != 0) {
+      int peer_dev = -1, ok = 0;
+      /* the peer's GPU as this process numbers it */
+      if (cudaDeviceGetByPCIBusId(&peer_dev, cards[p].bus) != cudaSuccess ||
+          cudaDeviceCanAccessPeer(&ok, device, peer_dev) != cudaSuccess || !ok)
+        ERR_GOTO(rc, fail, WEFT_ERR_UNSUPPORTED,
+                 "p2p: GPU %s (rank %d) cannot map the memory of GPU %s (rank %d); a "
+                 "host-staged path is not implemented yet",
+                 cards[rank].bus, rank, cards[p].bus, p);
+    }
+    void *ptr = NULL;
+    cudaError_t e = cudaIpcOpenMemHandle(&ptr, cards[p].handle, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess)
+      ERR_GOTO(rc, fail, WEFT_ERR_SYSTEM, "p2p: mapping rank %d's region (pid %d): %s", p,
+               cards[p].pid, cudaGetErrorString(e));
+    out->region[p] = ptr;
+  }
+  free(cards);
+  return WEFT_SUCCESS;
+fail:
+  free(cards);
+  weft_p2p_unmap(out);
+  return rc;
+}
+
+void weft_p2p_unmap(weft_p2p_t *p) {
+  for (int r = 0; r < p->nranks && r < WEFT_DEV_MAX_RANKS; r++)
+    if (p->region[r] && r != p->rank) cudaIpcCloseMemHandle(p->region[r]);
+  if (p->mine) cudaFree(p->mine);
+  memset(p->region, 0, sizeof p->region);
+  p->mine = NULL;
+}
