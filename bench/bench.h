@@ -35,7 +35,6 @@ typedef struct {
   int graph;       /* -G: time CUDA-graph replays of the timed loop */
   void *stream;    /* cudaStream_t of this rank's calls (GPU runs) */
   weft_comm_t ctl; /* host communicator for timing reductions and barriers */
-  const char *plot;
   int quiet;
 } bench_opts_t;
 

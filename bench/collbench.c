@@ -95,7 +95,7 @@ static void usage(FILE *f) {
              "      --gpu, --cpu      device or host buffers (default: GPUs when present, one\n"
              "                        rank per GPU)\n"
              "  -G, --cudagraph 0|1   GPU: capture the timed loop in a CUDA graph and replay it\n"
-             "      --plot FILE.png   draw busbw against size for weft (and the peer)\n"
+
              "      --params          print every WEFT_* variable and exit\n"
              "  -h, --help\n");
 }
@@ -490,7 +490,7 @@ int main(int argc, char **argv) {
                                         {"gpu", no_argument, 0, 5},
                                         {"cpu", no_argument, 0, 6},
                                         {"cudagraph", required_argument, 0, 'G'},
-                                        {"plot", required_argument, 0, 7},
+
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   int ch, gpu_mode = -1, ranks_given = 0;
@@ -539,7 +539,7 @@ int main(int argc, char **argv) {
     case 5: gpu_mode = 1; break;
     case 6: gpu_mode = 0; break;
     case 'G': o.graph = atoi(optarg); break;
-    case 7: o.plot = optarg; break;
+
     case 4: print_params(stdout, 0); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;

@@ -41,7 +41,11 @@ long bench_gpu_check(int coll, char *ds, char *dr, size_t count, const bench_opt
   *rc = WEFT_SUCCESS;
   if (!hin || !hout) goto out;
   bench_fill(coll, hin, count, o, rank, nranks);
-  if (!cuda_ok(cudaMemcpy(din, hin, in_b, cudaMemcpyHostToDevice), "cudaMemcpy")) goto out;
+  /* on the rank's stream: a plain cudaMemcpy from pageable memory may still be copying when
+   * it returns, and the stream does not wait for the legacy stream */
+  if (!cuda_ok(cudaMemcpyAsync(din, hin, in_b, cudaMemcpyHostToDevice, (cudaStream_t)o->stream),
+               "cudaMemcpyAsync"))
+    goto out;
   *rc = bench_call(coll, din, dout, count, o, comm, rank, nranks);
   if (*rc != WEFT_SUCCESS) goto out;
   if (!cuda_ok(cudaStreamSynchronize((cudaStream_t)o->stream), "cudaStreamSynchronize")) goto out;

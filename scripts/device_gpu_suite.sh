@@ -20,7 +20,7 @@ run() { # name, command...
   local name=$1
   shift
   local t0=$SECONDS
-  if "$@" > "$out/$name.log" 2>&1; then
+  if timeout "${WEFT_SUITE_TIMEOUT:-600}" "$@" > "$out/$name.log" 2>&1; then
     pass=$((pass + 1)); echo "PASS $name ($((SECONDS - t0)) s)" | tee -a "$rep"
   else
     fail=$((fail + 1)); echo "FAIL $name ($((SECONDS - t0)) s)" | tee -a "$rep"; tail -15 "$out/$name.log"
@@ -33,7 +33,8 @@ run collectives_2_share "$b/tests/gpu/test_collectives_gpu" 2 --share
 run collectives_3_share "$b/tests/gpu/test_collectives_gpu" 3 --share
 for tool in memcheck racecheck; do
   run "sanitizer_$tool" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 9 \
-    "$b/bench/collbench" -C all -b 8 -e 1M -f 8 -n 2 -w 1 --ranks 2
+    "$b/bench/collbench" -C all -b 1K -e 256K -f 256 -n 1 -w 0 --ranks 2
 done
 echo "gpu suite: $pass passed, $fail failed" | tee -a "$rep"
+tar -czf "$out/gpu_suite_logs.tgz" -C "$out" $(cd "$out" && ls *.log) 2> /dev/null && rm -f "$out"/*.log
 [ "$fail" -eq 0 ]

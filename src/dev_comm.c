@@ -30,10 +30,13 @@ struct weft_dev {
   cudaStream_t last; /* stream of the last launch */
   int launched;
   weft_dev_launch_t launch; /* reused: filled per operation */
+  const void *checked[8];   /* device pointers validated lately (a call costs ~1 us) */
+  int checked_next;
 };
 
 /* Channel counters, then a few bytes for weft_barrier's one-byte allreduce. */
 #define COUNTER_BYTES (sizeof(uint64_t) * WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS * 2)
+#define LLSEQ_BYTES   (sizeof(uint64_t) * WEFT_DEV_LL_CHANNELS)
 #define SCRATCH_BYTES 256
 
 #define CUDA_CHECK(call, what)                                                                     \
@@ -52,9 +55,15 @@ static void leave_device(int device, int saved) {
   if (saved >= 0 && saved != device) cudaSetDevice(saved);
 }
 
-static size_t region_bytes(int nranks, uint32_t chunk, uint32_t stages) {
+/* flags, staging slots, then the low-latency buffers */
+static size_t ll_offset(const struct weft_dev *d, int nranks) {
+  size_t chans = (size_t)d->max_channels + WEFT_DEV_P2P_SETS * WEFT_DEV_P2P_SET_CHANNELS;
   return WEFT_DEV_STAGE_OFF +
-         (size_t)WEFT_DEV_MAX_CHANNELS * (size_t)(nranks > 1 ? nranks - 1 : 1) * stages * chunk;
+         chans * (size_t)(nranks > 1 ? nranks - 1 : 1) * d->stages * d->chunk_bytes;
+}
+static size_t region_bytes(const struct weft_dev *d, int nranks) {
+  return ll_offset(d, nranks) +
+         WEFT_DEV_LL_OFF(WEFT_DEV_LL_CHANNELS, 0, 0, nranks > 1 ? nranks : 2);
 }
 
 static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
@@ -90,10 +99,11 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->stages = (uint32_t)stages;
   d->max_channels = (int)ch;
   d->block_bytes = bb > 0 ? (size_t)bb : 32768;
+  /* staging is sized for the channels in use: ask for fewer, hold less */
   CUDA_CHECK(cudaSetDevice(device), "weft_comm_init: cudaSetDevice");
-  CUDA_CHECK(cudaMalloc((void **)&d->counters, COUNTER_BYTES + SCRATCH_BYTES),
+  CUDA_CHECK(cudaMalloc((void **)&d->counters, COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES),
              "weft_comm_init: cudaMalloc");
-  CUDA_CHECK(cudaMemset(d->counters, 0, COUNTER_BYTES + SCRATCH_BYTES),
+  CUDA_CHECK(cudaMemset(d->counters, 0, COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES),
              "weft_comm_init: cudaMemset");
   CUDA_CHECK(cudaHostAlloc((void **)&d->abort_h, 64, cudaHostAllocMapped),
              "weft_comm_init: cudaHostAlloc");
@@ -146,8 +156,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   cudaGetDevice(&saved);
   weft_result_t rc = agree(c, dev_init(c, d, device));
   if (rc == WEFT_SUCCESS)
-    rc = weft_p2p_map(c->boot, c->rank, c->nranks, device,
-                      region_bytes(c->nranks, d->chunk_bytes, d->stages), &d->p2p);
+    rc = weft_p2p_map(c->boot, c->rank, c->nranks, device, region_bytes(d, c->nranks), &d->p2p);
   leave_device(device, saved);
   if (rc != WEFT_SUCCESS) {
     dev_release(d);
@@ -164,10 +173,10 @@ void weft_dev_free(weft_comm_t c) {
   if (!d) return;
   int saved = -1;
   enter_device(d->device, &saved);
-  /* Kernels end on their own (done, aborted or timed out); wait for ours, then for the
-   * peers', since their kernels may still write into our region. */
-  if (d->launched && cudaEventRecord(d->order, d->last) == cudaSuccess)
-    cudaEventSynchronize(d->order);
+  /* Kernels end on their own (done, aborted or timed out); wait for ours (through the event
+   * recorded after the last launch: its stream may be gone by now), then for the peers',
+   * since their kernels may still write into our region. */
+  if (d->launched) cudaEventSynchronize(d->order);
   pthread_mutex_lock(&c->mu);
   int healthy = c->async_error == WEFT_SUCCESS && !atomic_load(&c->aborted);
   pthread_mutex_unlock(&c->mu);
@@ -181,20 +190,20 @@ void weft_dev_free(weft_comm_t c) {
 size_t weft_dev_memory(const struct weft_comm *c) {
   const struct weft_dev *d = c->dev;
   if (!d) return 0;
-  return d->p2p.bytes + COUNTER_BYTES + SCRATCH_BYTES;
+  return d->p2p.bytes + COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES;
 }
 
 void *weft_dev_scratch(const struct weft_comm *c) {
-  return c->dev ? (char *)c->dev->counters + COUNTER_BYTES : NULL;
+  return c->dev ? (char *)c->dev->counters + COUNTER_BYTES + LLSEQ_BYTES : NULL;
 }
 
 void weft_dev_abort(weft_comm_t c) {
   if (c->dev) ((volatile int32_t *)c->dev->abort_h)[0] = 1;
 }
 
-void weft_dev_watch(weft_comm_t c) {
+/* A kernel's error becomes the comm's failure (cheap: one read of host memory). */
+static void poll_kernel_error(weft_comm_t c) {
   struct weft_dev *d = c->dev;
-  if (!d) return;
   volatile weft_dev_error_t *e = d->err_h;
   if (e->code != WEFT_DEV_ERR_NONE) {
     char msg[512];
@@ -207,6 +216,11 @@ void weft_dev_watch(weft_comm_t c) {
     pthread_mutex_unlock(&c->mu);
     weft_comm_fail(c, WEFT_ERR_TIMEOUT, msg, seq);
   }
+}
+
+void weft_dev_watch(weft_comm_t c) {
+  if (!c->dev) return;
+  poll_kernel_error(c);
   /* failures other ranks reported, or a local peer that died */
   const weft_transport_t *shm = c->tr[WEFT_TR_SHM];
   if (shm && shm->check && c->tr_state[WEFT_TR_SHM]) {
@@ -241,23 +255,30 @@ void weft_dev_tune(const struct weft_comm *c, weft_task_t *t) {
     return;
   }
   /* One-shot moves (n-1) x the buffer into each rank but needs one exchange; two-shot
-   * moves 2(n-1)/n x in two. Crossover measured with collbench (bench/results). */
+   * moves 2(n-1)/n x in two. On 2 H200s the low-latency one-shot beat two-shot up to its
+   * 1 MiB limit (12.3 vs 25.3 us at 1 MiB; bench/results/2026-11-30-h200x2-tuning.txt).
+   * More ranks multiply one-shot's traffic: 256 KiB there is a guess, not a measurement. */
   int64_t lim = weft_param_int("WEFT_ONESHOT_MAX_BYTES");
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
-  if (lim <= 0) lim = c->nranks <= 2 ? 256 * 1024 : 64 * 1024;
+  if (lim <= 0) lim = c->nranks <= 2 ? WEFT_DEV_LL_MAX_BYTES : 256 * 1024;
   t->algo = bytes <= (size_t)lim ? WEFT_ALGO_ONESHOT : WEFT_ALGO_TWOSHOT;
 }
 
 /* Device buffers only: a host pointer would fault the kernel and poison the context. */
-static weft_result_t check_ptr(const struct weft_dev *d, const char *what, const void *p,
-                               size_t bytes) {
+static weft_result_t check_ptr(struct weft_dev *d, const char *what, const void *p, size_t bytes) {
   if (!bytes) return WEFT_SUCCESS;
+  for (int i = 0; i < 8; i++)
+    if (d->checked[i] == p) return WEFT_SUCCESS;
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     cudaGetLastError();
     return weft_set_error(WEFT_ERR_INVALID_ARG, "%s %p is not memory CUDA knows", what, p);
   }
-  if (a.type == cudaMemoryTypeManaged) return WEFT_SUCCESS;
+  if (a.type == cudaMemoryTypeManaged ||
+      (a.type == cudaMemoryTypeDevice && a.device == d->device)) {
+    d->checked[d->checked_next++ & 7] = p;
+    return WEFT_SUCCESS;
+  }
   if (a.type != cudaMemoryTypeDevice)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "%s %p is host memory; a device communicator needs device buffers", what,
@@ -403,6 +424,8 @@ static weft_result_t build(weft_comm_t c, weft_task_t *tasks, int ntasks, int *n
       }
       it->chan0 = (uint16_t)chan;
       it->nblocks = (uint16_t)(want < (uint64_t)per_coll ? want : (uint64_t)per_coll);
+      /* alltoallv's sizes differ per rank: only a fixed block count agrees everywhere */
+      if (kind == WEFT_DEV_ALLTOALLV) it->nblocks = (uint16_t)per_coll;
       chan += per_coll; /* the same on every rank, whatever the sizes */
     }
     it->block0 = (uint16_t)blocks;
@@ -415,10 +438,40 @@ static weft_result_t build(weft_comm_t c, weft_task_t *tasks, int ntasks, int *n
   return WEFT_SUCCESS;
 }
 
+/* A lone small one-shot allreduce takes the low-latency kernel. */
+static int ll_eligible(const weft_comm_t c, const weft_task_t *tasks, int ntasks) {
+  if (ntasks != 1 || c->nranks < 2) return 0;
+  const weft_task_t *t = tasks;
+  size_t bytes = t->args.count * weft_dtype_size(t->dtype);
+  return t->args.coll == WEFT_COLL_ALLREDUCE && t->algo == WEFT_ALGO_ONESHOT && bytes > 0 &&
+         bytes <= WEFT_DEV_LL_MAX_BYTES;
+}
+
+static int launch_ll(weft_comm_t c, const weft_task_t *t, cudaStream_t s, int *nblocks) {
+  struct weft_dev *d = c->dev;
+  weft_dev_ll_t P = {.seq = (uint64_t *)((char *)d->counters + COUNTER_BYTES),
+                     .abort_flag = d->abort_d,
+                     .error = d->err_d,
+                     .ll_off = ll_offset(d, c->nranks),
+                     .timeout_ns = (uint64_t)c->timeout_ms * 1000000ull,
+                     .send = t->sendbuf,
+                     .recv = t->recvbuf,
+                     .count = t->args.count,
+                     .rank = c->rank,
+                     .nranks = c->nranks,
+                     .dtype = (uint8_t)t->dtype,
+                     .op = (uint8_t)t->op};
+  for (int r = 0; r < c->nranks; r++)
+    P.region[r] = d->p2p.region[r];
+  size_t bytes = t->args.count * weft_dtype_size(t->dtype), per = WEFT_DEV_LL_SLOT_BYTES / 2;
+  *nblocks = (int)((bytes + per - 1) / per);
+  return weft_dev_launch_ll(&P, *nblocks, s);
+}
+
 weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream) {
   struct weft_dev *d = c->dev;
   cudaStream_t s = (cudaStream_t)(void *)stream;
-  weft_dev_watch(c);
+  poll_kernel_error(c); /* the heartbeat thread watches the rest */
   pthread_mutex_lock(&c->mu);
   weft_result_t rc = c->async_error;
   uint64_t seq = ++c->seq;
@@ -428,7 +481,16 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   int saved = -1, nblocks = 0;
   if (enter_device(d->device, &saved) != 0)
     return weft_set_error(WEFT_ERR_SYSTEM, "cannot make GPU %d current", d->device);
-  rc = build(c, tasks, ntasks, &nblocks);
+  int ll = ll_eligible(c, tasks, ntasks);
+  if (ll) {
+    size_t in_b = 0, out_b = 0;
+    extents(c, tasks, &in_b, &out_b);
+    rc = check_ptr(d, "sendbuf", tasks->sendbuf, in_b);
+    if (rc == WEFT_SUCCESS) rc = check_ptr(d, "recvbuf", tasks->recvbuf, out_b);
+    nblocks = 1;
+  } else {
+    rc = build(c, tasks, ntasks, &nblocks);
+  }
   if (rc == WEFT_SUCCESS && nblocks > 0) {
     weft_dev_launch_t *L = &d->launch;
     for (int r = 0; r < c->nranks; r++)
@@ -440,22 +502,21 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
     L->nranks = c->nranks;
     L->chunk_bytes = d->chunk_bytes;
     L->stages = d->stages;
+    L->coll_channels = d->max_channels;
     L->timeout_ns = (uint64_t)c->timeout_ms * 1000000ull;
     /* Operations of one comm run in issue order even across streams (their channels are
      * shared); a stream being captured into a graph orders itself. */
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(s, &cap);
-    if (d->launched && d->last != s && cap == cudaStreamCaptureStatusNone) {
-      if (cudaEventRecord(d->order, d->last) != cudaSuccess ||
-          cudaStreamWaitEvent(s, d->order, 0) != cudaSuccess)
-        rc = weft_set_error(WEFT_ERR_SYSTEM, "ordering after the previous stream failed");
-    }
+    if (d->launched && d->last != s && cap == cudaStreamCaptureStatusNone &&
+        cudaStreamWaitEvent(s, d->order, 0) != cudaSuccess)
+      rc = weft_set_error(WEFT_ERR_SYSTEM, "ordering after the previous stream failed");
     if (rc == WEFT_SUCCESS) {
-      int e = weft_dev_launch(L, nblocks, s);
+      int e = ll ? launch_ll(c, tasks, s, &nblocks) : weft_dev_launch(L, nblocks, s);
       if (e != 0)
         rc = weft_set_error(WEFT_ERR_SYSTEM, "kernel launch of op %llu failed: %s",
                             (unsigned long long)seq, weft_dev_error_string(e));
-      else if (cap == cudaStreamCaptureStatusNone) {
+      else if (cap == cudaStreamCaptureStatusNone && cudaEventRecord(d->order, s) == cudaSuccess) {
         d->last = s;
         d->launched = 1;
       }

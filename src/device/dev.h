@@ -8,13 +8,16 @@
 
 enum {
   WEFT_DEV_MAX_RANKS = 8,      /* ranks of one device communicator (one host) */
-  WEFT_DEV_COLL_CHANNELS = 32, /* channels 0..31: collectives */
-  WEFT_DEV_P2P_SETS = 8,       /* channels 32..63: send/recv, in sets */
+  WEFT_DEV_COLL_CHANNELS = 64, /* channels 0..63: collectives */
+  WEFT_DEV_P2P_SETS = 8,       /* channels 64..95: send/recv, in sets */
   WEFT_DEV_P2P_SET_CHANNELS = 4,
   WEFT_DEV_MAX_CHANNELS = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_SETS * WEFT_DEV_P2P_SET_CHANNELS,
   WEFT_DEV_MAX_ITEMS = 16, /* work items (group members) in one launch */
   WEFT_DEV_MAX_A2AV = 2,   /* alltoallv items in one launch */
   WEFT_DEV_THREADS = 512,
+  WEFT_DEV_LL_CHANNELS = 64,      /* most blocks of the low-latency allreduce */
+  WEFT_DEV_LL_SLOT_BYTES = 32768, /* per channel, parity and source: 16 KiB of payload */
+  WEFT_DEV_LL_MAX_BYTES = WEFT_DEV_LL_CHANNELS * WEFT_DEV_LL_SLOT_BYTES / 2,
   WEFT_DEV_FLAG_STRIDE = 64 /* bytes between flags: one writer per cache line */
 };
 
@@ -78,14 +81,36 @@ typedef struct {
   int32_t rank, nranks;
   uint32_t chunk_bytes, stages;
   uint64_t timeout_ns;
-  int32_t nitems, pad_;
+  int32_t nitems;
+  int32_t coll_channels; /* collective channels with staging; send/recv sets follow them */
   weft_dev_item_t items[WEFT_DEV_MAX_ITEMS];
   weft_dev_a2av_t a2av[WEFT_DEV_MAX_A2AV];
 } weft_dev_launch_t;
 
+/* The low-latency one-shot allreduce (small messages): every 8 bytes of payload travel
+ * with two copies of a sequence number in one 16-byte store, so the receiver polls the data
+ * itself, with no fence or flag round trip. Parity buffers alternate between operations. */
+typedef struct {
+  char *region[WEFT_DEV_MAX_RANKS];
+  uint64_t *seq; /* private: per LL channel, operations so far */
+  volatile int32_t *abort_flag;
+  weft_dev_error_t *error;
+  uint64_t ll_off; /* where the LL buffers start in each region */
+  uint64_t timeout_ns;
+  const void *send;
+  void *recv;
+  uint64_t count;
+  int32_t rank, nranks;
+  uint8_t dtype, op;
+} weft_dev_ll_t;
+
+#define WEFT_DEV_LL_OFF(ch, parity, slot, nranks)                                                  \
+  ((((uint64_t)(ch)*2 + (parity)) * (uint64_t)((nranks)-1) + (slot)) * WEFT_DEV_LL_SLOT_BYTES)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+int weft_dev_launch_ll(const weft_dev_ll_t *l, int nblocks, void *stream);
 /* Launches one kernel running all items on stream; returns a cudaError_t as int. */
 int weft_dev_launch(const weft_dev_launch_t *l, int nblocks, void *stream);
 /* cudaGetErrorString of such a code. */

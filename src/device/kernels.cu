@@ -333,6 +333,7 @@ __device__ void sendrecv(const Chan &c, const Item &w, bool send) {
 __global__ void __launch_bounds__(WEFT_DEV_THREADS)
     kernel(const __grid_constant__ weft_dev_launch_t L) {
   __shared__ uint64_t sent[WEFT_DEV_MAX_RANKS], recvd[WEFT_DEV_MAX_RANKS];
+  __shared__ uint64_t sent0[WEFT_DEV_MAX_RANKS], recvd0[WEFT_DEV_MAX_RANKS];
   __shared__ int bail;
   int b = blockIdx.x, i = 0;
   while (i < L.nitems - 1 && b >= L.items[i].block0 + L.items[i].nblocks)
@@ -343,8 +344,8 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS)
   Chan c = {&L, it->chan0 + w.ci, L.rank, L.nranks, sent, recvd, &bail, it->kind};
   uint64_t *ctr = L.counters + (uint64_t)c.ch * WEFT_DEV_MAX_RANKS * 2;
   if (threadIdx.x < WEFT_DEV_MAX_RANKS) {
-    sent[threadIdx.x] = ctr[threadIdx.x * 2];
-    recvd[threadIdx.x] = ctr[threadIdx.x * 2 + 1];
+    sent[threadIdx.x] = sent0[threadIdx.x] = ctr[threadIdx.x * 2];
+    recvd[threadIdx.x] = recvd0[threadIdx.x] = ctr[threadIdx.x * 2 + 1];
   }
   if (threadIdx.x == 0) bail = 0;
   __syncthreads();
@@ -370,9 +371,11 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS)
   default: break;
   }
   __syncthreads();
+  /* Only the counts this block moved: a send and a receive item of one launch may share a
+   * channel (one counts sends to a peer, the other receives from it). */
   if (threadIdx.x < WEFT_DEV_MAX_RANKS && !bail) {
-    ctr[threadIdx.x * 2] = sent[threadIdx.x];
-    ctr[threadIdx.x * 2 + 1] = recvd[threadIdx.x];
+    if (sent[threadIdx.x] != sent0[threadIdx.x]) ctr[threadIdx.x * 2] = sent[threadIdx.x];
+    if (recvd[threadIdx.x] != recvd0[threadIdx.x]) ctr[threadIdx.x * 2 + 1] = recvd[threadIdx.x];
   }
 }
 

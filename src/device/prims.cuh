@@ -46,7 +46,9 @@ struct Chan {
   /* Slot index of src in a receiver's staging area (a rank keeps none for itself). */
   __device__ int slot_of(int src, int dst) const { return src < dst ? src : src - 1; }
   __device__ char *stage(int owner, int src, uint64_t seq) const {
-    uint64_t i = ((uint64_t)ch * (n - 1) + slot_of(src, owner)) * L->stages + seq % L->stages;
+    /* staging exists for the comm's collective channels, then for the send/recv sets */
+    uint64_t sc = ch < WEFT_DEV_COLL_CHANNELS ? ch : ch - WEFT_DEV_COLL_CHANNELS + L->coll_channels;
+    uint64_t i = (sc * (n - 1) + slot_of(src, owner)) * L->stages + seq % L->stages;
     return region(owner) + WEFT_DEV_STAGE_OFF + i * L->chunk_bytes;
   }
 
@@ -78,7 +80,12 @@ struct Chan {
       }
     }
     __syncthreads();
-    return !*bail;
+    /* Every thread acquires too, so its own reads of the chunk (or writes into a freed slot)
+     * are ordered after the flag at system scope, not only through thread 0 and the
+     * barrier. */
+    if (*bail) return false;
+    if (threadIdx.x != 0) (void)ld_acquire_sys(p);
+    return true;
   }
 
   /* Where the next chunk to dst goes, once dst has a free slot. */

@@ -4,6 +4,8 @@
  * rank that never joins gives WEFT_ERR_TIMEOUT on both sides, and weft_comm_abort ends a
  * waiting kernel at once. usage: test_dev_comm RANKS [--share] */
 #include <cuda_runtime_api.h>
+#include <execinfo.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,21 @@
 #include "weft.h"
 
 static int share;
+
+/* Synchronised: a pageable cudaMemcpy may return before its copy lands, and the test's
+ * streams do not wait for the legacy stream. */
+static void h2d(void *dst, const void *src, size_t bytes) {
+  cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize();
+}
+
+static void on_fault(int sig) {
+  void *frames[32];
+  int n = backtrace(frames, 32);
+  fprintf(stderr, "signal %d, backtrace:\n", sig);
+  backtrace_symbols_fd(frames, n, 2);
+  _exit(3);
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -60,7 +77,7 @@ static int check_graph(int rank, int n, weft_comm_t c, cudaStream_t s) {
   if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) FAIL("instantiate failed");
   for (int rep = 0; rep < 5; rep++) { /* new inputs each replay: the graph reads them */
     fill(h, cnt, rank, rep);
-    cudaMemcpyAsync(d, h, cnt * sizeof *h, cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(d, h, cnt * sizeof *h, cudaMemcpyHostToDevice, s); /* ordered on s */
     cudaGraphLaunch(ge, s);
     if (settle(c, s) != WEFT_SUCCESS) FAIL("replay %d failed", rep);
     cudaMemcpy(h, out, cnt * sizeof *h, cudaMemcpyDeviceToHost);
@@ -87,9 +104,9 @@ static int check_concurrent(int rank, int n, weft_comm_t a, weft_comm_t b) {
   cudaMalloc((void **)&da, cnt * 4);
   cudaMalloc((void **)&db, cnt * 4);
   fill(h, cnt, rank, 1);
-  cudaMemcpy(da, h, cnt * 4, cudaMemcpyHostToDevice);
+  h2d(da, h, cnt * 4);
   fill(h, cnt, rank, 2);
-  cudaMemcpy(db, h, cnt * 4, cudaMemcpyHostToDevice);
+  h2d(db, h, cnt * 4);
   for (int k = 0; k < 2; k++) {
     int first = (rank % 2) ^ k;
     weft_result_t rc = first
@@ -105,7 +122,7 @@ static int check_concurrent(int rank, int n, weft_comm_t a, weft_comm_t b) {
   if (!sum_ok(h, cnt, n, 2)) FAIL("comm b: wrong sum");
   /* one comm, two streams: weft orders them */
   fill(h, cnt, rank, 3);
-  cudaMemcpy(da, h, cnt * 4, cudaMemcpyHostToDevice);
+  h2d(da, h, cnt * 4);
   if (weft_allreduce(da, db, cnt, WEFT_F32, WEFT_SUM, a, (weft_stream_t)sa) ||
       weft_allreduce(db, db, 1, WEFT_F32, WEFT_SUM, a, (weft_stream_t)sb))
     FAIL("issue on two streams failed");
@@ -119,7 +136,7 @@ static int check_concurrent(int rank, int n, weft_comm_t a, weft_comm_t b) {
   if (!sum_ok(h, cnt, n, 3) || first != want0 * (float)n) FAIL("two streams: wrong result");
   /* a group of collectives is one launch */
   fill(h, cnt, rank, 4);
-  cudaMemcpy(da, h, cnt * 4, cudaMemcpyHostToDevice);
+  h2d(da, h, cnt * 4);
   weft_group_start();
   weft_allreduce(da, db, cnt / 2, WEFT_F32, WEFT_SUM, a, (weft_stream_t)sa);
   weft_allreduce(da + cnt / 2, db + cnt / 2, cnt / 2, WEFT_F32, WEFT_SUM, a, (weft_stream_t)sa);
@@ -208,6 +225,8 @@ static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s) 
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
+  signal(SIGSEGV, on_fault);
+  setvbuf(stdout, NULL, _IOLBF, 0);
   int ngpu = 0;
   if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 1) FAIL("no GPU");
   int dev = share ? 0 : rank % ngpu;

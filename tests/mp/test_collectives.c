@@ -67,7 +67,9 @@ static const char *KIND_NAME[NKINDS] = {"allreduce", "reduce_scatter", "allgathe
 static char *dev_twin(const char *host, size_t bytes) {
   void *d = NULL;
   if (!host) return NULL;
-  if (cudaMalloc(&d, bytes) != cudaSuccess || cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice))
+  /* synchronised: a pageable cudaMemcpy may return before its copy lands */
+  if (cudaMalloc(&d, bytes) != cudaSuccess || cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) ||
+      cudaDeviceSynchronize())
     return NULL;
   return d;
 }
@@ -205,7 +207,12 @@ static void run_case(ctx_t *c, int kind, const char *algo, weft_dtype_t t, weft_
       size_t bad = 0;
       while (bad < cmp_elems * es && out[bad] == expect[bad])
         bad++;
-      snprintf(why, sizeof why, "wrong result at element %zu", bad / es);
+      size_t e0 = bad / es * es;
+      unsigned long long got = 0, want = 0;
+      memcpy(&got, out + e0, es < 8 ? es : 8);
+      memcpy(&want, expect + e0, es < 8 ? es : 8);
+      snprintf(why, sizeof why, "wrong result at element %zu (bytes %llx, expected %llx)", bad / es,
+               got, want);
     }
     if (!why[0] && !in_place && memcmp(in, orig, (kind == AG ? count : in_elems) * es) != 0)
       snprintf(why, sizeof why, "sendbuf was modified");

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The GPU sweep behind bench/results/<date>-h200x2.json: one process per GPU, 8 B to 4 GiB,
+# f32 and bf16, allreduce, allgather, reduce_scatter and alltoall, NCCL timed in the same
+# run on the same buffers (--compare nccl). Sizes up to 256 MiB are checked against the
+# oracle; the four largest are timed only (their host-side check would take most of a lease).
+# usage: scripts/device_gpu_bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
+set -uo pipefail
+out=${1:?usage: device_gpu_bench.sh OUT [BUILD]}
+b=${2:-build-dev}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+colls=allreduce,allgather,reduce_scatter,alltoall
+rc=0
+for t in float bfloat16; do
+  "$b/bench/collbench" -C $colls -d "$t" -b 8 -e 256M -n "${ITERS:-20}" -w 5 --compare nccl \
+    --json "$out/sweep-$t-small.json" > "$out/sweep-$t.txt" 2>&1 || rc=1
+  "$b/bench/collbench" -C $colls -d "$t" -b 512M -e 4G -n "${ITERS:-20}" -w 3 -c 0 \
+    --compare nccl --json "$out/sweep-$t-large.json" >> "$out/sweep-$t.txt" 2>&1 || rc=1
+done
+grep -h "WRONG\|failed" "$out"/sweep-*.txt
+exit $rc

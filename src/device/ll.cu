@@ -1,0 +1,170 @@
+/* The low-latency allreduce (see weft_dev_ll_t): one block per 16 KiB of payload, every
+ * thread polls and reduces its own 8-byte packets, in rank order on every rank. */
+#include <cuda_runtime.h>
+
+#include "dev.h"
+#include "prims.cuh"
+
+namespace weft {
+
+__device__ inline void st_line(uint4 *p, uint32_t lo, uint32_t hi, uint32_t seq) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(lo), "r"(seq),
+               "r"(hi), "r"(seq)
+               : "memory");
+}
+
+__device__ inline uint4 ld_line(const uint4 *p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+/* 8 bytes of packet p, in rank order, reduced. */
+template <int DT, int OP>
+__device__ __noinline__ uint64_t reduce_pkt(const uint64_t *v, int n, int nranks) {
+  typedef Ty<DT> T;
+  typedef typename T::S S;
+  typedef typename T::A A;
+  constexpr int K = 8 / sizeof(S);
+  A acc[K];
+  const S *e0 = (const S *)&v[0];
+#pragma unroll
+  for (int k = 0; k < K; k++)
+    acc[k] = T::up(e0[k]);
+  for (int j = 1; j < n; j++) {
+    const S *e = (const S *)&v[j];
+#pragma unroll
+    for (int k = 0; k < K; k++)
+      acc[k] = combine<DT, OP>(acc[k], T::up(e[k]));
+  }
+  uint64_t out;
+  S *o = (S *)&out;
+#pragma unroll
+  for (int k = 0; k < K; k++)
+    o[k] = finish<DT, OP>(acc[k], nranks);
+  return out;
+}
+
+template <int DT> __device__ uint64_t reduce_pkt_dt(int op, const uint64_t *v, int n, int nranks) {
+  switch (op) {
+  case WEFT_PROD: return reduce_pkt<DT, WEFT_PROD>(v, n, nranks);
+  case WEFT_MIN: return reduce_pkt<DT, WEFT_MIN>(v, n, nranks);
+  case WEFT_MAX: return reduce_pkt<DT, WEFT_MAX>(v, n, nranks);
+  case WEFT_AVG: return reduce_pkt<DT, WEFT_AVG>(v, n, nranks);
+  default: return reduce_pkt<DT, WEFT_SUM>(v, n, nranks);
+  }
+}
+
+__device__ uint64_t reduce_pkt_any(int dtype, int op, const uint64_t *v, int n, int nranks) {
+  switch (dtype) {
+  case WEFT_F64: return reduce_pkt_dt<WEFT_F64>(op, v, n, nranks);
+  case WEFT_F16: return reduce_pkt_dt<WEFT_F16>(op, v, n, nranks);
+  case WEFT_BF16: return reduce_pkt_dt<WEFT_BF16>(op, v, n, nranks);
+  case WEFT_I8: return reduce_pkt_dt<WEFT_I8>(op, v, n, nranks);
+  case WEFT_U8: return reduce_pkt_dt<WEFT_U8>(op, v, n, nranks);
+  case WEFT_I32: return reduce_pkt_dt<WEFT_I32>(op, v, n, nranks);
+  case WEFT_I64: return reduce_pkt_dt<WEFT_I64>(op, v, n, nranks);
+  case WEFT_FP8_E4M3: return reduce_pkt_dt<WEFT_FP8_E4M3>(op, v, n, nranks);
+  case WEFT_FP8_E5M2: return reduce_pkt_dt<WEFT_FP8_E5M2>(op, v, n, nranks);
+  default: return reduce_pkt_dt<WEFT_F32>(op, v, n, nranks);
+  }
+}
+
+__device__ inline uint64_t load_bytes(const char *p, uint64_t n) {
+  if (n == 8 && ((uintptr_t)p & 7) == 0) return *(const uint64_t *)p;
+  uint64_t v = 0;
+  for (uint64_t b = 0; b < n; b++)
+    v |= (uint64_t)(uint8_t)p[b] << (8 * b);
+  return v;
+}
+
+__device__ inline void store_bytes(char *p, uint64_t v, uint64_t n) {
+  if (n == 8 && ((uintptr_t)p & 7) == 0) {
+    *(uint64_t *)p = v;
+    return;
+  }
+  for (uint64_t b = 0; b < n; b++)
+    p[b] = (char)(v >> (8 * b));
+}
+
+__global__ void __launch_bounds__(WEFT_DEV_THREADS)
+    ll_allreduce(const __grid_constant__ weft_dev_ll_t P) {
+  volatile __shared__ int bail;
+  const int ch = blockIdx.x, n = P.nranks, me = P.rank;
+  const uint32_t seq = (uint32_t)(P.seq[ch] + 1);
+  const int parity = seq & 1;
+  const uint64_t payload = WEFT_DEV_LL_SLOT_BYTES / 2;
+  const uint64_t es = (P.dtype == WEFT_F64 || P.dtype == WEFT_I64)    ? 8
+                      : (P.dtype == WEFT_F32 || P.dtype == WEFT_I32)  ? 4
+                      : (P.dtype == WEFT_F16 || P.dtype == WEFT_BF16) ? 2
+                                                                      : 1;
+  const uint64_t total = P.count * es, first = (uint64_t)ch * payload;
+  const uint64_t len = total - first < payload ? total - first : payload;
+  const uint64_t lines = (len + 7) / 8;
+  const char *in = (const char *)P.send + first;
+  char *out = (char *)P.recv + first;
+  if (threadIdx.x == 0) bail = 0;
+  __syncthreads();
+  for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
+    uint64_t nb = len - i * 8 < 8 ? len - i * 8 : 8;
+    uint64_t v = load_bytes(in + i * 8, nb);
+    for (int k = 1; k < n; k++) {
+      int p = (me + k) % n;
+      uint4 *dst =
+          (uint4 *)(P.region[p] + P.ll_off + WEFT_DEV_LL_OFF(ch, parity, me < p ? me : me - 1, n)) +
+          i;
+      st_line(dst, (uint32_t)v, (uint32_t)(v >> 32), seq);
+    }
+  }
+  for (uint64_t i = threadIdx.x; i < lines && !bail; i += blockDim.x) {
+    uint64_t nb = len - i * 8 < 8 ? len - i * 8 : 8;
+    uint64_t vals[WEFT_DEV_MAX_RANKS];
+    for (int src = 0; src < n; src++) {
+      if (src == me) {
+        vals[src] = load_bytes(in + i * 8, nb);
+        continue;
+      }
+      const uint4 *line =
+          (const uint4 *)(P.region[me] + P.ll_off +
+                          WEFT_DEV_LL_OFF(ch, parity, src < me ? src : src - 1, n)) +
+          i;
+      uint4 l = ld_line(line);
+      uint64_t start = 0;
+      for (uint32_t spins = 0; l.y != seq || l.w != seq; spins++) {
+        if ((spins & 1023) == 1023) {
+          uint64_t now = global_ns();
+          if (!start) start = now;
+          if (*P.abort_flag || now - start > P.timeout_ns) {
+            if (!*P.abort_flag && P.error->code == 0) {
+              P.error->peer = src;
+              P.error->channel = ch;
+              P.error->kind = WEFT_DEV_KIND_COUNT; /* the low-latency allreduce */
+              __threadfence_system();
+              P.error->code = WEFT_DEV_ERR_TIMEOUT;
+              *P.abort_flag = 1;
+            }
+            bail = 1;
+            break;
+          }
+        }
+        l = ld_line(line);
+      }
+      if (bail) break;
+      vals[src] = (uint64_t)l.x | (uint64_t)l.z << 32;
+    }
+    if (bail) break;
+    store_bytes(out + i * 8, reduce_pkt_any(P.dtype, P.op, vals, n, n), nb);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && !bail) P.seq[ch] = seq;
+}
+
+} // namespace weft
+
+extern "C" int weft_dev_launch_ll(const weft_dev_ll_t *l, int nblocks, void *stream) {
+  weft::ll_allreduce<<<nblocks, WEFT_DEV_THREADS, 0, (cudaStream_t)stream>>>(*l);
+  return (int)cudaGetLastError();
+}
