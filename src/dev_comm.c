@@ -204,13 +204,25 @@ void weft_dev_abort(weft_comm_t c) {
 /* A kernel's error becomes the comm's failure (cheap: one read of host memory). */
 static void poll_kernel_error(weft_comm_t c) {
   struct weft_dev *d = c->dev;
+  static const char *kinds[WEFT_DEV_KIND_COUNT + 1] = {"one-shot allreduce",
+                                                       "two-shot allreduce",
+                                                       "reduce_scatter",
+                                                       "allgather",
+                                                       "broadcast",
+                                                       "reduce",
+                                                       "alltoall",
+                                                       "alltoallv",
+                                                       "send",
+                                                       "recv",
+                                                       "low-latency allreduce"};
   volatile weft_dev_error_t *e = d->err_h;
   if (e->code != WEFT_DEV_ERR_NONE) {
     char msg[512];
     snprintf(msg, sizeof msg,
-             "rank %d: a device kernel (work kind %u, channel %d) waited more than %lld ms for "
+             "rank %d: the device kernel of a %s (channel %d) waited more than %lld ms for "
              "rank %d: that rank is hung, dead, or called a different operation",
-             c->rank, e->kind, e->channel, (long long)c->timeout_ms, e->peer);
+             c->rank, e->kind <= WEFT_DEV_KIND_COUNT ? kinds[e->kind] : "?", e->channel,
+             (long long)c->timeout_ms, e->peer);
     pthread_mutex_lock(&c->mu);
     uint64_t seq = c->seq;
     pthread_mutex_unlock(&c->mu);

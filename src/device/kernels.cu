@@ -81,6 +81,38 @@ struct Item {
  * all write into the same peer at once. */
 __device__ inline int peer_at(const Chan &c, int i) { return (c.rank + 1 + i) % c.n; }
 
+/* Sends len elements at in + (p * stride + off) to every peer p (stride 0: the same block to
+ * all), then publishes them. False when the channel gave up. */
+__device__ bool scatter(const Chan &c, const char *in, uint64_t stride, uint64_t off, uint64_t len,
+                        int es) {
+  int nd = 0, dsts[WEFT_DEV_MAX_RANKS];
+  for (int i = 0; i < c.n - 1; i++) {
+    int p = peer_at(c, i);
+    char *slot = c.send_slot(p);
+    if (!slot) return false;
+    copy1(slot, in + ((uint64_t)p * stride + off) * es, len * es);
+    dsts[nd++] = p;
+  }
+  c.publish(dsts, nd);
+  return true;
+}
+
+/* The inputs of a reduction in rank order: ours at `mine`, every peer's incoming chunk;
+ * srcs lists the peers whose slots the caller releases after reducing. */
+__device__ bool collect(const Chan &c, const char *mine, const char **src, int *srcs, int *ns) {
+  *ns = 0;
+  for (int j = 0; j < c.n; j++) {
+    if (j == c.rank) {
+      src[j] = mine;
+      continue;
+    }
+    src[j] = c.recv_slot(j);
+    if (!src[j]) return false;
+    srcs[(*ns)++] = j;
+  }
+  return true;
+}
+
 __device__ void allreduce(const Chan &c, const Item &w, bool twoshot) {
   const weft_dev_item_t *it = w.it;
   const int n = c.n, me = c.rank, es = w.es;
@@ -114,15 +146,7 @@ __device__ void allreduce(const Chan &c, const Item &w, bool twoshot) {
       const char *src[WEFT_DEV_MAX_RANKS];
       char *dst[WEFT_DEV_MAX_RANKS];
       int srcs[WEFT_DEV_MAX_RANKS], ns = 0, ndst = 0;
-      for (int j = 0; j < n; j++) {
-        if (j == me) {
-          src[j] = in + (mybase + off) * es;
-          continue;
-        }
-        src[j] = c.recv_slot(j);
-        if (!src[j]) return;
-        srcs[ns++] = j;
-      }
+      if (!collect(c, in + (mybase + off) * es, src, srcs, &ns)) return;
       dst[ndst++] = out + (mybase + off) * es;
       nd = 0;
       if (twoshot)
@@ -159,15 +183,7 @@ __device__ void exchange(const Chan &c, const Item &w, uint64_t count, const cha
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
-    int nd = 0, dsts[WEFT_DEV_MAX_RANKS];
-    for (int i = 0; i < n - 1; i++) {
-      int p = peer_at(c, i);
-      char *slot = c.send_slot(p);
-      if (!slot) return;
-      copy1(slot, in + ((uint64_t)p * in_stride + off) * es, len * es);
-      dsts[nd++] = p;
-    }
-    c.publish(dsts, nd);
+    if (!scatter(c, in, in_stride, off, len, es)) return;
     if (self_copy)
       copy1(out + ((uint64_t)me * out_stride + off) * es,
             in + ((uint64_t)me * in_stride + off) * es, len * es);
@@ -190,26 +206,10 @@ __device__ void reduce_scatter(const Chan &c, const Item &w) {
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
-    int nd = 0, dsts[WEFT_DEV_MAX_RANKS];
-    for (int i = 0; i < n - 1; i++) {
-      int p = peer_at(c, i);
-      char *slot = c.send_slot(p);
-      if (!slot) return;
-      copy1(slot, in + ((uint64_t)p * count + off) * es, len * es);
-      dsts[nd++] = p;
-    }
-    c.publish(dsts, nd);
+    if (!scatter(c, in, count, off, len, es)) return;
     const char *src[WEFT_DEV_MAX_RANKS];
     int srcs[WEFT_DEV_MAX_RANKS], ns = 0;
-    for (int j = 0; j < n; j++) {
-      if (j == me) {
-        src[j] = in + ((uint64_t)me * count + off) * es;
-        continue;
-      }
-      src[j] = c.recv_slot(j);
-      if (!src[j]) return;
-      srcs[ns++] = j;
-    }
+    if (!collect(c, in + ((uint64_t)me * count + off) * es, src, srcs, &ns)) return;
     char *dst = out + off * es;
     reduce_any(it->dtype, it->op, &dst, 1, src, n, len, n);
     c.release(srcs, ns);
@@ -249,15 +249,7 @@ __device__ void rooted(const Chan &c, const Item &w, bool reduce) {
     } else if (me == root) {
       const char *src[WEFT_DEV_MAX_RANKS];
       int srcs[WEFT_DEV_MAX_RANKS], ns = 0;
-      for (int j = 0; j < n; j++) {
-        if (j == me) {
-          src[j] = in + off * es;
-          continue;
-        }
-        src[j] = c.recv_slot(j);
-        if (!src[j]) return;
-        srcs[ns++] = j;
-      }
+      if (!collect(c, in + off * es, src, srcs, &ns)) return;
       char *dst = out + off * es;
       reduce_any(it->dtype, it->op, &dst, 1, src, n, len, n);
       c.release(srcs, ns);
