@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dev.h"
+#include "dev_plan.h"
 #include "dtype.h"
 #include "err.h"
 #include "failure.h"
@@ -23,9 +24,7 @@ struct weft_dev {
   int32_t *abort_h, *abort_d;
   weft_dev_error_t *err_h, *err_d;
   uint32_t chunk_bytes, stages;
-  int max_channels;
-  size_t block_bytes;
-  uint64_t p2p_sent[WEFT_DEV_MAX_RANKS], p2p_recv[WEFT_DEV_MAX_RANKS]; /* messages so far */
+  weft_dev_planner_t plan; /* channels per operation; send/recv message counts */
   cudaEvent_t order;
   cudaStream_t last; /* stream of the last launch */
   int launched;
@@ -57,7 +56,7 @@ static void leave_device(int device, int saved) {
 
 /* flags, staging slots, then the low-latency buffers */
 static size_t ll_offset(const struct weft_dev *d, int nranks) {
-  size_t chans = (size_t)d->max_channels + WEFT_DEV_P2P_SETS * WEFT_DEV_P2P_SET_CHANNELS;
+  size_t chans = (size_t)d->plan.max_channels + WEFT_DEV_P2P_SETS * WEFT_DEV_P2P_SET_CHANNELS;
   return WEFT_DEV_STAGE_OFF +
          chans * (size_t)(nranks > 1 ? nranks - 1 : 1) * d->stages * d->chunk_bytes;
 }
@@ -97,8 +96,10 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
                           WEFT_DEV_COLL_CHANNELS);
   d->chunk_bytes = (uint32_t)chunk;
   d->stages = (uint32_t)stages;
-  d->max_channels = (int)ch;
-  d->block_bytes = bb > 0 ? (size_t)bb : 32768;
+  d->plan.rank = c->rank;
+  d->plan.nranks = c->nranks;
+  d->plan.max_channels = (int)ch;
+  d->plan.block_bytes = bb > 0 ? (size_t)bb : 32768;
   /* staging is sized for the channels in use: ask for fewer, hold less */
   CUDA_CHECK(cudaSetDevice(device), "weft_comm_init: cudaSetDevice");
   CUDA_CHECK(cudaMalloc((void **)&d->counters, COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES),
@@ -301,152 +302,14 @@ static weft_result_t check_ptr(struct weft_dev *d, const char *what, const void 
   return WEFT_SUCCESS;
 }
 
-static uint64_t round_len(const struct weft_comm *c, const weft_task_t *t, int kind) {
-  const weft_coll_args_t *a = &t->args;
-  uint64_t n = (uint64_t)c->nranks, m = 0;
-  switch (kind) {
-  case WEFT_DEV_ALLREDUCE_TWOSHOT: return (a->count + n - 1) / n;
-  case WEFT_DEV_ALLTOALLV:
-    for (int p = 0; p < c->nranks; p++) {
-      if (a->sendcounts[p] > m) m = a->sendcounts[p];
-      if (a->recvcounts[p] > m) m = a->recvcounts[p];
-    }
-    return m;
-  default: return a->count;
-  }
-}
-
-static int dev_kind(const weft_task_t *t) {
-  switch (t->args.coll) {
-  case WEFT_COLL_ALLREDUCE:
-    return t->algo == WEFT_ALGO_ONESHOT ? WEFT_DEV_ALLREDUCE_ONESHOT : WEFT_DEV_ALLREDUCE_TWOSHOT;
-  case WEFT_COLL_REDUCE_SCATTER: return WEFT_DEV_REDUCE_SCATTER;
-  case WEFT_COLL_ALLGATHER: return WEFT_DEV_ALLGATHER;
-  case WEFT_COLL_BROADCAST: return WEFT_DEV_BROADCAST;
-  case WEFT_COLL_REDUCE: return WEFT_DEV_REDUCE;
-  case WEFT_COLL_ALLTOALL: return WEFT_DEV_ALLTOALL;
-  case WEFT_COLL_ALLTOALLV: return WEFT_DEV_ALLTOALLV;
-  case WEFT_COLL_SEND: return WEFT_DEV_SEND;
-  default: return WEFT_DEV_RECV;
-  }
-}
-
-/* Input and output extents, for the pointer checks. */
-static void extents(const struct weft_comm *c, const weft_task_t *t, size_t *in, size_t *out) {
-  size_t es = weft_dtype_size(t->dtype), n = (size_t)c->nranks, cnt = t->args.count * es;
-  const weft_coll_args_t *a = &t->args;
-  *in = *out = cnt;
-  switch (a->coll) {
-  case WEFT_COLL_REDUCE_SCATTER: *in = cnt * n; break;
-  case WEFT_COLL_ALLGATHER: *out = cnt * n; break;
-  case WEFT_COLL_ALLTOALL: *in = *out = cnt * n; break;
-  case WEFT_COLL_ALLTOALLV:
-    *in = *out = 0;
-    for (size_t p = 0; p < n; p++) {
-      if ((a->sdispls[p] + a->sendcounts[p]) * es > *in)
-        *in = (a->sdispls[p] + a->sendcounts[p]) * es;
-      if ((a->rdispls[p] + a->recvcounts[p]) * es > *out)
-        *out = (a->rdispls[p] + a->recvcounts[p]) * es;
-    }
-    break;
-  case WEFT_COLL_BROADCAST:
-    if (c->rank != a->root) *in = 0;
-    break;
-  case WEFT_COLL_REDUCE:
-    if (c->rank != a->root) *out = 0;
-    break;
-  case WEFT_COLL_SEND: *out = 0; break;
-  case WEFT_COLL_RECV: *in = 0; break;
-  default: break;
-  }
-}
-
-/* Fills the launch; on error nothing has changed (p2p message counts included). */
-static weft_result_t build(weft_comm_t c, weft_task_t *tasks, int ntasks, int *nblocks) {
-  struct weft_dev *d = c->dev;
-  weft_dev_launch_t *L = &d->launch;
-  int ncoll = 0, na2av = 0, blocks = 0, chan = 0;
-  uint64_t sent[WEFT_DEV_MAX_RANKS], recvd[WEFT_DEV_MAX_RANKS];
-  uint8_t used[WEFT_DEV_MAX_RANKS][2][WEFT_DEV_P2P_SETS];
-  memcpy(sent, d->p2p_sent, sizeof sent);
-  memcpy(recvd, d->p2p_recv, sizeof recvd);
-  memset(used, 0, sizeof used);
-  if (ntasks > WEFT_DEV_MAX_ITEMS)
-    return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                          "a group on a device communicator holds at most %d operations (%d given)",
-                          WEFT_DEV_MAX_ITEMS, ntasks);
+/* Every buffer of the operation, before anything is planned or launched. */
+static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int ntasks) {
   for (int i = 0; i < ntasks; i++) {
-    weft_coll_t k = tasks[i].args.coll;
-    ncoll += k != WEFT_COLL_SEND && k != WEFT_COLL_RECV;
+    size_t in_b = 0, out_b = 0;
+    weft_dev_extents(c->rank, c->nranks, &tasks[i], &in_b, &out_b);
+    CHECK(check_ptr(c->dev, "sendbuf", tasks[i].sendbuf, in_b));
+    CHECK(check_ptr(c->dev, "recvbuf", tasks[i].recvbuf, out_b));
   }
-  int per_coll = ncoll ? d->max_channels / ncoll : 0;
-  if (ncoll > d->max_channels)
-    return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                          "a group on a device communicator holds at most %d collectives",
-                          d->max_channels);
-  L->nitems = 0;
-  for (int i = 0; i < ntasks; i++) {
-    weft_task_t *t = &tasks[i];
-    size_t in_b = 0, out_b = 0, es = weft_dtype_size(t->dtype);
-    extents(c, t, &in_b, &out_b);
-    CHECK(check_ptr(d, "sendbuf", t->sendbuf, in_b));
-    CHECK(check_ptr(d, "recvbuf", t->recvbuf, out_b));
-    int kind = dev_kind(t);
-    uint64_t len = round_len(c, t, kind);
-    if (len == 0 && kind != WEFT_DEV_ALLTOALLV) continue; /* nothing moves */
-    weft_dev_item_t *it = &L->items[L->nitems];
-    memset(it, 0, sizeof *it);
-    it->kind = (uint8_t)kind;
-    it->dtype = (uint8_t)t->dtype;
-    it->op = (uint8_t)t->op;
-    it->root = (int16_t)t->args.root;
-    it->count = t->args.count;
-    it->send = t->sendbuf;
-    it->recv = t->recvbuf;
-    uint64_t want = (len * es + d->block_bytes - 1) / d->block_bytes;
-    if (want < 1) want = 1;
-    if (kind == WEFT_DEV_SEND || kind == WEFT_DEV_RECV) {
-      int peer = t->args.root, dir = kind == WEFT_DEV_RECV;
-      if (peer == c->rank)
-        return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                              "send/recv to this rank itself on a device communicator (use "
-                              "cudaMemcpyAsync)");
-      uint64_t *msgs = dir ? recvd : sent;
-      int set = (int)(msgs[peer]++ % WEFT_DEV_P2P_SETS);
-      if (used[peer][dir][set]++)
-        return weft_set_error(
-            WEFT_ERR_UNSUPPORTED, "a group on a device communicator holds at most %d %s %s rank %d",
-            WEFT_DEV_P2P_SETS, dir ? "receives from" : "sends to", dir ? "from" : "to", peer);
-      it->chan0 = (uint16_t)(WEFT_DEV_COLL_CHANNELS + set * WEFT_DEV_P2P_SET_CHANNELS);
-      it->nblocks = (uint16_t)(want < WEFT_DEV_P2P_SET_CHANNELS ? want : WEFT_DEV_P2P_SET_CHANNELS);
-    } else {
-      if (kind == WEFT_DEV_ALLTOALLV) {
-        if (na2av == WEFT_DEV_MAX_A2AV)
-          return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                                "a group on a device communicator holds at most %d alltoallv",
-                                WEFT_DEV_MAX_A2AV);
-        weft_dev_a2av_t *v = &L->a2av[na2av];
-        for (int p = 0; p < c->nranks; p++) {
-          v->sendcounts[p] = t->args.sendcounts[p];
-          v->sdispls[p] = t->args.sdispls[p];
-          v->recvcounts[p] = t->args.recvcounts[p];
-          v->rdispls[p] = t->args.rdispls[p];
-        }
-        it->a2av = (int16_t)na2av++;
-      }
-      it->chan0 = (uint16_t)chan;
-      it->nblocks = (uint16_t)(want < (uint64_t)per_coll ? want : (uint64_t)per_coll);
-      /* alltoallv's sizes differ per rank: only a fixed block count agrees everywhere */
-      if (kind == WEFT_DEV_ALLTOALLV) it->nblocks = (uint16_t)per_coll;
-      chan += per_coll; /* the same on every rank, whatever the sizes */
-    }
-    it->block0 = (uint16_t)blocks;
-    blocks += it->nblocks;
-    L->nitems++;
-  }
-  memcpy(d->p2p_sent, sent, sizeof sent);
-  memcpy(d->p2p_recv, recvd, sizeof recvd);
-  *nblocks = blocks;
   return WEFT_SUCCESS;
 }
 
@@ -494,15 +357,11 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   if (enter_device(d->device, &saved) != 0)
     return weft_set_error(WEFT_ERR_SYSTEM, "cannot make GPU %d current", d->device);
   int ll = ll_eligible(c, tasks, ntasks);
-  if (ll) {
-    size_t in_b = 0, out_b = 0;
-    extents(c, tasks, &in_b, &out_b);
-    rc = check_ptr(d, "sendbuf", tasks->sendbuf, in_b);
-    if (rc == WEFT_SUCCESS) rc = check_ptr(d, "recvbuf", tasks->recvbuf, out_b);
-    nblocks = 1;
-  } else {
-    rc = build(c, tasks, ntasks, &nblocks);
-  }
+  rc = check_buffers(c, tasks, ntasks);
+  if (rc == WEFT_SUCCESS && ll)
+    nblocks = 1; /* launch_ll sets the real count */
+  else if (rc == WEFT_SUCCESS)
+    rc = weft_dev_plan(&d->plan, tasks, ntasks, &d->launch, &nblocks);
   if (rc == WEFT_SUCCESS && nblocks > 0) {
     weft_dev_launch_t *L = &d->launch;
     for (int r = 0; r < c->nranks; r++)
@@ -514,7 +373,7 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
     L->nranks = c->nranks;
     L->chunk_bytes = d->chunk_bytes;
     L->stages = d->stages;
-    L->coll_channels = d->max_channels;
+    L->coll_channels = d->plan.max_channels;
     L->timeout_ns = (uint64_t)c->timeout_ms * 1000000ull;
     /* Operations of one comm run in issue order even across streams (their channels are
      * shared); a stream being captured into a graph orders itself. */

@@ -1,0 +1,152 @@
+/* Planning a device launch: which blocks and channels each operation of a call or group
+ * gets. Pure: every rank must derive the same channels for the same message from what it
+ * knows alone, and tests/unit/test_dev_plan.c checks that without a GPU. */
+#include "dev_plan.h"
+
+#include <string.h>
+
+#include "dtype.h"
+#include "err.h"
+
+static uint64_t round_len(int nranks, const weft_task_t *t, int kind) {
+  const weft_coll_args_t *a = &t->args;
+  uint64_t n = (uint64_t)nranks, m = 0;
+  switch (kind) {
+  case WEFT_DEV_ALLREDUCE_TWOSHOT: return (a->count + n - 1) / n;
+  case WEFT_DEV_ALLTOALLV:
+    for (int p = 0; p < nranks; p++) {
+      if (a->sendcounts[p] > m) m = a->sendcounts[p];
+      if (a->recvcounts[p] > m) m = a->recvcounts[p];
+    }
+    return m;
+  default: return a->count;
+  }
+}
+
+static int dev_kind(const weft_task_t *t) {
+  switch (t->args.coll) {
+  case WEFT_COLL_ALLREDUCE:
+    return t->algo == WEFT_ALGO_ONESHOT ? WEFT_DEV_ALLREDUCE_ONESHOT : WEFT_DEV_ALLREDUCE_TWOSHOT;
+  case WEFT_COLL_REDUCE_SCATTER: return WEFT_DEV_REDUCE_SCATTER;
+  case WEFT_COLL_ALLGATHER: return WEFT_DEV_ALLGATHER;
+  case WEFT_COLL_BROADCAST: return WEFT_DEV_BROADCAST;
+  case WEFT_COLL_REDUCE: return WEFT_DEV_REDUCE;
+  case WEFT_COLL_ALLTOALL: return WEFT_DEV_ALLTOALL;
+  case WEFT_COLL_ALLTOALLV: return WEFT_DEV_ALLTOALLV;
+  case WEFT_COLL_SEND: return WEFT_DEV_SEND;
+  default: return WEFT_DEV_RECV;
+  }
+}
+
+void weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, size_t *out) {
+  size_t es = weft_dtype_size(t->dtype), n = (size_t)nranks, cnt = t->args.count * es;
+  const weft_coll_args_t *a = &t->args;
+  *in = *out = cnt;
+  switch (a->coll) {
+  case WEFT_COLL_REDUCE_SCATTER: *in = cnt * n; break;
+  case WEFT_COLL_ALLGATHER: *out = cnt * n; break;
+  case WEFT_COLL_ALLTOALL: *in = *out = cnt * n; break;
+  case WEFT_COLL_ALLTOALLV:
+    *in = *out = 0;
+    for (size_t p = 0; p < n; p++) {
+      if ((a->sdispls[p] + a->sendcounts[p]) * es > *in)
+        *in = (a->sdispls[p] + a->sendcounts[p]) * es;
+      if ((a->rdispls[p] + a->recvcounts[p]) * es > *out)
+        *out = (a->rdispls[p] + a->recvcounts[p]) * es;
+    }
+    break;
+  case WEFT_COLL_BROADCAST:
+    if (rank != a->root) *in = 0;
+    break;
+  case WEFT_COLL_REDUCE:
+    if (rank != a->root) *out = 0;
+    break;
+  case WEFT_COLL_SEND: *out = 0; break;
+  case WEFT_COLL_RECV: *in = 0; break;
+  default: break;
+  }
+}
+
+weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks,
+                            weft_dev_launch_t *L, int *nblocks) {
+  int ncoll = 0, na2av = 0, blocks = 0, chan = 0;
+  uint64_t sent[WEFT_DEV_MAX_RANKS], recvd[WEFT_DEV_MAX_RANKS];
+  uint8_t used[WEFT_DEV_MAX_RANKS][2][WEFT_DEV_P2P_SETS];
+  memcpy(sent, d->p2p_sent, sizeof sent);
+  memcpy(recvd, d->p2p_recv, sizeof recvd);
+  memset(used, 0, sizeof used);
+  if (ntasks > WEFT_DEV_MAX_ITEMS)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "a group on a device communicator holds at most %d operations (%d given)",
+                          WEFT_DEV_MAX_ITEMS, ntasks);
+  for (int i = 0; i < ntasks; i++) {
+    weft_coll_t k = tasks[i].args.coll;
+    ncoll += k != WEFT_COLL_SEND && k != WEFT_COLL_RECV;
+  }
+  int per_coll = ncoll ? d->max_channels / ncoll : 0;
+  if (ncoll > d->max_channels)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "a group on a device communicator holds at most %d collectives",
+                          d->max_channels);
+  L->nitems = 0;
+  for (int i = 0; i < ntasks; i++) {
+    const weft_task_t *t = &tasks[i];
+    size_t es = weft_dtype_size(t->dtype);
+    int kind = dev_kind(t);
+    uint64_t len = round_len(d->nranks, t, kind);
+    if (len == 0 && kind != WEFT_DEV_ALLTOALLV) continue; /* nothing moves */
+    weft_dev_item_t *it = &L->items[L->nitems];
+    memset(it, 0, sizeof *it);
+    it->kind = (uint8_t)kind;
+    it->dtype = (uint8_t)t->dtype;
+    it->op = (uint8_t)t->op;
+    it->root = (int16_t)t->args.root;
+    it->count = t->args.count;
+    it->send = t->sendbuf;
+    it->recv = t->recvbuf;
+    uint64_t want = (len * es + d->block_bytes - 1) / d->block_bytes;
+    if (want < 1) want = 1;
+    if (kind == WEFT_DEV_SEND || kind == WEFT_DEV_RECV) {
+      int peer = t->args.root, dir = kind == WEFT_DEV_RECV;
+      if (peer == d->rank)
+        return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                              "send/recv to this rank itself on a device communicator (use "
+                              "cudaMemcpyAsync)");
+      uint64_t *msgs = dir ? recvd : sent;
+      int set = (int)(msgs[peer]++ % WEFT_DEV_P2P_SETS);
+      if (used[peer][dir][set]++)
+        return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                              "a group on a device communicator holds at most %d %s rank %d",
+                              WEFT_DEV_P2P_SETS, dir ? "receives from" : "sends to", peer);
+      it->chan0 = (uint16_t)(WEFT_DEV_COLL_CHANNELS + set * WEFT_DEV_P2P_SET_CHANNELS);
+      it->nblocks = (uint16_t)(want < WEFT_DEV_P2P_SET_CHANNELS ? want : WEFT_DEV_P2P_SET_CHANNELS);
+    } else {
+      if (kind == WEFT_DEV_ALLTOALLV) {
+        if (na2av == WEFT_DEV_MAX_A2AV)
+          return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                                "a group on a device communicator holds at most %d alltoallv",
+                                WEFT_DEV_MAX_A2AV);
+        weft_dev_a2av_t *v = &L->a2av[na2av];
+        for (int p = 0; p < d->nranks; p++) {
+          v->sendcounts[p] = t->args.sendcounts[p];
+          v->sdispls[p] = t->args.sdispls[p];
+          v->recvcounts[p] = t->args.recvcounts[p];
+          v->rdispls[p] = t->args.rdispls[p];
+        }
+        it->a2av = (int16_t)na2av++;
+      }
+      it->chan0 = (uint16_t)chan;
+      it->nblocks = (uint16_t)(want < (uint64_t)per_coll ? want : (uint64_t)per_coll);
+      /* alltoallv's sizes differ per rank: only a fixed block count agrees everywhere */
+      if (kind == WEFT_DEV_ALLTOALLV) it->nblocks = (uint16_t)per_coll;
+      chan += per_coll; /* the same on every rank, whatever the sizes */
+    }
+    it->block0 = (uint16_t)blocks;
+    blocks += it->nblocks;
+    L->nitems++;
+  }
+  memcpy(d->p2p_sent, sent, sizeof sent);
+  memcpy(d->p2p_recv, recvd, sizeof recvd);
+  *nblocks = blocks;
+  return WEFT_SUCCESS;
+}
