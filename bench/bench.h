@@ -31,10 +31,11 @@ typedef struct {
   const char *json;
   int compare_mpi;
   int compare_nccl;
-  int gpu;         /* device buffers, one GPU per rank */
-  int graph;       /* -G: time CUDA-graph replays of the timed loop */
-  void *stream;    /* cudaStream_t of this rank's calls (GPU runs) */
-  weft_comm_t ctl; /* host communicator for timing reductions and barriers */
+  int gpu;          /* device buffers, one GPU per rank */
+  int graph;        /* -G: time CUDA-graph replays of the timed loop */
+  void *stream;     /* cudaStream_t of this rank's calls (GPU runs) */
+  weft_comm_t ctl;  /* host communicator for timing reductions and barriers */
+  const char *plot; /* --plot FILE.png */
   int quiet;
 } bench_opts_t;
 

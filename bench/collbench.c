@@ -23,6 +23,7 @@
 
 #include "bench.h"
 #include "launch.h"
+#include "plot.h"
 #include "weft.h"
 
 static double now_s(void) {
@@ -95,6 +96,7 @@ static void usage(FILE *f) {
              "      --gpu, --cpu      device or host buffers (default: GPUs when present, one\n"
              "                        rank per GPU)\n"
              "  -G, --cudagraph 0|1   GPU: capture the timed loop in a CUDA graph and replay it\n"
+             "      --plot FILE.png   draw busbw against size for weft (and the peer)\n"
 
              "      --params          print every WEFT_* variable and exit\n"
              "  -h, --help\n");
@@ -260,6 +262,8 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
     sb_printf(&js, "\n  \"rows\": [");
   }
   int first_row = 1, nsizes = 0, done_sizes = 0;
+  plot_point_t *pts = NULL;
+  size_t npts = 0, cap_pts = 0;
   for (size_t b = o->min_bytes; b <= o->max_bytes;
        b = o->step_bytes ? b + o->step_bytes : (size_t)(b * o->factor > b ? b * o->factor : b + 1))
     nsizes++;
@@ -341,6 +345,13 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
         else
           printf(" %10s %8s %8s %6s", "n/a", "n/a", "n/a", "n/a");
         double pbus = peer > 0 ? bench_busbw(coll, row_bytes / peer / 1e9, nranks) : 0;
+        if (o->plot && npts == cap_pts) {
+          size_t ncap = cap_pts ? cap_pts * 2 : 64;
+          plot_point_t *np = realloc(pts, ncap * sizeof *np);
+          if (np) pts = np, cap_pts = ncap;
+        }
+        if (o->plot && npts < cap_pts)
+          pts[npts++] = (plot_point_t){bench_colls[coll].name, (double)row_bytes, bus[0], pbus};
         if (comparing) {
           if (peer > 0)
             printf(" %10.2f %8.2f %6.2f", peer * 1e6, pbus, peer / t[0]);
@@ -385,12 +396,19 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
       }
       if (f) fclose(f);
     }
+    if (o->plot && plot_png(o->plot, pts, npts, comparing ? pr->name : NULL) != 0) {
+      fprintf(stderr, "collbench: cannot write the plot %s\n", o->plot);
+      failed = 1;
+    } else if (o->plot) {
+      printf("# collbench: plot in %s\n", o->plot);
+    }
     if (!failed)
       printf("# collbench: done in %.1f s, no errors\n", now_s() - start);
     else if (failed == 2)
       printf("# collbench: WRONG RESULTS (see #wrong)\n");
   }
   free(js.buf);
+  free(pts);
   free_bufs(o, sbuf, rbuf);
   return failed ? 1 : 0;
 }
@@ -490,6 +508,7 @@ int main(int argc, char **argv) {
                                         {"gpu", no_argument, 0, 5},
                                         {"cpu", no_argument, 0, 6},
                                         {"cudagraph", required_argument, 0, 'G'},
+                                        {"plot", required_argument, 0, 7},
 
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
@@ -539,6 +558,7 @@ int main(int argc, char **argv) {
     case 5: gpu_mode = 1; break;
     case 6: gpu_mode = 0; break;
     case 'G': o.graph = atoi(optarg); break;
+    case 7: o.plot = optarg; break;
 
     case 4: print_params(stdout, 0); return 0;
     case 'h': usage(stdout); return 0;
