@@ -116,5 +116,7 @@ weft_result_t weft_check_call(struct weft_comm *comm, const weft_work_t *op);
 /* Tuner: fills task->algo and task->args.chunk when automatic. */
 void weft_tune(const struct weft_comm *comm, weft_task_t *task);
 void weft_task_free(weft_task_t *t);
+/* Frees a heap-allocated op, its tasks and what they own. */
+void weft_work_free(weft_work_t *op);
 
 #endif

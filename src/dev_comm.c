@@ -28,7 +28,8 @@ struct weft_dev {
   cudaEvent_t order;
   cudaStream_t last; /* stream of the last launch */
   int launched;
-  weft_dev_launch_t launch; /* reused: filled per operation */
+  weft_dev_launch_t launch; /* the comm's part filled at setup, the items per operation */
+  weft_dev_ll_t ll;         /* likewise for the low-latency kernel */
   const void *checked[8];   /* device pointers validated lately (a call costs ~1 us) */
   int checked_next;
 };
@@ -163,6 +164,22 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
     dev_release(d);
     return rc;
   }
+  /* What every launch of this comm passes, filled once. */
+  weft_dev_launch_t *L = &d->launch;
+  weft_dev_ll_t *P = &d->ll;
+  for (int r = 0; r < c->nranks; r++)
+    L->region[r] = P->region[r] = d->p2p.region[r];
+  L->counters = d->counters;
+  L->abort_flag = P->abort_flag = d->abort_d;
+  L->error = P->error = d->err_d;
+  L->rank = P->rank = c->rank;
+  L->nranks = P->nranks = c->nranks;
+  L->timeout_ns = P->timeout_ns = (uint64_t)c->timeout_ms * 1000000ull;
+  L->chunk_bytes = d->chunk_bytes;
+  L->stages = d->stages;
+  L->coll_channels = d->plan.max_channels;
+  P->seq = (uint64_t *)((char *)d->counters + COUNTER_BYTES);
+  P->ll_off = ll_offset(d, c->nranks);
   c->dev = d;
   WEFT_INFO(WEFT_SUB_INIT, "rank %d: device %d, %zu bytes of staging, chunk %u x %u stages",
             c->rank, device, d->p2p.bytes, d->chunk_bytes, d->stages);
@@ -235,22 +252,11 @@ void weft_dev_watch(weft_comm_t c) {
   if (!c->dev) return;
   poll_kernel_error(c);
   /* failures other ranks reported, or a local peer that died */
-  const weft_transport_t *shm = c->tr[WEFT_TR_SHM];
-  if (shm && shm->check && c->tr_state[WEFT_TR_SHM]) {
-    weft_notice_t n = {0};
-    weft_result_t rc = shm->check(c->tr_state[WEFT_TR_SHM], &n);
-    if (rc != WEFT_SUCCESS) {
-      char msg[512];
-      if (n.seq == 0)
-        snprintf(msg, sizeof msg, "rank %d: rank %d is gone (its process died or stopped)", c->rank,
-                 n.origin);
-      else
-        snprintf(msg, sizeof msg, "rank %d: rank %d failed in op %llu (%s)", c->rank, n.origin,
-                 (unsigned long long)n.seq, weft_result_string(rc));
-      atomic_store(&c->fail_origin, n.origin);
-      weft_comm_fail(c, rc, msg, n.seq);
-    }
-  }
+  weft_result_t rc = weft_fail_check_local(c);
+  pthread_mutex_lock(&c->mu);
+  uint64_t seq = c->seq;
+  pthread_mutex_unlock(&c->mu);
+  if (rc != WEFT_SUCCESS) weft_comm_fail(c, rc, weft_thread_error(), seq);
   pthread_mutex_lock(&c->mu);
   int failed = c->async_error != WEFT_SUCCESS;
   pthread_mutex_unlock(&c->mu);
@@ -258,11 +264,11 @@ void weft_dev_watch(weft_comm_t c) {
 }
 
 void weft_dev_tune(const struct weft_comm *c, weft_task_t *t) {
-  weft_algo_t forced = weft_algo_parse(weft_param_str("WEFT_ALGO"));
   if (t->args.coll != WEFT_COLL_ALLREDUCE) {
     t->algo = WEFT_ALGO_DIRECT;
     return;
   }
+  weft_algo_t forced = weft_algo_parse(weft_param_str("WEFT_ALGO"));
   if (forced == WEFT_ALGO_ONESHOT || forced == WEFT_ALGO_TWOSHOT) {
     t->algo = forced;
     return;
@@ -296,10 +302,8 @@ static weft_result_t check_ptr(struct weft_dev *d, const char *what, const void 
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "%s %p is host memory; a device communicator needs device buffers", what,
                           p);
-  if (a.device != d->device)
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s %p is on GPU %d; this communicator's GPU is %d",
-                          what, p, a.device, d->device);
-  return WEFT_SUCCESS;
+  return weft_set_error(WEFT_ERR_INVALID_ARG, "%s %p is on GPU %d; this communicator's GPU is %d",
+                        what, p, a.device, d->device);
 }
 
 /* Every buffer of the operation, before anything is planned or launched. */
@@ -322,25 +326,16 @@ static int ll_eligible(const weft_comm_t c, const weft_task_t *tasks, int ntasks
          bytes <= WEFT_DEV_LL_MAX_BYTES;
 }
 
-static int launch_ll(weft_comm_t c, const weft_task_t *t, cudaStream_t s, int *nblocks) {
-  struct weft_dev *d = c->dev;
-  weft_dev_ll_t P = {.seq = (uint64_t *)((char *)d->counters + COUNTER_BYTES),
-                     .abort_flag = d->abort_d,
-                     .error = d->err_d,
-                     .ll_off = ll_offset(d, c->nranks),
-                     .timeout_ns = (uint64_t)c->timeout_ms * 1000000ull,
-                     .send = t->sendbuf,
-                     .recv = t->recvbuf,
-                     .count = t->args.count,
-                     .rank = c->rank,
-                     .nranks = c->nranks,
-                     .dtype = (uint8_t)t->dtype,
-                     .op = (uint8_t)t->op};
-  for (int r = 0; r < c->nranks; r++)
-    P.region[r] = d->p2p.region[r];
+/* The operation's part of the low-latency launch; returns its block count. */
+static int prepare_ll(struct weft_dev *d, const weft_task_t *t) {
+  weft_dev_ll_t *P = &d->ll;
+  P->send = t->sendbuf;
+  P->recv = t->recvbuf;
+  P->count = t->args.count;
+  P->dtype = (uint8_t)t->dtype;
+  P->op = (uint8_t)t->op;
   size_t bytes = t->args.count * weft_dtype_size(t->dtype), per = WEFT_DEV_LL_SLOT_BYTES / 2;
-  *nblocks = (int)((bytes + per - 1) / per);
-  return weft_dev_launch_ll(&P, *nblocks, s);
+  return (int)((bytes + per - 1) / per);
 }
 
 weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream) {
@@ -359,22 +354,10 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   int ll = ll_eligible(c, tasks, ntasks);
   rc = check_buffers(c, tasks, ntasks);
   if (rc == WEFT_SUCCESS && ll)
-    nblocks = 1; /* launch_ll sets the real count */
+    nblocks = prepare_ll(d, tasks);
   else if (rc == WEFT_SUCCESS)
     rc = weft_dev_plan(&d->plan, tasks, ntasks, &d->launch, &nblocks);
   if (rc == WEFT_SUCCESS && nblocks > 0) {
-    weft_dev_launch_t *L = &d->launch;
-    for (int r = 0; r < c->nranks; r++)
-      L->region[r] = d->p2p.region[r];
-    L->counters = d->counters;
-    L->abort_flag = d->abort_d;
-    L->error = d->err_d;
-    L->rank = c->rank;
-    L->nranks = c->nranks;
-    L->chunk_bytes = d->chunk_bytes;
-    L->stages = d->stages;
-    L->coll_channels = d->plan.max_channels;
-    L->timeout_ns = (uint64_t)c->timeout_ms * 1000000ull;
     /* Operations of one comm run in issue order even across streams (their channels are
      * shared); a stream being captured into a graph orders itself. */
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
@@ -383,7 +366,7 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
         cudaStreamWaitEvent(s, d->order, 0) != cudaSuccess)
       rc = weft_set_error(WEFT_ERR_SYSTEM, "ordering after the previous stream failed");
     if (rc == WEFT_SUCCESS) {
-      int e = ll ? launch_ll(c, tasks, s, &nblocks) : weft_dev_launch(L, nblocks, s);
+      int e = ll ? weft_dev_launch_ll(&d->ll, nblocks, s) : weft_dev_launch(&d->launch, nblocks, s);
       if (e != 0)
         rc = weft_set_error(WEFT_ERR_SYSTEM, "kernel launch of op %llu failed: %s",
                             (unsigned long long)seq, weft_dev_error_string(e));

@@ -15,7 +15,7 @@ void weft_task_free(weft_task_t *t) {
   t->owned = NULL;
 }
 
-static void op_free(weft_work_t *op) {
+void weft_work_free(weft_work_t *op) {
   for (int i = 0; i < op->ntasks; i++)
     weft_task_free(&op->tasks[i]);
   free(op->tasks);
@@ -65,7 +65,7 @@ static void *progress_main(void *arg) {
     weft_result_t rc = exec_checked(c, op, msg, sizeof msg);
     if (op->stream) {
       weft_stream_complete(op->stream, op->ticket, rc, msg);
-      op_free(op);
+      weft_work_free(op);
       pthread_mutex_lock(&c->mu);
     } else {
       pthread_mutex_lock(&c->mu);
@@ -119,7 +119,7 @@ weft_result_t weft_enqueue(weft_comm_t c, weft_work_t *op) {
       append(c, op);
     }
     pthread_mutex_unlock(&c->mu);
-    if (rc != WEFT_SUCCESS) op_free(op);
+    if (rc != WEFT_SUCCESS) weft_work_free(op);
     return rc;
   }
   pthread_mutex_lock(&c->mu);

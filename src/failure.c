@@ -18,10 +18,10 @@ void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char
     if (c->tr[t] && c->tr_state[t] && c->tr[t]->notify) c->tr[t]->notify(c->tr_state[t], &n);
 }
 
-weft_result_t weft_fail_check(weft_comm_t c) {
+static weft_result_t check(weft_comm_t c, int ring) {
   weft_notice_t n = {0};
   /* The ring's notices carry the reporter's message; the shm header's only its code. */
-  weft_result_t rc = c->boot ? weft_bootstrap_check(c->boot, &n) : WEFT_SUCCESS;
+  weft_result_t rc = ring && c->boot ? weft_bootstrap_check(c->boot, &n) : WEFT_SUCCESS;
   for (int t = 0; t < WEFT_TR_COUNT && rc == WEFT_SUCCESS; t++)
     if (c->tr[t] && c->tr_state[t] && c->tr[t]->check) rc = c->tr[t]->check(c->tr_state[t], &n);
   if (rc == WEFT_SUCCESS) return rc;
@@ -51,3 +51,7 @@ weft_result_t weft_fail_check(weft_comm_t c) {
   if (n.text[0]) return weft_set_error(rc, "rank %d: %s: %s", c->rank, what, n.text);
   return weft_set_error(rc, "rank %d: %s", c->rank, what);
 }
+
+weft_result_t weft_fail_check(weft_comm_t c) { return check(c, 1); }
+
+weft_result_t weft_fail_check_local(weft_comm_t c) { return check(c, 0); }

@@ -11,5 +11,8 @@
 void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char *text);
 /* WEFT_SUCCESS, or the reported failure with a message naming who saw what. */
 weft_result_t weft_fail_check(weft_comm_t c);
+/* The same without the bootstrap ring, for threads other than the one that may be using
+ * the ring (the heartbeat thread watching a device communicator). */
+weft_result_t weft_fail_check_local(weft_comm_t c);
 
 #endif

@@ -19,7 +19,6 @@ static _Thread_local struct {
   int depth;
   item_t *items;
   int n, cap;
-  weft_stream_t stream;
   weft_result_t error;
 } grp;
 
@@ -36,12 +35,10 @@ static void drop_items(void) {
   free(grp.items);
   grp.items = NULL;
   grp.n = grp.cap = 0;
-  grp.stream = NULL;
   grp.error = WEFT_SUCCESS;
 }
 
 weft_result_t weft_group_add(weft_comm_t comm, weft_task_t *task, weft_stream_t stream) {
-  if (grp.n == 0) grp.stream = stream;
   if (grp.n == grp.cap) {
     int ncap = grp.cap ? grp.cap * 2 : 16;
     item_t *ni = realloc(grp.items, (size_t)ncap * sizeof *ni);
@@ -69,7 +66,7 @@ weft_result_t weft_group_end(void) {
   /* One op per communicator, tasks in issue order. */
   int ncomms = 0;
   weft_comm_t comms[64];
-  weft_stream_t first_stream[64]; /* a device comm's CUDA stream: its first call's */
+  weft_stream_t first_stream[64]; /* each comm's first call's stream */
   weft_work_t *ops[64];
   weft_result_t rc = WEFT_SUCCESS;
   for (int i = 0; i < grp.n; i++) {
@@ -103,24 +100,23 @@ weft_result_t weft_group_end(void) {
         grp.items[i].task.owned = NULL; /* moved */
       }
   }
-  weft_stream_t user_stream = grp.stream;
+  weft_stream_t user_stream = ncomms ? first_stream[0] : NULL; /* the group's first call's */
   drop_items();
-  /* Device comms: the whole group is one kernel on the caller's CUDA stream. */
+  /* Device comms: each comm's part of the group is one kernel on its first call's stream. */
   int ndev = 0;
   for (int k = 0; k < ncomms; k++)
     ndev += comms[k]->dev != NULL;
   if (ndev) {
+    int mixed = ndev < ncomms;
+    if (mixed)
+      rc = weft_set_error(WEFT_ERR_INVALID_ARG, "group: host and device communicators cannot "
+                                                "share a group (their streams differ)");
     for (int k = 0; k < ncomms; k++) {
       weft_result_t e =
-          ndev < ncomms
-              ? weft_set_error(WEFT_ERR_INVALID_ARG, "group: host and device communicators "
-                                                     "cannot share a group (their streams differ)")
-              : weft_dev_submit(comms[k], ops[k]->tasks, ops[k]->ntasks, first_stream[k]);
+          mixed ? WEFT_SUCCESS
+                : weft_dev_submit(comms[k], ops[k]->tasks, ops[k]->ntasks, first_stream[k]);
       if (e != WEFT_SUCCESS && rc == WEFT_SUCCESS) rc = e;
-      for (int i = 0; i < ops[k]->ntasks; i++)
-        weft_task_free(&ops[k]->tasks[i]);
-      free(ops[k]->tasks);
-      free(ops[k]);
+      weft_work_free(ops[k]);
     }
     return rc;
   }
@@ -128,10 +124,7 @@ weft_result_t weft_group_end(void) {
     weft_work_t op = *ops[0];
     op.stream = NULL;
     rc = weft_enqueue(comms[0], &op);
-    for (int i = 0; i < op.ntasks; i++)
-      weft_task_free(&op.tasks[i]);
-    free(op.tasks);
-    free(ops[0]);
+    weft_work_free(ops[0]); /* op was a copy: the tasks are still ops[0]'s */
     return rc;
   }
   /* Several comms must progress at the same time: each gets its own stream, so none
@@ -146,12 +139,8 @@ weft_result_t weft_group_end(void) {
       s = own[k];
     if (!s) {
       rc = WEFT_ERR_NO_MEMORY;
-      for (int j = k; j < ncomms; j++) {
-        for (int i = 0; i < ops[j]->ntasks; i++)
-          weft_task_free(&ops[j]->tasks[i]);
-        free(ops[j]->tasks);
-        free(ops[j]);
-      }
+      for (int j = k; j < ncomms; j++)
+        weft_work_free(ops[j]);
       break;
     }
     ops[k]->stream = s;
