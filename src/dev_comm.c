@@ -275,7 +275,7 @@ void weft_dev_tune(const struct weft_comm *c, weft_task_t *t) {
   }
   /* One-shot moves (n-1) x the buffer into each rank but needs one exchange; two-shot
    * moves 2(n-1)/n x in two. On 2 H200s the low-latency one-shot beat two-shot up to its
-   * 1 MiB limit (12.3 vs 25.3 us at 1 MiB; bench/results/2026-11-30-h200x2-tuning.txt).
+   * 1 MiB limit (12.3 vs 25.3 us at 1 MiB; bench/results/2026-11-30-h200x2-tuning-2.txt).
    * More ranks multiply one-shot's traffic: 256 KiB there is a guess, not a measurement. */
   int64_t lim = weft_param_int("WEFT_ONESHOT_MAX_BYTES");
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
