@@ -76,7 +76,8 @@ void bench_gpu_free(void *s, void *r);
 long bench_gpu_check(int coll, char *ds, char *dr, size_t count, const bench_opts_t *o,
                      weft_comm_t comm, int rank, int nranks, int in_place, weft_result_t *rc);
 double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_opts_t *o,
-                      weft_comm_t comm, void *peer, int rank, int nranks, weft_result_t *rc);
+                      weft_comm_t comm, void *peer, int rank, int nranks, weft_result_t *rc,
+                      double *submit);
 #endif
 
 #ifdef WEFT_HAVE_MPI

@@ -200,11 +200,14 @@ static void free_bufs(const bench_opts_t *o, char *s, char *r) {
   free(r);
 }
 
-/* Seconds per call on this rank (or < 0 on failure, with *rc set). */
+/* Seconds per call on this rank (or < 0 on failure, with *rc set); on GPUs *submit gets
+ * the host's seconds per call of queueing them (else -1). */
 static double time_calls(int coll, char *in, char *out, size_t count, const bench_opts_t *o,
-                         weft_comm_t comm, void *nccl, int rank, int nranks, weft_result_t *rc) {
+                         weft_comm_t comm, void *nccl, int rank, int nranks, weft_result_t *rc,
+                         double *submit) {
+  *submit = -1;
 #ifdef WEFT_HAVE_CUDA
-  if (o->gpu) return bench_gpu_time(coll, in, out, count, o, comm, nccl, rank, nranks, rc);
+  if (o->gpu) return bench_gpu_time(coll, in, out, count, o, comm, nccl, rank, nranks, rc, submit);
 #endif
   (void)nccl;
   *rc = WEFT_SUCCESS;
@@ -289,7 +292,7 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
       size_t nin, nout;
       bench_buf_elems(coll, count, nranks, &nin, &nout);
       size_t row_bytes = (nin > nout ? nin : nout) * es;
-      double t[2] = {0, 0};
+      double t[2] = {0, 0}, sub[2] = {-1, -1}; /* sub: weft's and the peer's queueing */
       long wrong[2] = {0, 0};
       int has_in_place = coll != B_SENDRECV; /* a send and a receive of one buffer */
       for (int ip = 0; ip < 1 + has_in_place; ip++) {
@@ -303,9 +306,9 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
           w = bench_check(coll, sbuf, ip ? sbuf : rbuf, count, o, comm, rank, nranks, ip, &rc);
         char *in, *out;
         bench_layout(coll, sbuf, rbuf, count, es, rank, ip, &in, &out);
-        double dt = -1;
+        double dt = -1, st = -1;
         if (rc == WEFT_SUCCESS)
-          dt = time_calls(coll, in, out, count, o, comm, NULL, rank, nranks, &rc);
+          dt = time_calls(coll, in, out, count, o, comm, NULL, rank, nranks, &rc, &st);
         if (rc != WEFT_SUCCESS) {
           fprintf(stderr, "collbench: rank %d: %s of %zu bytes failed: %s: %s\n", rank,
                   bench_colls[coll].name, row_bytes, weft_result_string(rc),
@@ -314,6 +317,7 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
           break;
         }
         t[ip] = reduce_max(dt, ctl);
+        if (ip == 0 && o->gpu && !o->graph) sub[0] = reduce_max(st, ctl);
         long wsum = 0;
         weft_allreduce(&w, &wsum, 1, WEFT_I64, WEFT_SUM, ctl, NULL);
         wrong[ip] = wsum;
@@ -326,7 +330,10 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
 #endif
       if (pr->nccl) {
         weft_result_t prc = WEFT_SUCCESS;
-        double pt = time_calls(coll, sbuf, rbuf, count, o, comm, pr->nccl, rank, nranks, &prc);
+        double pst = -1;
+        double pt =
+            time_calls(coll, sbuf, rbuf, count, o, comm, pr->nccl, rank, nranks, &prc, &pst);
+        if (o->gpu && !o->graph) sub[1] = reduce_max(pst, ctl);
         double worst = reduce_max(pt < 0 ? 1e30 : pt, ctl);
         peer = worst >= 1e30 ? -1 : worst;
       }
@@ -372,6 +379,9 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
                       ", \"peer\": \"%s\", \"peer_time_us\": %.3f, \"peer_busbw\": %.4f, "
                       "\"ratio\": %.4f",
                       pr->name, peer * 1e6, pbus, peer / t[0]);
+          if (ip == 0 && sub[0] >= 0) sb_printf(&js, ", \"submit_us\": %.3f", sub[0] * 1e6);
+          if (ip == 0 && peer > 0 && sub[1] >= 0)
+            sb_printf(&js, ", \"peer_submit_us\": %.3f", sub[1] * 1e6);
           sb_printf(&js, "}");
           first_row = 0;
         }

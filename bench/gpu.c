@@ -3,6 +3,7 @@
  * loop through NCCL when --compare nccl loaded it. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,16 +60,25 @@ out:
   return wrong;
 }
 
+static double host_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* Seconds per call of `iters` calls after `warmup`, measured on the stream. peer != NULL
- * runs NCCL instead of weft. */
+ * runs NCCL instead of weft. *submit: host seconds per call spent queueing them (stream
+ * launches only, else -1); near the stream time, the host is what limits. */
 double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_opts_t *o,
-                      weft_comm_t comm, void *peer, int rank, int nranks, weft_result_t *rc) {
+                      weft_comm_t comm, void *peer, int rank, int nranks, weft_result_t *rc,
+                      double *submit) {
   cudaStream_t s = (cudaStream_t)o->stream;
   cudaEvent_t e0 = NULL, e1 = NULL;
   cudaGraph_t g = NULL;
   cudaGraphExec_t ge = NULL;
-  double secs = -1;
+  double secs = -1, t0 = 0;
   *rc = WEFT_SUCCESS;
+  *submit = -1;
 #define CALL()                                                                                     \
   (peer ? bench_nccl_call(peer, coll, in, out, count, o, rank, nranks)                             \
         : bench_call(coll, in, out, count, o, comm, rank, nranks))
@@ -93,9 +103,12 @@ double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_o
   cudaEventRecord(e0, s);
   if (o->graph)
     cudaGraphLaunch(ge, s);
-  else
+  else {
+    t0 = host_s();
     for (int i = 0; i < o->iters && *rc == WEFT_SUCCESS; i++)
       *rc = CALL();
+    *submit = (host_s() - t0) / o->iters;
+  }
   cudaEventRecord(e1, s);
   if (*rc != WEFT_SUCCESS || !cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize")) goto out;
   float ms = 0;

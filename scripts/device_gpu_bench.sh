@@ -3,6 +3,7 @@
 # f32 and bf16, allreduce, allgather, reduce_scatter and alltoall, NCCL timed in the same
 # run on the same buffers (--compare nccl). Sizes up to 256 MiB are checked against the
 # oracle; the four largest are timed only (their host-side check would take most of a lease).
+# Then small allreduces as CUDA-graph replays against NCCL's (sweep-graph-allreduce.*).
 # usage: scripts/device_gpu_bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
 set -uo pipefail
 out=${1:?usage: device_gpu_bench.sh OUT [BUILD]}
@@ -13,9 +14,12 @@ colls=allreduce,allgather,reduce_scatter,alltoall
 rc=0
 for t in float bfloat16; do
   "$b/bench/collbench" -C $colls -d "$t" -b 8 -e 256M -n "${ITERS:-20}" -w 5 --compare nccl \
-    --json "$out/sweep-$t-small.json" > "$out/sweep-$t.txt" 2>&1 || rc=1
+    --json "$out/sweep-$t-small.json" --plot "$out/sweep-$t-small.png" > "$out/sweep-$t.txt" 2>&1 ||
+    rc=1
   "$b/bench/collbench" -C $colls -d "$t" -b 512M -e 4G -n "${ITERS:-20}" -w 3 -c 0 \
     --compare nccl --json "$out/sweep-$t-large.json" >> "$out/sweep-$t.txt" 2>&1 || rc=1
 done
+"$b/bench/collbench" -C allreduce -b 8 -e 1M -f 4 -n 50 -w 10 -G 1 --compare nccl \
+  --json "$out/sweep-graph-allreduce.json" > "$out/sweep-graph-allreduce.txt" 2>&1 || rc=1
 grep -h "WRONG\|failed" "$out"/sweep-*.txt
 exit $rc

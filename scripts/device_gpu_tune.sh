@@ -6,15 +6,103 @@
 #        at 1M/16M/256M. This ran on the build that allowed at most 32 collective channels.
 #   2 -> bench/results/2026-11-30-h200x2-tuning-2.txt: the same at 64 MiB and 1 GiB with up
 #        to 64 channels; then allreduce 16 KiB-4 MiB for each WEFT_ONESHOT_MAX_BYTES.
+#   3 -> bench/results/2026-11-30-h200x2-tuning-3.txt: split roles (WEFT_P2P_SPLIT) off and
+#        on, 1 MiB-1 GiB; chunk size and block bytes with split roles; the low-latency
+#        kernel's block bytes; small allreduce as graph replays; the host's queueing time
+#        per call (submit_us in the JSON) against the stream time. Raw outputs in RAW.
+#        It ran twice: *-tuning-3.txt before the two-input reduction loop (prims.cuh,
+#        reduce_multi with NIN = 2), *-tuning-3b.txt after it.
+#   4 -> bench/results/2026-11-30-h200x2-tuning-4.txt: the host cost of each CUDA call on
+#        the launch path (scripts/device_api_cost.cu), then small operations' queueing time.
+#   5 -> bench/results/2026-11-30-h200x2-tuning-5.txt: rounds per channel (WEFT_P2P_ROUNDS)
+#        1, 4 and 8 on the four collectives, then allreduce one-shot against two-shot (with
+#        and without split roles), 256 KiB-1 GiB.
 # Columns of the size lines: in "size:A/B" A is weft's time (us) and B NCCL's busbw (GB/s);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
-# usage: scripts/device_gpu_tune.sh 1|2 [BUILD]
+# usage: scripts/device_gpu_tune.sh 1|2|3|4|5 [BUILD] [RAW]
 set -uo pipefail
-exp=${1:?usage: device_gpu_tune.sh 1|2 [BUILD]}
+exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5 [BUILD] [RAW]}
 b=${2:-build-dev}
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cb=$b/bench/collbench
+# size:time(us)/busbw(GB/s) per line of a collbench table, one line per collective
+pairs() { awk '/^# [a-z_]+$/ {if (l) print l; l = $2 ":"} !/^#/ && NF > 8 {l = l " " $1 ":" $6 "/" $8}
+  END {if (l) print l}'; }
+submit_table() { # json: coll bytes time submit peer_time peer_submit (out of place)
+  python3 -c "
+import json, sys
+for r in json.load(open(sys.argv[1]))['rows']:
+    if not r['in_place']:
+        print(r['coll'], r['bytes'], r['time_us'], r.get('submit_us'), r.get('peer_time_us'),
+              r.get('peer_submit_us'))" "$1"
+}
+if [ "$exp" = 5 ]; then
+  raw=${3:-raw}
+  mkdir -p "$raw"
+  for r in 1 4 8; do
+    echo "rounds=$r, 1M-1G, f32:"
+    WEFT_P2P_ROUNDS=$r timeout 120 $cb -C allreduce,allgather,reduce_scatter,alltoall -b 1M -e 1G \
+      -f 4 -n 10 -w 3 -c 0 > "$raw/rounds$r.txt" 2>&1
+    pairs < "$raw/rounds$r.txt"
+  done
+  for v in "oneshot 1" "twoshot 1" "twoshot 0"; do
+    set -- $v
+    echo "allreduce $1, split=$2, rounds=4:"
+    WEFT_ALGO=$1 WEFT_P2P_SPLIT=$2 timeout 120 $cb -C allreduce -b 2M -e 1G -f 2 -n 10 -w 3 -c 0 \
+      > "$raw/ar-$1-$2.txt" 2>&1
+    pairs < "$raw/ar-$1-$2.txt"
+  done
+  exit 0
+fi
+if [ "$exp" = 4 ]; then
+  raw=${3:-raw}
+  mkdir -p "$raw"
+  dir=$(dirname "$0")
+  nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$raw/api_cost" "$dir/device_api_cost.cu" &&
+    "$raw/api_cost"
+  echo "host queueing per call (us) against stream time, weft then nccl:"
+  timeout 120 $cb -C allreduce,allgather,reduce_scatter,alltoall -b 8 -e 64K -f 64 -n 200 -w 20 \
+    --compare nccl --json "$raw/submit.json" > "$raw/submit.txt" 2>&1
+  submit_table "$raw/submit.json"
+  exit 0
+fi
+if [ "$exp" = 3 ]; then
+  raw=${3:-raw}
+  mkdir -p "$raw"
+  four=allreduce,allgather,reduce_scatter,alltoall
+  for split in 0 1; do
+    echo "split=$split, 1M-1G, f32:"
+    WEFT_P2P_SPLIT=$split timeout 120 $cb -C $four -b 1M -e 1G -f 4 -n 10 -w 3 -c 0 \
+      > "$raw/split$split.txt" 2>&1
+    pairs < "$raw/split$split.txt"
+  done
+  echo "split=1, allreduce forced one-shot (general kernel above 1 MiB):"
+  WEFT_ALGO=oneshot timeout 120 $cb -C allreduce -b 1M -e 1G -f 4 -n 10 -w 3 -c 0 \
+    > "$raw/oneshot.txt" 2>&1
+  pairs < "$raw/oneshot.txt"
+  for v in "524288 32768" "262144 8192" "262144 16384" "131072 8192"; do
+    set -- $v
+    echo "split=1 chunk=$1 block_bytes=$2:"
+    WEFT_P2P_CHUNK_BYTES=$1 WEFT_P2P_BLOCK_BYTES=$2 timeout 120 $cb -C $four -b 256K -e 1G -f 4 \
+      -n 10 -w 3 -c 0 > "$raw/chunk$1-bb$2.txt" 2>&1
+    pairs < "$raw/chunk$1-bb$2.txt"
+  done
+  for llb in 1024 4096 16384; do
+    echo "low-latency block bytes $llb (stream launches, then graph replays):"
+    WEFT_LL_BLOCK_BYTES=$llb timeout 60 $cb -C allreduce -b 8 -e 1M -f 4 -n 50 -w 10 -c 0 \
+      > "$raw/ll$llb.txt" 2>&1
+    pairs < "$raw/ll$llb.txt"
+    WEFT_LL_BLOCK_BYTES=$llb timeout 60 $cb -C allreduce -b 8 -e 1M -f 4 -n 50 -w 10 -c 0 -G 1 \
+      > "$raw/ll$llb-graph.txt" 2>&1
+    pairs < "$raw/ll$llb-graph.txt"
+  done
+  echo "host queueing per call (us) against stream time, weft then nccl:"
+  timeout 120 $cb -C $four -b 8 -e 64K -f 64 -n 200 -w 20 --compare nccl \
+    --json "$raw/submit.json" > "$raw/submit.txt" 2>&1
+  submit_table "$raw/submit.json"
+  exit 0
+fi
 if [ "$exp" = 1 ]; then
   for v in "65536 4 32" "262144 4 32" "1048576 2 32" "262144 2 32" "131072 4 16"; do
     set -- $v

@@ -24,6 +24,8 @@ struct weft_dev {
   int32_t *abort_h, *abort_d;
   weft_dev_error_t *err_h, *err_d;
   uint32_t chunk_bytes, stages;
+  uint32_t ll_block;       /* WEFT_LL_BLOCK_BYTES */
+  uint64_t oneshot_max;    /* WEFT_ONESHOT_MAX_BYTES (0: the tuner's) */
   weft_dev_planner_t plan; /* channels per operation; send/recv message counts */
   cudaEvent_t order;
   cudaStream_t last; /* stream of the last launch */
@@ -84,7 +86,9 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
                           c->nlocal, c->nranks);
   int64_t chunk = weft_param_int("WEFT_P2P_CHUNK_BYTES"),
           stages = weft_param_int("WEFT_P2P_STAGES"), ch = weft_param_int("WEFT_P2P_CHANNELS"),
-          bb = weft_param_int("WEFT_P2P_BLOCK_BYTES");
+          bb = weft_param_int("WEFT_P2P_BLOCK_BYTES"), split = weft_param_int("WEFT_P2P_SPLIT"),
+          llb = weft_param_int("WEFT_LL_BLOCK_BYTES"), rounds = weft_param_int("WEFT_P2P_ROUNDS"),
+          oneshot = weft_param_int("WEFT_ONESHOT_MAX_BYTES");
   if (chunk < 1024 || chunk > (64 << 20) || chunk % 16)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_P2P_CHUNK_BYTES=%lld: use a multiple of 16 in [1 KiB, 64 MiB]",
@@ -95,8 +99,22 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   if (ch < 1 || ch > WEFT_DEV_COLL_CHANNELS)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_CHANNELS=%lld: use 1-%d", (long long)ch,
                           WEFT_DEV_COLL_CHANNELS);
+  if (rounds < 1 || rounds > 64)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_ROUNDS=%lld: use 1-64",
+                          (long long)rounds);
+  if (split != 0 && split != 1)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_SPLIT=%lld: use 0 or 1",
+                          (long long)split);
+  if (llb < 512 || llb > WEFT_DEV_LL_SLOT_BYTES / 2 || llb % 16)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "WEFT_LL_BLOCK_BYTES=%lld: use a multiple of 16 in [512, %d]",
+                          (long long)llb, WEFT_DEV_LL_SLOT_BYTES / 2);
   d->chunk_bytes = (uint32_t)chunk;
   d->stages = (uint32_t)stages;
+  d->ll_block = (uint32_t)llb;
+  d->oneshot_max = oneshot > 0 ? (uint64_t)oneshot : 0;
+  d->launch.rounds = (uint32_t)rounds;
+  d->plan.split = (int)split;
   d->plan.rank = c->rank;
   d->plan.nranks = c->nranks;
   d->plan.max_channels = (int)ch;
@@ -164,6 +182,9 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
     dev_release(d);
     return rc;
   }
+  /* Ranks sharing a GPU share its SMs too: with split roles their kernels could hold every
+   * SM with blocks that wait for blocks not yet resident. One block per channel there. */
+  if (d->p2p.gpu_shared) d->plan.split = 0;
   /* What every launch of this comm passes, filled once. */
   weft_dev_launch_t *L = &d->launch;
   weft_dev_ll_t *P = &d->ll;
@@ -268,19 +289,23 @@ void weft_dev_tune(const struct weft_comm *c, weft_task_t *t) {
     t->algo = WEFT_ALGO_DIRECT;
     return;
   }
-  weft_algo_t forced = weft_algo_parse(weft_param_str("WEFT_ALGO"));
+  /* getenv itself, not the parameter table: this runs on every call, and queueing an
+   * operation is what limits small ones (a kernel launch alone takes ~4.3 us there). */
+  const char *env = getenv("WEFT_ALGO");
+  weft_algo_t forced = env ? weft_algo_parse(env) : WEFT_ALGO_AUTO;
   if (forced == WEFT_ALGO_ONESHOT || forced == WEFT_ALGO_TWOSHOT) {
     t->algo = forced;
     return;
   }
-  /* One-shot moves (n-1) x the buffer into each rank but needs one exchange; two-shot
-   * moves 2(n-1)/n x in two. On 2 H200s the low-latency one-shot beat two-shot up to its
-   * 1 MiB limit (12.3 vs 25.3 us at 1 MiB; bench/results/2026-11-30-h200x2-tuning-2.txt).
-   * More ranks multiply one-shot's traffic: 256 KiB there is a guess, not a measurement. */
-  int64_t lim = weft_param_int("WEFT_ONESHOT_MAX_BYTES");
+  /* One-shot moves (n-1) x the buffer into each rank in one exchange; two-shot moves
+   * 2(n-1)/n x in two. On 2 ranks that is the same traffic, so one-shot wins everywhere:
+   * on 2 H200s it beat two-shot from 2 MiB (20.0 vs 24.9 us) to 1 GiB (3.06 vs 3.31 ms;
+   * bench/results/2026-11-30-h200x2-tuning-5.txt). More ranks multiply one-shot's
+   * traffic: 256 KiB there is a guess, not a measurement. */
+  uint64_t lim = c->dev->oneshot_max;
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
-  if (lim <= 0) lim = c->nranks <= 2 ? WEFT_DEV_LL_MAX_BYTES : 256 * 1024;
-  t->algo = bytes <= (size_t)lim ? WEFT_ALGO_ONESHOT : WEFT_ALGO_TWOSHOT;
+  if (lim == 0) lim = c->nranks <= 2 ? UINT64_MAX : 256 * 1024;
+  t->algo = bytes <= lim ? WEFT_ALGO_ONESHOT : WEFT_ALGO_TWOSHOT;
 }
 
 /* Device buffers only: a host pointer would fault the kernel and poison the context. */
@@ -334,7 +359,13 @@ static int prepare_ll(struct weft_dev *d, const weft_task_t *t) {
   P->count = t->args.count;
   P->dtype = (uint8_t)t->dtype;
   P->op = (uint8_t)t->op;
-  size_t bytes = t->args.count * weft_dtype_size(t->dtype), per = WEFT_DEV_LL_SLOT_BYTES / 2;
+  /* Blocks of ll_block bytes, fewer and fuller once that would pass the channels: a thread
+   * polls its packets one after another, so short blocks answer sooner. */
+  size_t bytes = t->args.count * weft_dtype_size(t->dtype), per = d->ll_block;
+  size_t fit = (bytes + WEFT_DEV_LL_CHANNELS - 1) / WEFT_DEV_LL_CHANNELS;
+  fit = (fit + 15) / 16 * 16;
+  if (fit > per) per = fit;
+  P->block_bytes = (uint32_t)per;
   return (int)((bytes + per - 1) / per);
 }
 

@@ -23,6 +23,20 @@ static uint64_t round_len(int nranks, const weft_task_t *t, int kind) {
   }
 }
 
+/* Blocks per channel when steps get blocks of their own (see weft_dev_item_t). Rooted
+ * collectives keep one: a rank there only sends or only receives. */
+static int split_roles(int kind) {
+  switch (kind) {
+  case WEFT_DEV_ALLREDUCE_TWOSHOT: return 3;
+  case WEFT_DEV_ALLREDUCE_ONESHOT:
+  case WEFT_DEV_REDUCE_SCATTER:
+  case WEFT_DEV_ALLGATHER:
+  case WEFT_DEV_ALLTOALL:
+  case WEFT_DEV_ALLTOALLV: return 2;
+  default: return 1;
+  }
+}
+
 static int dev_kind(const weft_task_t *t) {
   switch (t->args.coll) {
   case WEFT_COLL_ALLREDUCE:
@@ -119,6 +133,8 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
                               "a group on a device communicator holds at most %d %s rank %d",
                               WEFT_DEV_P2P_SETS, dir ? "receives from" : "sends to", peer);
       it->chan0 = (uint16_t)(WEFT_DEV_COLL_CHANNELS + set * WEFT_DEV_P2P_SET_CHANNELS);
+      it->chan1 = it->chan0;
+      it->roles = 1;
       it->nblocks = (uint16_t)(want < WEFT_DEV_P2P_SET_CHANNELS ? want : WEFT_DEV_P2P_SET_CHANNELS);
     } else {
       if (kind == WEFT_DEV_ALLTOALLV) {
@@ -135,10 +151,26 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
         }
         it->a2av = (int16_t)na2av++;
       }
+      int roles = d->split ? split_roles(kind) : 1;
+      /* In place, one-shot's reducers and alltoall's receivers overwrite input that the
+       * senders of the same channel may not have read yet: one block keeps the order. */
+      if (t->sendbuf == t->recvbuf &&
+          (kind == WEFT_DEV_ALLREDUCE_ONESHOT || kind == WEFT_DEV_ALLTOALL))
+        roles = 1;
+      /* two-shot with split roles sends its reduced chunks on channels of their own */
+      uint64_t avail =
+          (uint64_t)(kind == WEFT_DEV_ALLREDUCE_TWOSHOT && roles > 1 ? per_coll / 2 : per_coll);
+      if (avail == 0) { /* a group too full to give two-shot two channels: one role */
+        roles = 1;
+        avail = (uint64_t)per_coll;
+      }
+      /* alltoallv's sizes differ per rank: only a fixed count agrees everywhere */
+      uint64_t nch = kind == WEFT_DEV_ALLTOALLV ? avail : want < avail ? want : avail;
+      it->roles = (uint8_t)roles;
       it->chan0 = (uint16_t)chan;
-      it->nblocks = (uint16_t)(want < (uint64_t)per_coll ? want : (uint64_t)per_coll);
-      /* alltoallv's sizes differ per rank: only a fixed block count agrees everywhere */
-      if (kind == WEFT_DEV_ALLTOALLV) it->nblocks = (uint16_t)per_coll;
+      it->chan1 = (uint16_t)(kind == WEFT_DEV_ALLREDUCE_TWOSHOT && roles > 1 ? (uint64_t)chan + nch
+                                                                             : (uint64_t)chan);
+      it->nblocks = (uint16_t)(nch * (uint64_t)roles);
       chan += per_coll; /* the same on every rank, whatever the sizes */
     }
     it->block0 = (uint16_t)blocks;

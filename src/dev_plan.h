@@ -13,6 +13,7 @@ typedef struct {
   int rank, nranks;
   int max_channels;   /* collective channels (WEFT_P2P_CHANNELS) */
   size_t block_bytes; /* WEFT_P2P_BLOCK_BYTES */
+  int split;          /* WEFT_P2P_SPLIT: steps of a round on blocks of their own */
   uint64_t p2p_sent[WEFT_DEV_MAX_RANKS], p2p_recv[WEFT_DEV_MAX_RANKS]; /* messages so far */
 } weft_dev_planner_t;
 

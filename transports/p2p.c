@@ -49,6 +49,9 @@ weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
   CUDA_GOTO(cudaDeviceGetPCIBusId(cards[rank].bus, sizeof cards[rank].bus, device), rc, fail,
             "p2p: cudaDeviceGetPCIBusId");
   CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
+  for (int p = 0; p < nranks; p++)
+    for (int q = p + 1; q < nranks; q++)
+      out->gpu_shared |= strcmp(cards[p].bus, cards[q].bus) == 0;
   for (int p = 0; p < nranks; p++) {
     if (p == rank) {
       out->region[p] = out->mine;

@@ -18,7 +18,8 @@ enum {
   WEFT_DEV_LL_CHANNELS = 64,      /* most blocks of the low-latency allreduce */
   WEFT_DEV_LL_SLOT_BYTES = 32768, /* per channel, parity and source: 16 KiB of payload */
   WEFT_DEV_LL_MAX_BYTES = WEFT_DEV_LL_CHANNELS * WEFT_DEV_LL_SLOT_BYTES / 2,
-  WEFT_DEV_FLAG_STRIDE = 64 /* bytes between flags: one writer per cache line */
+  WEFT_DEV_FLAG_STRIDE = 64,      /* bytes between flags: one writer per cache line */
+  WEFT_DEV_MIN_UNIT_BYTES = 32768 /* shortest round a channel's share is cut into */
 };
 
 /* Region of rank r, mapped by every peer:
@@ -45,15 +46,21 @@ typedef enum {
   WEFT_DEV_KIND_COUNT
 } weft_dev_kind_t;
 
+/* An item runs on nblocks = channels x roles blocks. With one role a block does every step
+ * of a round in turn (send, then receive or reduce, then gather); with more, each step has
+ * blocks of its own, so a channel's NVLink writes go on while its reductions run. The
+ * blocks of one channel are adjacent (block = channel * roles + role), so a channel is
+ * whole once its first block is resident. */
 typedef struct {
-  uint8_t kind, dtype, op, pad_;
+  uint8_t kind, dtype, op;
+  uint8_t roles;    /* 1, 2 (send + gather | receive) or 3 (send | receive | gather) */
   int16_t root;     /* broadcast/reduce root; send/recv peer */
   int16_t a2av;     /* index into the launch's alltoallv table */
   uint16_t block0;  /* first block of this item */
-  uint16_t nblocks; /* blocks = channels it uses */
+  uint16_t nblocks; /* channels x roles */
   uint16_t chan0;   /* first channel */
-  uint16_t pad2_;
-  uint64_t count; /* elements: per rank block for rs/ag/a2a, whole buffer otherwise */
+  uint16_t chan1;   /* two-shot's reduced chunks: chan0 with one role, else channels of their own */
+  uint64_t count;   /* elements: per rank block for rs/ag/a2a, whole buffer otherwise */
   const void *send;
   void *recv;
 } weft_dev_item_t;
@@ -80,6 +87,7 @@ typedef struct {
   weft_dev_error_t *error;          /* host-mapped */
   int32_t rank, nranks;
   uint32_t chunk_bytes, stages;
+  uint32_t rounds, pad_; /* WEFT_P2P_ROUNDS: a channel's share in this many rounds (or more) */
   uint64_t timeout_ns;
   int32_t nitems;
   int32_t coll_channels; /* collective channels with staging; send/recv sets follow them */
@@ -100,6 +108,7 @@ typedef struct {
   const void *send;
   void *recv;
   uint64_t count;
+  uint32_t block_bytes; /* payload per block, a multiple of 8, at most half a slot */
   int32_t rank, nranks;
   uint8_t dtype, op;
 } weft_dev_ll_t;

@@ -9,60 +9,137 @@
 
 namespace weft {
 
-typedef void (*reduce_fn)(char *const *, int, const char *const *, int, uint64_t, int);
-
+/* One 16-byte vector of each of nin inputs, reduced in rank order. */
 template <int DT, int OP>
-__device__ __noinline__ void reduce_entry(char *const *dst, int nd, const char *const *in, int nin,
-                                          uint64_t count, int nranks) {
-  reduce_multi<DT, OP>(dst, nd, in, nin, count, nranks);
+__device__ __forceinline__ uint4 reduce_vec(const uint4 *v, int nin, int nranks) {
+  typedef Ty<DT> T;
+  typedef typename T::S S;
+  typedef typename T::A A;
+  constexpr int V = 16 / sizeof(S);
+  A acc[V];
+  const S *e0 = (const S *)&v[0];
+#pragma unroll
+  for (int k = 0; k < V; k++)
+    acc[k] = T::up(e0[k]);
+#pragma unroll
+  for (int j = 1; j < WEFT_DEV_MAX_RANKS; j++)
+    if (j < nin) {
+      const S *e = (const S *)&v[j];
+#pragma unroll
+      for (int k = 0; k < V; k++)
+        acc[k] = combine<DT, OP>(acc[k], T::up(e[k]));
+    }
+  uint4 o;
+  S *eo = (S *)&o;
+#pragma unroll
+  for (int k = 0; k < V; k++)
+    eo[k] = finish<DT, OP>(acc[k], nranks);
+  return o;
 }
 
 template <int DT>
-__device__ void reduce_dt(int op, char *const *dst, int nd, const char *const *in, int nin,
-                          uint64_t count, int nranks) {
+__device__ __forceinline__ uint4 reduce_vec_op(int op, const uint4 *v, int nin, int nranks) {
   switch (op) {
-  case WEFT_PROD: reduce_entry<DT, WEFT_PROD>(dst, nd, in, nin, count, nranks); break;
-  case WEFT_MIN: reduce_entry<DT, WEFT_MIN>(dst, nd, in, nin, count, nranks); break;
-  case WEFT_MAX: reduce_entry<DT, WEFT_MAX>(dst, nd, in, nin, count, nranks); break;
-  case WEFT_AVG: reduce_entry<DT, WEFT_AVG>(dst, nd, in, nin, count, nranks); break;
-  default: reduce_entry<DT, WEFT_SUM>(dst, nd, in, nin, count, nranks); break;
+  case WEFT_PROD: return reduce_vec<DT, WEFT_PROD>(v, nin, nranks);
+  case WEFT_MIN: return reduce_vec<DT, WEFT_MIN>(v, nin, nranks);
+  case WEFT_MAX: return reduce_vec<DT, WEFT_MAX>(v, nin, nranks);
+  case WEFT_AVG: return reduce_vec<DT, WEFT_AVG>(v, nin, nranks);
+  default: return reduce_vec<DT, WEFT_SUM>(v, nin, nranks);
   }
 }
 
-__device__ __noinline__ void reduce_any(int dtype, int op, char *const *dst, int nd,
-                                        const char *const *in, int nin, uint64_t count,
-                                        int nranks) {
+__device__ __forceinline__ uint4 reduce_vec_any(int dtype, int op, const uint4 *v, int nin,
+                                                int nranks) {
   switch (dtype) {
-  case WEFT_F64: reduce_dt<WEFT_F64>(op, dst, nd, in, nin, count, nranks); break;
-  case WEFT_F16: reduce_dt<WEFT_F16>(op, dst, nd, in, nin, count, nranks); break;
-  case WEFT_BF16: reduce_dt<WEFT_BF16>(op, dst, nd, in, nin, count, nranks); break;
-  case WEFT_I8: reduce_dt<WEFT_I8>(op, dst, nd, in, nin, count, nranks); break;
-  case WEFT_U8: reduce_dt<WEFT_U8>(op, dst, nd, in, nin, count, nranks); break;
-  case WEFT_I32: reduce_dt<WEFT_I32>(op, dst, nd, in, nin, count, nranks); break;
-  case WEFT_I64: reduce_dt<WEFT_I64>(op, dst, nd, in, nin, count, nranks); break;
-  case WEFT_FP8_E4M3: reduce_dt<WEFT_FP8_E4M3>(op, dst, nd, in, nin, count, nranks); break;
-  case WEFT_FP8_E5M2: reduce_dt<WEFT_FP8_E5M2>(op, dst, nd, in, nin, count, nranks); break;
-  default: reduce_dt<WEFT_F32>(op, dst, nd, in, nin, count, nranks); break;
+  case WEFT_F64: return reduce_vec_op<WEFT_F64>(op, v, nin, nranks);
+  case WEFT_F16: return reduce_vec_op<WEFT_F16>(op, v, nin, nranks);
+  case WEFT_BF16: return reduce_vec_op<WEFT_BF16>(op, v, nin, nranks);
+  case WEFT_I8: return reduce_vec_op<WEFT_I8>(op, v, nin, nranks);
+  case WEFT_U8: return reduce_vec_op<WEFT_U8>(op, v, nin, nranks);
+  case WEFT_I32: return reduce_vec_op<WEFT_I32>(op, v, nin, nranks);
+  case WEFT_I64: return reduce_vec_op<WEFT_I64>(op, v, nin, nranks);
+  case WEFT_FP8_E4M3: return reduce_vec_op<WEFT_FP8_E4M3>(op, v, nin, nranks);
+  case WEFT_FP8_E5M2: return reduce_vec_op<WEFT_FP8_E5M2>(op, v, nin, nranks);
+  default: return reduce_vec_op<WEFT_F32>(op, v, nin, nranks);
   }
 }
 
-__device__ inline int dtype_size(int t) {
-  switch (t) {
-  case WEFT_F64:
-  case WEFT_I64: return 8;
-  case WEFT_F32:
-  case WEFT_I32: return 4;
-  case WEFT_F16:
-  case WEFT_BF16: return 2;
-  default: return 1;
+/* Every type, op and input count: one loop that picks the arithmetic per 16-byte vector (a
+ * branch every thread of the block takes alike). One function instead of one per type and
+ * op: each function called through the ABI adds its register saves to the kernel's stack
+ * frame, and the driver reserves that frame for every thread the GPU can hold (7 KiB of
+ * frame cost 1.6 GiB per GPU). A tail shorter than 16 bytes, or buffers not 16-byte
+ * aligned, go through the same arithmetic a vector at a time from bytes. */
+__device__ __noinline__ void reduce_general(int dtype, int op, char *const *dst, int nd,
+                                            const char *const *in, int nin, uint64_t count,
+                                            int nranks) {
+  const uint64_t bytes = count * (uint64_t)dtype_size(dtype);
+  uintptr_t al = 0;
+  for (int d = 0; d < nd; d++)
+    al |= (uintptr_t)dst[d];
+  for (int j = 0; j < nin; j++)
+    al |= (uintptr_t)in[j];
+  const uint64_t nv = (al & 15) == 0 ? bytes / 16 : 0;
+  const int t = threadIdx.x, nt = blockDim.x;
+#pragma unroll 1
+  for (uint64_t i = t; i < nv; i += nt) {
+    uint4 v[WEFT_DEV_MAX_RANKS];
+#pragma unroll
+    for (int j = 0; j < WEFT_DEV_MAX_RANKS; j++)
+      if (j < nin) v[j] = ((const uint4 *)in[j])[i];
+    uint4 o = reduce_vec_any(dtype, op, v, nin, nranks);
+    for (int d = 0; d < nd; d++)
+      ((uint4 *)dst[d])[i] = o;
+  }
+#pragma unroll 1
+  for (uint64_t b = nv * 16 + (uint64_t)t * 16; b < bytes; b += (uint64_t)nt * 16) {
+    uint64_t len = bytes - b < 16 ? bytes - b : 16;
+    union {
+      uint4 v[WEFT_DEV_MAX_RANKS];
+      unsigned char c[WEFT_DEV_MAX_RANKS][16];
+    } u;
+    for (int j = 0; j < nin; j++)
+      for (int x = 0; x < 16; x++)
+        u.c[j][x] = x < (int)len ? (unsigned char)in[j][b + x] : 0;
+    union {
+      uint4 v;
+      unsigned char c[16];
+    } o;
+    o.v = reduce_vec_any(dtype, op, u.v, nin, nranks);
+    for (int d = 0; d < nd; d++)
+      for (uint64_t x = 0; x < len; x++)
+        dst[d][b + x] = (char)o.c[x];
   }
 }
 
-/* Elements per round and block: the length split over the blocks, in whole 16-byte
- * vectors, at most one chunk. Sender and receiver of a pair compute the same. */
-__device__ inline uint64_t unit_for(uint64_t len, int nb, uint64_t chunk_elems, int es) {
-  uint64_t v = 16 / es;
-  uint64_t u = (len + nb - 1) / nb;
+/* Two inputs (two ranks, or a reduce with one peer) summed in the types training moves:
+ * loops unrolled for them alone, several loads of both inputs in flight per thread. */
+template <int DT>
+__device__ __noinline__ void reduce_sum2(char *const *dst, int nd, const char *const *in,
+                                         uint64_t count, int nranks) {
+  reduce_multi<DT, WEFT_SUM, 2>(dst, nd, in, 2, count, nranks);
+}
+
+__device__ inline void reduce_any(int dtype, int op, char *const *dst, int nd,
+                                  const char *const *in, int nin, uint64_t count, int nranks) {
+  if (nin == 2 && op == WEFT_SUM) switch (dtype) {
+    case WEFT_F32: reduce_sum2<WEFT_F32>(dst, nd, in, count, nranks); return;
+    case WEFT_BF16: reduce_sum2<WEFT_BF16>(dst, nd, in, count, nranks); return;
+    case WEFT_F16: reduce_sum2<WEFT_F16>(dst, nd, in, count, nranks); return;
+    default: break;
+    }
+  reduce_general(dtype, op, dst, nd, in, nin, count, nranks);
+}
+
+/* Elements per round and channel: the channel's share of len cut into `rounds` rounds (so
+ * that its sender and receiver overlap), no shorter than WEFT_DEV_MIN_UNIT_BYTES, no longer
+ * than a chunk, in whole 16-byte vectors. Sender and receiver of a pair compute the same. */
+__device__ inline uint64_t unit_for(uint64_t len, int nb, uint64_t chunk_elems, int es,
+                                    uint32_t rounds) {
+  uint64_t v = 16 / es, parts = (uint64_t)nb * (rounds ? rounds : 1);
+  uint64_t u = (len + parts - 1) / parts, floor_u = WEFT_DEV_MIN_UNIT_BYTES / es;
+  uint64_t share = (len + nb - 1) / nb;
+  if (u < floor_u) u = floor_u < share ? floor_u : share;
   u = (u + v - 1) / v * v;
   return u < chunk_elems ? u : chunk_elems;
 }
@@ -71,10 +148,20 @@ __device__ inline uint64_t clamp_len(uint64_t total, uint64_t off, uint64_t unit
   return off >= total ? 0 : (total - off < unit ? total - off : unit);
 }
 
+/* Steps of a round; a block runs those of its role (all of them with one role). */
+enum { STEP_SEND = 1, STEP_RECV = 2, STEP_GATHER = 4, STEP_ALL = 7 };
+
+__device__ inline int role_steps(int roles, int role) {
+  if (roles <= 1) return STEP_ALL;
+  if (roles == 2) return role == 0 ? STEP_SEND | STEP_GATHER : STEP_RECV;
+  return 1 << role;
+}
+
 struct Item {
   const weft_dev_item_t *it;
-  int ci, nb, es;
+  int ci, nb, es; /* channel of this block within the item, channels, element size */
   uint64_t chunk_elems;
+  int steps;
 };
 
 /* The peers in the order this rank talks to them: rank+1 first, so that the ranks do not
@@ -113,14 +200,15 @@ __device__ bool collect(const Chan &c, const char *mine, const char **src, int *
   return true;
 }
 
-__device__ void allreduce(const Chan &c, const Item &w, bool twoshot) {
+/* Input chunks travel on c; two-shot's reduced chunks on r (c itself with one role). */
+__device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twoshot) {
   const weft_dev_item_t *it = w.it;
   const int n = c.n, me = c.rank, es = w.es;
   const char *in = (const char *)it->send;
   char *out = (char *)it->recv;
   uint64_t count = it->count, v = 16 / es;
   uint64_t seg = twoshot ? ((count + n - 1) / n + v - 1) / v * v : count;
-  uint64_t unit = unit_for(seg, w.nb, w.chunk_elems, es);
+  uint64_t unit = unit_for(seg, w.nb, w.chunk_elems, es, c.L->rounds);
   if (unit == 0) return;
   int peers[WEFT_DEV_MAX_RANKS];
   for (int i = 0; i < n - 1; i++)
@@ -128,21 +216,23 @@ __device__ void allreduce(const Chan &c, const Item &w, bool twoshot) {
   for (uint64_t off = (uint64_t)w.ci * unit; off < seg; off += (uint64_t)w.nb * unit) {
     /* 1. scatter: every peer gets its segment's chunk of our input (one-shot: all of it) */
     int nd = 0, dsts[WEFT_DEV_MAX_RANKS];
-    for (int i = 0; i < n - 1; i++) {
-      int p = peers[i];
-      uint64_t base = twoshot ? (uint64_t)p * seg : 0;
-      uint64_t len = clamp_len(twoshot ? (count > base ? count - base : 0) : count, off, unit);
-      if (!len) continue;
-      char *slot = c.send_slot(p);
-      if (!slot) return;
-      copy1(slot, in + (base + off) * es, len * es);
-      dsts[nd++] = p;
+    if (w.steps & STEP_SEND) {
+      for (int i = 0; i < n - 1; i++) {
+        int p = peers[i];
+        uint64_t base = twoshot ? (uint64_t)p * seg : 0;
+        uint64_t len = clamp_len(twoshot ? (count > base ? count - base : 0) : count, off, unit);
+        if (!len) continue;
+        char *slot = c.send_slot(p);
+        if (!slot) return;
+        copy1(slot, in + (base + off) * es, len * es);
+        dsts[nd++] = p;
+      }
+      c.publish(dsts, nd);
     }
-    c.publish(dsts, nd);
     /* 2. reduce our segment in rank order; two-shot also pushes the result to every peer */
     uint64_t mybase = twoshot ? (uint64_t)me * seg : 0;
     uint64_t mylen = clamp_len(count > mybase ? count - mybase : 0, off, unit);
-    if (mylen) {
+    if ((w.steps & STEP_RECV) && mylen) {
       const char *src[WEFT_DEV_MAX_RANKS];
       char *dst[WEFT_DEV_MAX_RANKS];
       int srcs[WEFT_DEV_MAX_RANKS], ns = 0, ndst = 0;
@@ -151,25 +241,25 @@ __device__ void allreduce(const Chan &c, const Item &w, bool twoshot) {
       nd = 0;
       if (twoshot)
         for (int i = 0; i < n - 1; i++) {
-          dst[ndst] = c.send_slot(peers[i]);
+          dst[ndst] = r.send_slot(peers[i]);
           if (!dst[ndst++]) return;
           dsts[nd++] = peers[i];
         }
       reduce_any(it->dtype, it->op, dst, ndst, src, n, mylen, n);
       c.release(srcs, ns);
-      if (twoshot) c.publish(dsts, nd);
+      if (twoshot) r.publish(dsts, nd);
     }
-    if (!twoshot) continue;
+    if (!twoshot || !(w.steps & STEP_GATHER)) continue;
     /* 3. gather: the other segments' reduced chunks */
     for (int i = 0; i < n - 1; i++) {
       int p = peers[i];
       uint64_t base = (uint64_t)p * seg;
       uint64_t len = clamp_len(count > base ? count - base : 0, off, unit);
       if (!len) continue;
-      const char *slot = c.recv_slot(p);
+      const char *slot = r.recv_slot(p);
       if (!slot) return;
       copy1(out + (base + off) * es, slot, len * es);
-      c.release(&p, 1);
+      r.release(&p, 1);
     }
   }
 }
@@ -179,11 +269,12 @@ __device__ void allreduce(const Chan &c, const Item &w, bool twoshot) {
 __device__ void exchange(const Chan &c, const Item &w, uint64_t count, const char *in,
                          uint64_t in_stride, char *out, uint64_t out_stride, bool self_copy) {
   const int n = c.n, me = c.rank, es = w.es;
-  uint64_t unit = unit_for(count, w.nb, w.chunk_elems, es);
+  uint64_t unit = unit_for(count, w.nb, w.chunk_elems, es, c.L->rounds);
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
-    if (!scatter(c, in, in_stride, off, len, es)) return;
+    if ((w.steps & STEP_SEND) && !scatter(c, in, in_stride, off, len, es)) return;
+    if (!(w.steps & STEP_RECV)) continue;
     if (self_copy)
       copy1(out + ((uint64_t)me * out_stride + off) * es,
             in + ((uint64_t)me * in_stride + off) * es, len * es);
@@ -202,11 +293,12 @@ __device__ void reduce_scatter(const Chan &c, const Item &w) {
   const int n = c.n, me = c.rank, es = w.es;
   const char *in = (const char *)it->send;
   char *out = (char *)it->recv;
-  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es);
+  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es, c.L->rounds);
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
-    if (!scatter(c, in, count, off, len, es)) return;
+    if ((w.steps & STEP_SEND) && !scatter(c, in, count, off, len, es)) return;
+    if (!(w.steps & STEP_RECV)) continue;
     const char *src[WEFT_DEV_MAX_RANKS];
     int srcs[WEFT_DEV_MAX_RANKS], ns = 0;
     if (!collect(c, in + ((uint64_t)me * count + off) * es, src, srcs, &ns)) return;
@@ -222,7 +314,7 @@ __device__ void rooted(const Chan &c, const Item &w, bool reduce) {
   const int n = c.n, me = c.rank, es = w.es, root = it->root;
   const char *in = (const char *)it->send;
   char *out = (char *)it->recv;
-  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es);
+  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es, c.L->rounds);
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
@@ -264,38 +356,43 @@ __device__ void alltoallv(const Chan &c, const Item &w) {
   char *out = (char *)w.it->recv;
   uint64_t su[WEFT_DEV_MAX_RANKS], ru[WEFT_DEV_MAX_RANKS];
   for (int p = 0; p < n; p++) {
-    su[p] = unit_for(v->sendcounts[p], w.nb, w.chunk_elems, es);
-    ru[p] = unit_for(v->recvcounts[p], w.nb, w.chunk_elems, es);
+    su[p] = unit_for(v->sendcounts[p], w.nb, w.chunk_elems, es, c.L->rounds);
+    ru[p] = unit_for(v->recvcounts[p], w.nb, w.chunk_elems, es, c.L->rounds);
   }
   for (uint64_t k = 0;; k++) {
     bool more = false;
-    int nd = 0, dsts[WEFT_DEV_MAX_RANKS];
-    for (int i = 0; i < n - 1; i++) {
-      int p = peer_at(c, i);
-      uint64_t off = (k * w.nb + w.ci) * su[p];
-      if (!su[p] || off >= v->sendcounts[p]) continue;
-      more = true;
-      char *slot = c.send_slot(p);
-      if (!slot) return;
-      copy1(slot, in + (v->sdispls[p] + off) * es, clamp_len(v->sendcounts[p], off, su[p]) * es);
-      dsts[nd++] = p;
+    if (w.steps & STEP_SEND) {
+      int nd = 0, dsts[WEFT_DEV_MAX_RANKS];
+      for (int i = 0; i < n - 1; i++) {
+        int p = peer_at(c, i);
+        uint64_t off = (k * w.nb + w.ci) * su[p];
+        if (!su[p] || off >= v->sendcounts[p]) continue;
+        more = true;
+        char *slot = c.send_slot(p);
+        if (!slot) return;
+        copy1(slot, in + (v->sdispls[p] + off) * es, clamp_len(v->sendcounts[p], off, su[p]) * es);
+        dsts[nd++] = p;
+      }
+      c.publish(dsts, nd);
     }
-    c.publish(dsts, nd);
-    uint64_t off = (k * w.nb + w.ci) * su[me];
-    if (su[me] && off < v->sendcounts[me]) {
-      more = true;
-      copy1(out + (v->rdispls[me] + off) * es, in + (v->sdispls[me] + off) * es,
-            clamp_len(v->sendcounts[me], off, su[me]) * es);
-    }
-    for (int i = 0; i < n - 1; i++) {
-      int p = (me + n - 1 - i) % n;
-      uint64_t roff = (k * w.nb + w.ci) * ru[p];
-      if (!ru[p] || roff >= v->recvcounts[p]) continue;
-      more = true;
-      const char *slot = c.recv_slot(p);
-      if (!slot) return;
-      copy1(out + (v->rdispls[p] + roff) * es, slot, clamp_len(v->recvcounts[p], roff, ru[p]) * es);
-      c.release(&p, 1);
+    if (w.steps & STEP_RECV) {
+      uint64_t off = (k * w.nb + w.ci) * su[me];
+      if (su[me] && off < v->sendcounts[me]) {
+        more = true;
+        copy1(out + (v->rdispls[me] + off) * es, in + (v->sdispls[me] + off) * es,
+              clamp_len(v->sendcounts[me], off, su[me]) * es);
+      }
+      for (int i = 0; i < n - 1; i++) {
+        int p = (me + n - 1 - i) % n;
+        uint64_t roff = (k * w.nb + w.ci) * ru[p];
+        if (!ru[p] || roff >= v->recvcounts[p]) continue;
+        more = true;
+        const char *slot = c.recv_slot(p);
+        if (!slot) return;
+        copy1(out + (v->rdispls[p] + roff) * es, slot,
+              clamp_len(v->recvcounts[p], roff, ru[p]) * es);
+        c.release(&p, 1);
+      }
     }
     if (!more) return;
   }
@@ -304,7 +401,7 @@ __device__ void alltoallv(const Chan &c, const Item &w) {
 __device__ void sendrecv(const Chan &c, const Item &w, bool send) {
   const weft_dev_item_t *it = w.it;
   int peer = it->root, es = w.es;
-  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es);
+  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es, c.L->rounds);
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
@@ -322,28 +419,61 @@ __device__ void sendrecv(const Chan &c, const Item &w, bool send) {
   }
 }
 
-__global__ void __launch_bounds__(WEFT_DEV_THREADS)
+/* A block's counters of one channel, in shared memory; loaded at the start, and at the end
+ * only the counts this block moved are stored back: another block of the launch may use the
+ * channel's other direction (a send and a receive item, or two roles of one item). */
+struct ChanState {
+  uint64_t sent[WEFT_DEV_MAX_RANKS], recvd[WEFT_DEV_MAX_RANKS];
+  uint64_t sent0[WEFT_DEV_MAX_RANKS], recvd0[WEFT_DEV_MAX_RANKS];
+};
+
+__device__ inline Chan open_chan(const weft_dev_launch_t &L, int ch, ChanState *s, int *bail,
+                                 uint32_t kind) {
+  Chan c = {&L, ch, L.rank, L.nranks, s->sent, s->recvd, bail, kind};
+  const uint64_t *ctr = L.counters + (uint64_t)ch * WEFT_DEV_MAX_RANKS * 2;
+  if (threadIdx.x < WEFT_DEV_MAX_RANKS) {
+    s->sent[threadIdx.x] = s->sent0[threadIdx.x] = ctr[threadIdx.x * 2];
+    s->recvd[threadIdx.x] = s->recvd0[threadIdx.x] = ctr[threadIdx.x * 2 + 1];
+  }
+  return c;
+}
+
+__device__ inline void close_chan(const weft_dev_launch_t &L, int ch, const ChanState *s) {
+  uint64_t *ctr = L.counters + (uint64_t)ch * WEFT_DEV_MAX_RANKS * 2;
+  int t = threadIdx.x;
+  if (t < WEFT_DEV_MAX_RANKS) {
+    if (s->sent[t] != s->sent0[t]) ctr[t * 2] = s->sent[t];
+    if (s->recvd[t] != s->recvd0[t]) ctr[t * 2 + 1] = s->recvd[t];
+  }
+}
+
+/* At most 64 registers a thread: two blocks fit on an SM, so two communicators' kernels (or
+ * a kernel and the trainer's) can be resident at once. */
+__global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
     kernel(const __grid_constant__ weft_dev_launch_t L) {
-  __shared__ uint64_t sent[WEFT_DEV_MAX_RANKS], recvd[WEFT_DEV_MAX_RANKS];
-  __shared__ uint64_t sent0[WEFT_DEV_MAX_RANKS], recvd0[WEFT_DEV_MAX_RANKS];
+  __shared__ ChanState st[2];
   __shared__ int bail;
   int b = blockIdx.x, i = 0;
   while (i < L.nitems - 1 && b >= L.items[i].block0 + L.items[i].nblocks)
     i++;
   const weft_dev_item_t *it = &L.items[i];
-  Item w = {it, b - it->block0, it->nblocks, dtype_size(it->dtype), 0};
+  int roles = it->roles ? it->roles : 1, local = b - it->block0;
+  Item w = {it,
+            local / roles,
+            it->nblocks / roles,
+            dtype_size(it->dtype),
+            0,
+            role_steps(roles, local % roles)};
   w.chunk_elems = L.chunk_bytes / w.es;
-  Chan c = {&L, it->chan0 + w.ci, L.rank, L.nranks, sent, recvd, &bail, it->kind};
-  uint64_t *ctr = L.counters + (uint64_t)c.ch * WEFT_DEV_MAX_RANKS * 2;
-  if (threadIdx.x < WEFT_DEV_MAX_RANKS) {
-    sent[threadIdx.x] = sent0[threadIdx.x] = ctr[threadIdx.x * 2];
-    recvd[threadIdx.x] = recvd0[threadIdx.x] = ctr[threadIdx.x * 2 + 1];
-  }
+  int ch = it->chan0 + w.ci, ch2 = it->chan1 + w.ci;
+  bool two = it->chan1 != it->chan0;
+  Chan c = open_chan(L, ch, &st[0], &bail, it->kind);
+  Chan r = two ? open_chan(L, ch2, &st[1], &bail, it->kind) : c;
   if (threadIdx.x == 0) bail = 0;
   __syncthreads();
   switch (it->kind) {
-  case WEFT_DEV_ALLREDUCE_ONESHOT: allreduce(c, w, false); break;
-  case WEFT_DEV_ALLREDUCE_TWOSHOT: allreduce(c, w, true); break;
+  case WEFT_DEV_ALLREDUCE_ONESHOT: allreduce(c, r, w, false); break;
+  case WEFT_DEV_ALLREDUCE_TWOSHOT: allreduce(c, r, w, true); break;
   case WEFT_DEV_REDUCE_SCATTER: reduce_scatter(c, w); break;
   case WEFT_DEV_ALLGATHER: {
     bool self =
@@ -363,12 +493,9 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS)
   default: break;
   }
   __syncthreads();
-  /* Only the counts this block moved: a send and a receive item of one launch may share a
-   * channel (one counts sends to a peer, the other receives from it). */
-  if (threadIdx.x < WEFT_DEV_MAX_RANKS && !bail) {
-    if (sent[threadIdx.x] != sent0[threadIdx.x]) ctr[threadIdx.x * 2] = sent[threadIdx.x];
-    if (recvd[threadIdx.x] != recvd0[threadIdx.x]) ctr[threadIdx.x * 2 + 1] = recvd[threadIdx.x];
-  }
+  if (bail) return;
+  close_chan(L, ch, &st[0]);
+  if (two) close_chan(L, ch2, &st[1]);
 }
 
 } // namespace weft

@@ -1,5 +1,6 @@
-/* The low-latency allreduce (see weft_dev_ll_t): one block per 16 KiB of payload, every
- * thread polls and reduces its own 8-byte packets, in rank order on every rank. */
+/* The low-latency allreduce (see weft_dev_ll_t): one block per block_bytes of payload (at
+ * most 16 KiB), every thread polls and reduces its own 8-byte packets, in rank order on
+ * every rank. */
 #include <cuda_runtime.h>
 
 #include "dev.h"
@@ -96,11 +97,7 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS)
   const int ch = blockIdx.x, n = P.nranks, me = P.rank;
   const uint32_t seq = (uint32_t)(P.seq[ch] + 1);
   const int parity = seq & 1;
-  const uint64_t payload = WEFT_DEV_LL_SLOT_BYTES / 2;
-  const uint64_t es = (P.dtype == WEFT_F64 || P.dtype == WEFT_I64)    ? 8
-                      : (P.dtype == WEFT_F32 || P.dtype == WEFT_I32)  ? 4
-                      : (P.dtype == WEFT_F16 || P.dtype == WEFT_BF16) ? 2
-                                                                      : 1;
+  const uint64_t payload = P.block_bytes, es = (uint64_t)dtype_size(P.dtype);
   const uint64_t total = P.count * es, first = (uint64_t)ch * payload;
   const uint64_t len = total - first < payload ? total - first : payload;
   const uint64_t lines = (len + 7) / 8;

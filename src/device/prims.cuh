@@ -25,6 +25,11 @@ __device__ inline void st_release_sys(uint64_t *p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+/* A relaxed store at system scope: after a fence.sc.sys it completes the release pattern. */
+__device__ inline void st_relaxed_sys(uint64_t *p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 __device__ inline uint64_t global_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -95,14 +100,15 @@ struct Chan {
     if (!wait_geq(flag(rank, WEFT_DEV_DONE_OFF(ch, dst)), need, dst)) return nullptr;
     return stage(dst, rank, s);
   }
-  /* After the whole block wrote the chunks: make them visible, then bump ready. */
+  /* After the whole block wrote the chunks: make them visible, then bump ready. One fence
+   * (cumulative over the block's writes through the barrier) covers every peer's flag. */
   __device__ void publish(const int *dsts, int nd) const {
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && nd > 0) {
       __threadfence_system();
       for (int i = 0; i < nd; i++) {
         int d = dsts[i];
-        st_release_sys(flag(d, WEFT_DEV_READY_OFF(ch, rank)), ++sent[d]);
+        st_relaxed_sys(flag(d, WEFT_DEV_READY_OFF(ch, rank)), ++sent[d]);
       }
     }
     __syncthreads();
@@ -167,14 +173,20 @@ __device__ inline void copy1(char *dst, const char *src, uint64_t bytes) {
   copy_multi(&dst, 1, src, bytes);
 }
 
-/* out[d][i] = in[0][i] op in[1][i] op ... in rank order, for every destination d. */
-template <int DT, int OP>
+/* out[d][i] = in[0][i] op in[1][i] op ... in rank order, for every destination d. NIN > 0:
+ * exactly NIN inputs, known when compiling, so the vectors stay in registers and each
+ * thread keeps U loads of every input in flight (a reducer reads two streams; one load
+ * at a time left it well short of NVLink's rate). NIN == 0: nin inputs, at most
+ * WEFT_DEV_MAX_RANKS. */
+template <int DT, int OP, int NIN>
 __device__ void reduce_multi(char *const *dst, int nd, const char *const *in, int nin,
                              uint64_t count, int nranks) {
   typedef Ty<DT> T;
   typedef typename T::S S;
   typedef typename T::A A;
   constexpr int V = 16 / sizeof(S);
+  constexpr int M = NIN ? NIN : WEFT_DEV_MAX_RANKS;
+  constexpr int U = NIN ? 4 : 1;
   uintptr_t al = 0;
   for (int d = 0; d < nd; d++)
     al |= (uintptr_t)dst[d];
@@ -184,31 +196,39 @@ __device__ void reduce_multi(char *const *dst, int nd, const char *const *in, in
   uint64_t done = 0;
   if ((al & 15) == 0) {
     uint64_t nv = count / V;
-    for (uint64_t i = t; i < nv; i += nt) {
-      uint4 v[WEFT_DEV_MAX_RANKS];
+    for (uint64_t i0 = t; i0 < nv; i0 += (uint64_t)U * nt) {
+      uint4 v[U][M];
 #pragma unroll
-      for (int j = 0; j < WEFT_DEV_MAX_RANKS; j++)
-        if (j < nin) v[j] = ((const uint4 *)in[j])[i];
-      const S *e0 = (const S *)&v[0];
-      A acc[V];
+      for (int u = 0; u < U; u++)
 #pragma unroll
-      for (int k = 0; k < V; k++)
-        acc[k] = T::up(e0[k]);
+        for (int j = 0; j < M; j++)
+          if ((NIN || j < nin) && i0 + (uint64_t)u * nt < nv)
+            v[u][j] = ((const uint4 *)in[j])[i0 + (uint64_t)u * nt];
 #pragma unroll
-      for (int j = 1; j < WEFT_DEV_MAX_RANKS; j++)
-        if (j < nin) {
-          const S *e = (const S *)&v[j];
+      for (int u = 0; u < U; u++) {
+        uint64_t i = i0 + (uint64_t)u * nt;
+        if (i >= nv) break;
+        const S *e0 = (const S *)&v[u][0];
+        A acc[V];
 #pragma unroll
-          for (int k = 0; k < V; k++)
-            acc[k] = combine<DT, OP>(acc[k], T::up(e[k]));
-        }
-      uint4 o;
-      S *eo = (S *)&o;
+        for (int k = 0; k < V; k++)
+          acc[k] = T::up(e0[k]);
 #pragma unroll
-      for (int k = 0; k < V; k++)
-        eo[k] = finish<DT, OP>(acc[k], nranks);
-      for (int d = 0; d < nd; d++)
-        ((uint4 *)dst[d])[i] = o;
+        for (int j = 1; j < M; j++)
+          if (NIN || j < nin) {
+            const S *e = (const S *)&v[u][j];
+#pragma unroll
+            for (int k = 0; k < V; k++)
+              acc[k] = combine<DT, OP>(acc[k], T::up(e[k]));
+          }
+        uint4 o;
+        S *eo = (S *)&o;
+#pragma unroll
+        for (int k = 0; k < V; k++)
+          eo[k] = finish<DT, OP>(acc[k], nranks);
+        for (int d = 0; d < nd; d++)
+          ((uint4 *)dst[d])[i] = o;
+      }
     }
     done = nv * V;
   }

@@ -11,6 +11,19 @@
 
 namespace weft {
 
+/* Bytes of one element of a weft_dtype_t. */
+__device__ inline int dtype_size(int t) {
+  switch (t) {
+  case WEFT_F64:
+  case WEFT_I64: return 8;
+  case WEFT_F32:
+  case WEFT_I32: return 4;
+  case WEFT_F16:
+  case WEFT_BF16: return 2;
+  default: return 1;
+  }
+}
+
 struct SmallFmt {
   int eb, mb, bias;
   uint32_t maxbits, nanbits;

@@ -237,9 +237,15 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   weft_config_t cfg = WEFT_CONFIG_INIT;
   cfg.timeout_ms = 60000;
   if (weft_comm_init(&world, n, id, rank, NULL)) FAIL("init failed");
+  /* What the GPU really gives up, beyond what weft reports: the CUDA context's local
+   * memory for the kernels' stacks grows at their first launch. */
+  size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
+  cudaFree(NULL);
+  cudaMemGetInfo(&free0, &total);
   cfg.device = dev;
   if (weft_comm_split(world, 0, rank, &a, &cfg) || weft_comm_split(world, 0, rank, &b, &cfg))
     FAIL("device comms failed");
+  cudaMemGetInfo(&free1, &total);
   size_t mem = 0;
   weft_comm_device_memory(a, &mem);
   if (mem == 0 || mem > (size_t)64 << 20) FAIL("device memory %zu bytes", mem);
@@ -250,6 +256,24 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
       WEFT_ERR_INVALID_ARG)
     FAIL("host buffer accepted");
   if (!strstr(weft_get_last_error(NULL), "host memory")) FAIL("unclear message");
+  float *probe = NULL;
+  size_t pn = (size_t)1 << 20; /* 4 MiB: the general kernel; 256 floats: the low-latency one */
+  if (cudaMalloc((void **)&probe, pn * sizeof *probe) != cudaSuccess) FAIL("cudaMalloc");
+  cudaMemset(probe, 0, pn * sizeof *probe);
+  cudaDeviceSynchronize();
+  size_t before = 0;
+  cudaMemGetInfo(&before, &total);
+  if (weft_allreduce(probe, probe, pn, WEFT_F32, WEFT_SUM, a, (weft_stream_t)s) ||
+      weft_allreduce(probe, probe, 256, WEFT_F32, WEFT_SUM, a, (weft_stream_t)s) ||
+      cudaStreamSynchronize(s) != cudaSuccess)
+    FAIL("first allreduces failed: %s", weft_get_last_error(a));
+  cudaMemGetInfo(&free2, &total);
+  cudaFree(probe);
+  if (rank == 0 && !share)
+    printf("GPU memory taken: %.1f MiB by 2 comms' init, %.1f MiB more by their first "
+           "launches\n",
+           ((double)free0 - (double)free1) / 1048576.0,
+           ((double)before - (double)free2) / 1048576.0);
   if (check_graph(rank, n, a, s)) return 1;
   if (check_concurrent(rank, n, a, b)) return 1;
   weft_comm_destroy(a);
