@@ -17,12 +17,15 @@
 #   5 -> bench/results/2026-11-30-h200x2-tuning-5.txt: rounds per channel (WEFT_P2P_ROUNDS)
 #        1, 4 and 8 on the four collectives, then allreduce one-shot against two-shot (with
 #        and without split roles), 256 KiB-1 GiB.
+#   6 -> bench/results/2026-11-30-h200x2-tuning-6.txt: rounds for allreduce one-shot 2-64
+#        MiB; allgather, reduce_scatter, alltoall as graph replays (weft/NCCL time, us);
+#        split roles off at small sizes; block bytes 8 and 32 KiB from 64 KiB to 4 MiB.
 # Columns of the size lines: in "size:A/B" A is weft's time (us) and B NCCL's busbw (GB/s);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
-# usage: scripts/device_gpu_tune.sh 1|2|3|4|5 [BUILD] [RAW]
+# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6 [BUILD] [RAW]
 set -uo pipefail
-exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5 [BUILD] [RAW]}
+exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6 [BUILD] [RAW]}
 b=${2:-build-dev}
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cb=$b/bench/collbench
@@ -37,6 +40,25 @@ for r in json.load(open(sys.argv[1]))['rows']:
         print(r['coll'], r['bytes'], r['time_us'], r.get('submit_us'), r.get('peer_time_us'),
               r.get('peer_submit_us'))" "$1"
 }
+if [ "$exp" = 6 ]; then
+  for r in 1 2 4; do
+    echo "allreduce one-shot, rounds=$r:"
+    WEFT_P2P_ROUNDS=$r timeout 60 $cb -C allreduce -b 2M -e 64M -f 2 -n 20 -w 5 -c 0 | pairs
+  done
+  echo "graph replays, 8 B-1 MiB, weft time/nccl time:"
+  timeout 90 $cb -C allgather,reduce_scatter,alltoall -b 8 -e 1M -f 8 -n 50 -w 10 -c 0 -G 1 \
+    --compare nccl | awk '/^# [a-z_]+$/ {if (l) print l; l = $2 ":"}
+      !/^#/ && NF > 8 {l = l " " $1 ":" $6 "/" $14} END {if (l) print l}'
+  echo "split=0, stream, 8 B-1 MiB:"
+  WEFT_P2P_SPLIT=0 timeout 60 $cb -C allgather,reduce_scatter -b 8 -e 1M -f 8 -n 50 -w 10 -c 0 |
+    pairs
+  for bb in 8192 32768; do
+    echo "block bytes $bb, 64K-4M:"
+    WEFT_P2P_BLOCK_BYTES=$bb timeout 60 $cb -C allgather,reduce_scatter,alltoall -b 64K -e 4M \
+      -f 4 -n 50 -w 10 -c 0 | pairs
+  done
+  exit 0
+fi
 if [ "$exp" = 5 ]; then
   raw=${3:-raw}
   mkdir -p "$raw"

@@ -118,7 +118,7 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->plan.rank = c->rank;
   d->plan.nranks = c->nranks;
   d->plan.max_channels = (int)ch;
-  d->plan.block_bytes = bb > 0 ? (size_t)bb : 32768;
+  d->plan.block_bytes = bb > 0 ? (size_t)bb : 8192;
   /* staging is sized for the channels in use: ask for fewer, hold less */
   CUDA_CHECK(cudaSetDevice(device), "weft_comm_init: cudaSetDevice");
   CUDA_CHECK(cudaMalloc((void **)&d->counters, COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES),
@@ -243,25 +243,26 @@ void weft_dev_abort(weft_comm_t c) {
 /* A kernel's error becomes the comm's failure (cheap: one read of host memory). */
 static void poll_kernel_error(weft_comm_t c) {
   struct weft_dev *d = c->dev;
-  static const char *kinds[WEFT_DEV_KIND_COUNT + 1] = {"one-shot allreduce",
-                                                       "two-shot allreduce",
-                                                       "reduce_scatter",
-                                                       "allgather",
-                                                       "broadcast",
-                                                       "reduce",
-                                                       "alltoall",
-                                                       "alltoallv",
-                                                       "send",
-                                                       "recv",
-                                                       "low-latency allreduce"};
+  static const char *kinds[WEFT_DEV_KIND_COUNT] = {"one-shot allreduce",
+                                                   "two-shot allreduce",
+                                                   "reduce_scatter",
+                                                   "allgather",
+                                                   "broadcast",
+                                                   "reduce",
+                                                   "alltoall",
+                                                   "alltoallv",
+                                                   "send",
+                                                   "recv"};
   volatile weft_dev_error_t *e = d->err_h;
   if (e->code != WEFT_DEV_ERR_NONE) {
     char msg[512];
+    uint32_t k = e->kind, ll = k >= WEFT_DEV_KIND_COUNT; /* the low-latency kernel's */
+    if (ll) k -= WEFT_DEV_KIND_COUNT;
     snprintf(msg, sizeof msg,
-             "rank %d: the device kernel of a %s (channel %d) waited more than %lld ms for "
+             "rank %d: the %sdevice kernel of a %s (channel %d) waited more than %lld ms for "
              "rank %d: that rank is hung, dead, or called a different operation",
-             c->rank, e->kind <= WEFT_DEV_KIND_COUNT ? kinds[e->kind] : "?", e->channel,
-             (long long)c->timeout_ms, e->peer);
+             c->rank, ll ? "low-latency " : "", k < WEFT_DEV_KIND_COUNT ? kinds[k] : "?",
+             e->channel, (long long)c->timeout_ms, e->peer);
     pthread_mutex_lock(&c->mu);
     uint64_t seq = c->seq;
     pthread_mutex_unlock(&c->mu);
@@ -342,18 +343,32 @@ static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int 
   return WEFT_SUCCESS;
 }
 
-/* A lone small one-shot allreduce takes the low-latency kernel. */
-static int ll_eligible(const weft_comm_t c, const weft_task_t *tasks, int ntasks) {
-  if (ntasks != 1 || c->nranks < 2) return 0;
+/* A lone small operation takes the low-latency kernel: a one-shot allreduce up to its 1 MiB
+ * of buffer per peer; allgather, alltoall and reduce_scatter up to 512 KiB per peer, where
+ * the general kernel's fixed cost (a fence and two flag hops, 7 us as graph replays on 2
+ * H200s, against 2.7 us; *-tuning-6.txt) still outweighs sending every 8 bytes as 16. */
+static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks) {
+  if (ntasks != 1 || c->nranks < 2) return -1;
   const weft_task_t *t = tasks;
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
-  return t->args.coll == WEFT_COLL_ALLREDUCE && t->algo == WEFT_ALGO_ONESHOT && bytes > 0 &&
-         bytes <= WEFT_DEV_LL_MAX_BYTES;
+  if (bytes == 0) return -1;
+  switch (t->args.coll) {
+  case WEFT_COLL_ALLREDUCE:
+    return t->algo == WEFT_ALGO_ONESHOT && bytes <= WEFT_DEV_LL_MAX_BYTES
+               ? WEFT_DEV_ALLREDUCE_ONESHOT
+               : -1;
+  case WEFT_COLL_ALLGATHER: return bytes <= WEFT_DEV_LL_MAX_BYTES / 2 ? WEFT_DEV_ALLGATHER : -1;
+  case WEFT_COLL_ALLTOALL: return bytes <= WEFT_DEV_LL_MAX_BYTES / 2 ? WEFT_DEV_ALLTOALL : -1;
+  case WEFT_COLL_REDUCE_SCATTER:
+    return bytes <= WEFT_DEV_LL_MAX_BYTES / 2 ? WEFT_DEV_REDUCE_SCATTER : -1;
+  default: return -1;
+  }
 }
 
 /* The operation's part of the low-latency launch; returns its block count. */
-static int prepare_ll(struct weft_dev *d, const weft_task_t *t) {
+static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind) {
   weft_dev_ll_t *P = &d->ll;
+  P->kind = (uint8_t)kind;
   P->send = t->sendbuf;
   P->recv = t->recvbuf;
   P->count = t->args.count;
@@ -382,10 +397,10 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   int saved = -1, nblocks = 0;
   if (enter_device(d->device, &saved) != 0)
     return weft_set_error(WEFT_ERR_SYSTEM, "cannot make GPU %d current", d->device);
-  int ll = ll_eligible(c, tasks, ntasks);
+  int llk = ll_kind(c, tasks, ntasks), ll = llk >= 0;
   rc = check_buffers(c, tasks, ntasks);
   if (rc == WEFT_SUCCESS && ll)
-    nblocks = prepare_ll(d, tasks);
+    nblocks = prepare_ll(d, tasks, llk);
   else if (rc == WEFT_SUCCESS)
     rc = weft_dev_plan(&d->plan, tasks, ntasks, &d->launch, &nblocks);
   if (rc == WEFT_SUCCESS && nblocks > 0) {

@@ -95,9 +95,10 @@ typedef struct {
   weft_dev_a2av_t a2av[WEFT_DEV_MAX_A2AV];
 } weft_dev_launch_t;
 
-/* The low-latency one-shot allreduce (small messages): every 8 bytes of payload travel
- * with two copies of a sequence number in one 16-byte store, so the receiver polls the data
- * itself, with no fence or flag round trip. Parity buffers alternate between operations. */
+/* The low-latency kernel (small allreduce, allgather, alltoall, reduce_scatter): every 8
+ * bytes of payload travel with two copies of a sequence number in one 16-byte store, so the
+ * receiver polls the data itself, with no fence or flag round trip. Parity buffers
+ * alternate between operations. */
 typedef struct {
   char *region[WEFT_DEV_MAX_RANKS];
   uint64_t *seq; /* private: per LL channel, operations so far */
@@ -107,11 +108,15 @@ typedef struct {
   uint64_t timeout_ns;
   const void *send;
   void *recv;
-  uint64_t count;
+  uint64_t count;       /* elements of each peer's payload */
   uint32_t block_bytes; /* payload per block, a multiple of 8, at most half a slot */
   int32_t rank, nranks;
   uint8_t dtype, op;
+  uint8_t kind; /* WEFT_DEV_ALLREDUCE_ONESHOT, _ALLGATHER, _ALLTOALL or _REDUCE_SCATTER */
 } weft_dev_ll_t;
+
+/* What a low-latency kernel records as weft_dev_error_t.kind. */
+#define WEFT_DEV_LL_KIND(k) (WEFT_DEV_KIND_COUNT + (k))
 
 #define WEFT_DEV_LL_OFF(ch, parity, slot, nranks)                                                  \
   ((((uint64_t)(ch)*2 + (parity)) * (uint64_t)((nranks)-1) + (slot)) * WEFT_DEV_LL_SLOT_BYTES)

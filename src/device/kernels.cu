@@ -162,6 +162,7 @@ struct Item {
   int ci, nb, es; /* channel of this block within the item, channels, element size */
   uint64_t chunk_elems;
   int steps;
+  uint32_t rounds; /* reductions only: their receivers have more to do, overlap pays */
 };
 
 /* The peers in the order this rank talks to them: rank+1 first, so that the ranks do not
@@ -208,7 +209,7 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
   char *out = (char *)it->recv;
   uint64_t count = it->count, v = 16 / es;
   uint64_t seg = twoshot ? ((count + n - 1) / n + v - 1) / v * v : count;
-  uint64_t unit = unit_for(seg, w.nb, w.chunk_elems, es, c.L->rounds);
+  uint64_t unit = unit_for(seg, w.nb, w.chunk_elems, es, w.rounds);
   if (unit == 0) return;
   int peers[WEFT_DEV_MAX_RANKS];
   for (int i = 0; i < n - 1; i++)
@@ -269,7 +270,7 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
 __device__ void exchange(const Chan &c, const Item &w, uint64_t count, const char *in,
                          uint64_t in_stride, char *out, uint64_t out_stride, bool self_copy) {
   const int n = c.n, me = c.rank, es = w.es;
-  uint64_t unit = unit_for(count, w.nb, w.chunk_elems, es, c.L->rounds);
+  uint64_t unit = unit_for(count, w.nb, w.chunk_elems, es, w.rounds);
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
@@ -293,7 +294,7 @@ __device__ void reduce_scatter(const Chan &c, const Item &w) {
   const int n = c.n, me = c.rank, es = w.es;
   const char *in = (const char *)it->send;
   char *out = (char *)it->recv;
-  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es, c.L->rounds);
+  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es, w.rounds);
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
@@ -314,7 +315,7 @@ __device__ void rooted(const Chan &c, const Item &w, bool reduce) {
   const int n = c.n, me = c.rank, es = w.es, root = it->root;
   const char *in = (const char *)it->send;
   char *out = (char *)it->recv;
-  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es, c.L->rounds);
+  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es, w.rounds);
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
@@ -356,8 +357,8 @@ __device__ void alltoallv(const Chan &c, const Item &w) {
   char *out = (char *)w.it->recv;
   uint64_t su[WEFT_DEV_MAX_RANKS], ru[WEFT_DEV_MAX_RANKS];
   for (int p = 0; p < n; p++) {
-    su[p] = unit_for(v->sendcounts[p], w.nb, w.chunk_elems, es, c.L->rounds);
-    ru[p] = unit_for(v->recvcounts[p], w.nb, w.chunk_elems, es, c.L->rounds);
+    su[p] = unit_for(v->sendcounts[p], w.nb, w.chunk_elems, es, w.rounds);
+    ru[p] = unit_for(v->recvcounts[p], w.nb, w.chunk_elems, es, w.rounds);
   }
   for (uint64_t k = 0;; k++) {
     bool more = false;
@@ -401,7 +402,7 @@ __device__ void alltoallv(const Chan &c, const Item &w) {
 __device__ void sendrecv(const Chan &c, const Item &w, bool send) {
   const weft_dev_item_t *it = w.it;
   int peer = it->root, es = w.es;
-  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es, c.L->rounds);
+  uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es, w.rounds);
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
@@ -465,6 +466,10 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
             0,
             role_steps(roles, local % roles)};
   w.chunk_elems = L.chunk_bytes / w.es;
+  w.rounds = it->kind == WEFT_DEV_ALLREDUCE_ONESHOT || it->kind == WEFT_DEV_ALLREDUCE_TWOSHOT ||
+                     it->kind == WEFT_DEV_REDUCE_SCATTER || it->kind == WEFT_DEV_REDUCE
+                 ? L.rounds
+                 : 1;
   int ch = it->chan0 + w.ci, ch2 = it->chan1 + w.ci;
   bool two = it->chan1 != it->chan0;
   Chan c = open_chan(L, ch, &st[0], &bail, it->kind);

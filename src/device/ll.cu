@@ -1,6 +1,7 @@
-/* The low-latency allreduce (see weft_dev_ll_t): one block per block_bytes of payload (at
- * most 16 KiB), every thread polls and reduces its own 8-byte packets, in rank order on
- * every rank. */
+/* The low-latency kernel (see weft_dev_ll_t) for small allreduce, allgather, alltoall and
+ * reduce_scatter: one block per block_bytes of each peer's payload (at most 16 KiB), every
+ * thread sends its own 8-byte packets, then polls and copies or reduces them (in rank order
+ * on every rank). */
 #include <cuda_runtime.h>
 
 #include "dev.h"
@@ -91,69 +92,91 @@ __device__ inline void store_bytes(char *p, uint64_t v, uint64_t n) {
     p[b] = (char)(v >> (8 * b));
 }
 
+/* Waits for line l of src to carry seq; false when the channel gave up (timeout or abort,
+ * recorded for the host like the general kernel's waits). */
+__device__ inline bool poll_line(const weft_dev_ll_t &P, const uint4 *line, uint32_t seq, int src,
+                                 int ch, uint4 *out, volatile int *bail) {
+  uint4 l = ld_line(line);
+  uint64_t start = 0;
+  for (uint32_t spins = 0; l.y != seq || l.w != seq; spins++) {
+    if ((spins & 1023) == 1023) {
+      if (*bail) return false;
+      uint64_t now = global_ns();
+      if (!start) start = now;
+      if (*P.abort_flag || now - start > P.timeout_ns) {
+        if (!*P.abort_flag && P.error->code == 0) {
+          P.error->peer = src;
+          P.error->channel = ch;
+          P.error->kind = WEFT_DEV_LL_KIND(P.kind);
+          __threadfence_system();
+          P.error->code = WEFT_DEV_ERR_TIMEOUT;
+          *P.abort_flag = 1;
+        }
+        *bail = 1;
+        return false;
+      }
+    }
+    l = ld_line(line);
+  }
+  *out = l;
+  return true;
+}
+
+/* Each peer's payload is `count` elements (allreduce: the whole buffer; allgather, alltoall
+ * and reduce_scatter: one rank's block); block ch carries bytes [ch * block_bytes, +block_bytes)
+ * of every payload. A thread sends its lines to every peer, then receives the same lines
+ * from every peer, so in place it reads each input line before it overwrites it. */
 __global__ void __launch_bounds__(WEFT_DEV_THREADS)
-    ll_allreduce(const __grid_constant__ weft_dev_ll_t P) {
+    ll_kernel(const __grid_constant__ weft_dev_ll_t P) {
   volatile __shared__ int bail;
-  const int ch = blockIdx.x, n = P.nranks, me = P.rank;
+  const int ch = blockIdx.x, n = P.nranks, me = P.rank, kind = P.kind;
   const uint32_t seq = (uint32_t)(P.seq[ch] + 1);
   const int parity = seq & 1;
   const uint64_t payload = P.block_bytes, es = (uint64_t)dtype_size(P.dtype);
   const uint64_t total = P.count * es, first = (uint64_t)ch * payload;
   const uint64_t len = total - first < payload ? total - first : payload;
   const uint64_t lines = (len + 7) / 8;
+  /* where peer p's payload starts in the input, and where src's lands in the output */
+  const bool per_peer = kind == WEFT_DEV_ALLTOALL || kind == WEFT_DEV_REDUCE_SCATTER;
+  const bool reduces = kind == WEFT_DEV_ALLREDUCE_ONESHOT || kind == WEFT_DEV_REDUCE_SCATTER;
   const char *in = (const char *)P.send + first;
   char *out = (char *)P.recv + first;
   if (threadIdx.x == 0) bail = 0;
   __syncthreads();
   for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
     uint64_t nb = len - i * 8 < 8 ? len - i * 8 : 8;
-    uint64_t v = load_bytes(in + i * 8, nb);
+    uint64_t v = per_peer ? 0 : load_bytes(in + i * 8, nb);
     for (int k = 1; k < n; k++) {
       int p = (me + k) % n;
+      if (per_peer) v = load_bytes(in + (uint64_t)p * total + i * 8, nb);
       uint4 *dst =
           (uint4 *)(P.region[p] + P.ll_off + WEFT_DEV_LL_OFF(ch, parity, me < p ? me : me - 1, n)) +
           i;
       st_line(dst, (uint32_t)v, (uint32_t)(v >> 32), seq);
     }
   }
+  const uint64_t own = per_peer ? (uint64_t)me * total : 0; /* our part of the input */
   for (uint64_t i = threadIdx.x; i < lines && !bail; i += blockDim.x) {
     uint64_t nb = len - i * 8 < 8 ? len - i * 8 : 8;
     uint64_t vals[WEFT_DEV_MAX_RANKS];
-    for (int src = 0; src < n; src++) {
+    for (int src = 0; src < n && !bail; src++) {
       if (src == me) {
-        vals[src] = load_bytes(in + i * 8, nb);
+        vals[src] = load_bytes(in + own + i * 8, nb);
+        if (!reduces && in + own != out + (uint64_t)me * total)
+          store_bytes(out + (uint64_t)me * total + i * 8, vals[src], nb);
         continue;
       }
       const uint4 *line =
           (const uint4 *)(P.region[me] + P.ll_off +
                           WEFT_DEV_LL_OFF(ch, parity, src < me ? src : src - 1, n)) +
           i;
-      uint4 l = ld_line(line);
-      uint64_t start = 0;
-      for (uint32_t spins = 0; l.y != seq || l.w != seq; spins++) {
-        if ((spins & 1023) == 1023) {
-          uint64_t now = global_ns();
-          if (!start) start = now;
-          if (*P.abort_flag || now - start > P.timeout_ns) {
-            if (!*P.abort_flag && P.error->code == 0) {
-              P.error->peer = src;
-              P.error->channel = ch;
-              P.error->kind = WEFT_DEV_KIND_COUNT; /* the low-latency allreduce */
-              __threadfence_system();
-              P.error->code = WEFT_DEV_ERR_TIMEOUT;
-              *P.abort_flag = 1;
-            }
-            bail = 1;
-            break;
-          }
-        }
-        l = ld_line(line);
-      }
-      if (bail) break;
+      uint4 l;
+      if (!poll_line(P, line, seq, src, ch, &l, &bail)) break;
       vals[src] = (uint64_t)l.x | (uint64_t)l.z << 32;
+      if (!reduces) store_bytes(out + (uint64_t)src * total + i * 8, vals[src], nb);
     }
     if (bail) break;
-    store_bytes(out + i * 8, reduce_pkt_any(P.dtype, P.op, vals, n, n), nb);
+    if (reduces) store_bytes(out + i * 8, reduce_pkt_any(P.dtype, P.op, vals, n, n), nb);
   }
   __syncthreads();
   if (threadIdx.x == 0 && !bail) P.seq[ch] = seq;
@@ -162,6 +185,6 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS)
 } // namespace weft
 
 extern "C" int weft_dev_launch_ll(const weft_dev_ll_t *l, int nblocks, void *stream) {
-  weft::ll_allreduce<<<nblocks, WEFT_DEV_THREADS, 0, (cudaStream_t)stream>>>(*l);
+  weft::ll_kernel<<<nblocks, WEFT_DEV_THREADS, 0, (cudaStream_t)stream>>>(*l);
   return (int)cudaGetLastError();
 }
