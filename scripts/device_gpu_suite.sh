@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU suite on the device machine, with a report under OUT: GPU topology, the gpu test
 # suite (oracle matrix on device buffers, 2 ranks on 2 GPUs with and without split roles,
-# and 2-3 ranks sharing one GPU;
+# one process driving both GPUs, and 2-3 ranks sharing one GPU;
 # graph capture, concurrent communicators, failures), and compute-sanitizer memcheck and
 # racecheck over a short collbench run of every collective.
 # usage: scripts/device_gpu_suite.sh OUT [BUILD]   (BUILD: a build dir made with -Dcuda=enabled)
@@ -31,6 +31,7 @@ run() { # name, command...
 run dev_comm_2 "$b/tests/gpu/test_dev_comm" 2
 run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
 WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2
+run one_process "$b/tests/gpu/test_one_process"
 run collectives_2_share "$b/tests/gpu/test_collectives_gpu" 2 --share
 run collectives_3_share "$b/tests/gpu/test_collectives_gpu" 3 --share
 for tool in memcheck racecheck; do

@@ -1,5 +1,7 @@
 /* CUDA IPC mapping of every rank's staging region. Regions are allocated once per
- * communicator and mapped once, so no operation pays for a handle exchange. */
+ * communicator and mapped once, so no operation pays for a handle exchange. Ranks in the
+ * same process (one process driving several GPUs) use each other's pointers directly,
+ * with peer access enabled, since CUDA refuses to open a handle in the process that made it. */
 #include "p2p.h"
 
 #include <cuda_runtime_api.h>
@@ -11,10 +13,27 @@
 
 typedef struct {
   cudaIpcMemHandle_t handle;
+  uint64_t addr; /* the region in its own process */
   int32_t device;
   int32_t pid;
   char bus[32]; /* PCI bus id: which physical GPU */
 } card_t;
+
+/* The region of a rank in this process, reachable from `device` (peer access on). */
+static weft_result_t same_process(int device, const card_t *peer, int peer_dev, void **ptr) {
+  if (peer_dev >= 0 && peer_dev != device) {
+    cudaError_t e = cudaDeviceEnablePeerAccess(peer_dev, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled)
+      cudaGetLastError(); /* enabled by another communicator: fine */
+    else if (e != cudaSuccess)
+      return weft_set_error(WEFT_ERR_SYSTEM, "p2p: enabling access from GPU %d to GPU %d: %s",
+                            device, peer_dev, cudaGetErrorString(e));
+  }
+  *ptr = (void *)(uintptr_t)peer->addr;
+  WEFT_INFO(WEFT_SUB_INIT, "p2p: GPU %d reaches the region on GPU %d in this process directly",
+            device, peer_dev >= 0 ? peer_dev : device);
+  return WEFT_SUCCESS;
+}
 
 #define CUDA_GOTO(call, rc, label, what)                                                           \
   do {                                                                                             \
@@ -46,6 +65,7 @@ weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
             "p2p: cudaIpcGetMemHandle");
   cards[rank].device = device;
   cards[rank].pid = (int32_t)getpid();
+  cards[rank].addr = (uint64_t)(uintptr_t)out->mine;
   CUDA_GOTO(cudaDeviceGetPCIBusId(cards[rank].bus, sizeof cards[rank].bus, device), rc, fail,
             "p2p: cudaDeviceGetPCIBusId");
   CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
@@ -57,8 +77,9 @@ weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
       out->region[p] = out->mine;
       continue;
     }
+    int peer_dev = -1;
     if (strcmp(cards[p].bus, cards[rank].bus) != 0) {
-      int peer_dev = -1, ok = 0;
+      int ok = 0;
       /* the peer's GPU as this process numbers it */
       if (cudaDeviceGetByPCIBusId(&peer_dev, cards[p].bus) != cudaSuccess ||
           cudaDeviceCanAccessPeer(&ok, device, peer_dev) != cudaSuccess || !ok)
@@ -69,9 +90,16 @@ weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
     }
     void *ptr = NULL;
     cudaError_t e = cudaIpcOpenMemHandle(&ptr, cards[p].handle, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess && cards[p].pid == cards[rank].pid) {
+      /* most likely our own process (a pid alone could repeat across containers) */
+      cudaGetLastError();
+      CHECK_GOTO(same_process(device, &cards[p], peer_dev, &ptr), rc, fail);
+    } else if (e != cudaSuccess) {
       ERR_GOTO(rc, fail, WEFT_ERR_SYSTEM, "p2p: mapping rank %d's region (pid %d): %s", p,
                cards[p].pid, cudaGetErrorString(e));
+    } else {
+      out->opened[p] = 1;
+    }
     out->region[p] = ptr;
   }
   free(cards);
@@ -84,8 +112,9 @@ fail:
 
 void weft_p2p_unmap(weft_p2p_t *p) {
   for (int r = 0; r < p->nranks && r < WEFT_DEV_MAX_RANKS; r++)
-    if (p->region[r] && r != p->rank) cudaIpcCloseMemHandle(p->region[r]);
+    if (p->region[r] && p->opened[r]) cudaIpcCloseMemHandle(p->region[r]);
   if (p->mine) cudaFree(p->mine);
   memset(p->region, 0, sizeof p->region);
+  memset(p->opened, 0, sizeof p->opened);
   p->mine = NULL;
 }

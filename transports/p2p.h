@@ -16,6 +16,7 @@ typedef struct {
   size_t bytes;                     /* of each region */
   char *mine;                       /* cudaMalloc'ed, zeroed */
   char *region[WEFT_DEV_MAX_RANKS]; /* every rank's region as mapped here */
+  char opened[WEFT_DEV_MAX_RANKS];  /* mapped through an IPC handle (closed at unmap) */
   int gpu_shared;                   /* some GPU holds several ranks (the same on every rank) */
 } weft_p2p_t;
 
