@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU suite on the device machine, with a report under OUT: GPU topology, the gpu test
 # suite (oracle matrix on device buffers, 2 ranks on 2 GPUs with and without split roles,
-# one process driving both GPUs, and 2-3 ranks sharing one GPU;
+# one process driving both GPUs, and 2-3 ranks sharing one GPU; a rank SIGKILLed mid-kernel;
 # graph capture, concurrent communicators, failures), and compute-sanitizer memcheck and
-# racecheck over a short collbench run of every collective.
+# racecheck over a short collbench run of every collective and over the oracle matrix.
 # usage: scripts/device_gpu_suite.sh OUT [BUILD]   (BUILD: a build dir made with -Dcuda=enabled)
 set -uo pipefail
 out=${1:?usage: device_gpu_suite.sh OUT [BUILD]}
@@ -32,11 +32,14 @@ run dev_comm_2 "$b/tests/gpu/test_dev_comm" 2
 run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
 WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2
 run one_process "$b/tests/gpu/test_one_process"
+run gpu_fault "$b/tests/gpu/test_gpu_fault"
 run collectives_2_share "$b/tests/gpu/test_collectives_gpu" 2 --share
 run collectives_3_share "$b/tests/gpu/test_collectives_gpu" 3 --share
 for tool in memcheck racecheck; do
   run "sanitizer_$tool" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 9 \
     "$b/bench/collbench" -C all -b 1K -e 256K -f 256 -n 1 -w 0 --ranks 2
+  run "sanitizer_${tool}_matrix" compute-sanitizer --tool "$tool" --target-processes all \
+    --error-exitcode 9 "$b/tests/gpu/test_collectives_gpu" 2
 done
 echo "gpu suite: $pass passed, $fail failed" | tee -a "$rep"
 tar -czf "$out/gpu_suite_logs.tgz" -C "$out" $(cd "$out" && ls *.log) 2> /dev/null && rm -f "$out"/*.log
