@@ -20,12 +20,15 @@
 #   6 -> bench/results/2026-11-30-h200x2-tuning-6.txt: rounds for allreduce one-shot 2-64
 #        MiB; allgather, reduce_scatter, alltoall as graph replays (weft/NCCL time, us);
 #        split roles off at small sizes; block bytes 8 and 32 KiB from 64 KiB to 4 MiB.
+#   7 -> bench/results/2026-11-30-h200x2-tuning-7.txt: the low-latency kernel's limit
+#        (WEFT_LL_MAX_BYTES, per peer) for the four collectives from 128 KiB to 4 MiB; then 4
+#        and 8 ranks on the 2 GPUs (2 and 4 per GPU): the oracle matrix and a short sweep.
 # Columns of the size lines: in "size:A/B" A is weft's time (us) and B NCCL's busbw (GB/s);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
-# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6 [BUILD] [RAW]
+# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7 [BUILD] [RAW]
 set -uo pipefail
-exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6 [BUILD] [RAW]}
+exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7 [BUILD] [RAW]}
 b=${2:-build-dev}
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cb=$b/bench/collbench
@@ -40,6 +43,21 @@ for r in json.load(open(sys.argv[1]))['rows']:
         print(r['coll'], r['bytes'], r['time_us'], r.get('submit_us'), r.get('peer_time_us'),
               r.get('peer_submit_us'))" "$1"
 }
+if [ "$exp" = 7 ]; then
+  for lim in 131072 262144 524288 1048576; do
+    echo "WEFT_LL_MAX_BYTES=$lim, 128K-4M:"
+    WEFT_LL_MAX_BYTES=$lim timeout 60 $cb -C allreduce,allgather,reduce_scatter,alltoall -b 128K \
+      -e 4M -f 2 -n 50 -w 10 -c 0 | pairs
+  done
+  for n in 4 8; do
+    echo "$n ranks on 2 GPUs: oracle matrix"
+    timeout 300 $b/tests/gpu/test_collectives_gpu $n 2>&1 | tail -2
+    echo "$n ranks on 2 GPUs: sweep (checked)"
+    timeout 120 $cb -C allreduce,allgather,reduce_scatter,alltoall -b 8 -e 64M -f 64 -n 10 -w 3 \
+      --ranks $n | pairs
+  done
+  exit 0
+fi
 if [ "$exp" = 6 ]; then
   for r in 1 2 4; do
     echo "allreduce one-shot, rounds=$r:"

@@ -26,6 +26,7 @@ struct weft_dev {
   uint32_t chunk_bytes, stages;
   uint32_t ll_block;       /* WEFT_LL_BLOCK_BYTES */
   uint64_t oneshot_max;    /* WEFT_ONESHOT_MAX_BYTES (0: the tuner's) */
+  uint64_t ll_max;         /* WEFT_LL_MAX_BYTES (0: the buffer's 1 MiB) */
   weft_dev_planner_t plan; /* channels per operation; send/recv message counts */
   cudaEvent_t order;
   cudaStream_t last; /* stream of the last launch */
@@ -88,7 +89,8 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
           stages = weft_param_int("WEFT_P2P_STAGES"), ch = weft_param_int("WEFT_P2P_CHANNELS"),
           bb = weft_param_int("WEFT_P2P_BLOCK_BYTES"), split = weft_param_int("WEFT_P2P_SPLIT"),
           llb = weft_param_int("WEFT_LL_BLOCK_BYTES"), rounds = weft_param_int("WEFT_P2P_ROUNDS"),
-          oneshot = weft_param_int("WEFT_ONESHOT_MAX_BYTES");
+          oneshot = weft_param_int("WEFT_ONESHOT_MAX_BYTES"),
+          llmax = weft_param_int("WEFT_LL_MAX_BYTES");
   if (chunk < 1024 || chunk > (64 << 20) || chunk % 16)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_P2P_CHUNK_BYTES=%lld: use a multiple of 16 in [1 KiB, 64 MiB]",
@@ -99,6 +101,9 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   if (ch < 1 || ch > WEFT_DEV_COLL_CHANNELS)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_CHANNELS=%lld: use 1-%d", (long long)ch,
                           WEFT_DEV_COLL_CHANNELS);
+  if (llmax < 0 || llmax > WEFT_DEV_LL_MAX_BYTES)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_LL_MAX_BYTES=%lld: use 0-%d",
+                          (long long)llmax, WEFT_DEV_LL_MAX_BYTES);
   if (rounds < 1 || rounds > 64)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_ROUNDS=%lld: use 1-64",
                           (long long)rounds);
@@ -113,6 +118,7 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->stages = (uint32_t)stages;
   d->ll_block = (uint32_t)llb;
   d->oneshot_max = oneshot > 0 ? (uint64_t)oneshot : 0;
+  d->ll_max = (uint64_t)llmax;
   d->launch.rounds = (uint32_t)rounds;
   d->plan.split = (int)split;
   d->plan.rank = c->rank;
@@ -184,7 +190,14 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   }
   /* Ranks sharing a GPU share its SMs too: with split roles their kernels could hold every
    * SM with blocks that wait for blocks not yet resident. One block per channel there. */
-  if (d->p2p.gpu_shared) d->plan.split = 0;
+  if (d->p2p.gpu_shared) {
+    d->plan.split = 0;
+    if (c->rank == 0)
+      WEFT_WARN(WEFT_SUB_INIT,
+                "several ranks of this communicator share a GPU: CUDA time-slices kernels of "
+                "different processes, so each collective waits for a time slice (2.3 ms with 2 "
+                "ranks per H200, 6.8 ms with 4); use one process per GPU, or MPS");
+  }
   /* What every launch of this comm passes, filled once. */
   weft_dev_launch_t *L = &d->launch;
   weft_dev_ll_t *P = &d->ll;
@@ -343,24 +356,22 @@ static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int 
   return WEFT_SUCCESS;
 }
 
-/* A lone small operation takes the low-latency kernel: a one-shot allreduce up to its 1 MiB
- * of buffer per peer; allgather, alltoall and reduce_scatter up to 512 KiB per peer, where
- * the general kernel's fixed cost (a fence and two flag hops, 7 us as graph replays on 2
- * H200s, against 2.7 us; *-tuning-6.txt) still outweighs sending every 8 bytes as 16. */
+/* A lone small allreduce (one-shot), allgather, alltoall or reduce_scatter takes the
+ * low-latency kernel up to its 1 MiB of buffer per peer (WEFT_LL_MAX_BYTES lowers it): the
+ * general kernel's fixed cost (a fence and two flag hops, 7 us as graph replays on 2 H200s,
+ * against 2.7; *-tuning-6.txt) outweighs sending every 8 bytes as 16 up to there (at 1 MiB
+ * per peer: allreduce 13.0 against 15.3 us, allgather 12.3 against 13.4; *-tuning-7.txt). */
 static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks) {
   if (ntasks != 1 || c->nranks < 2) return -1;
   const weft_task_t *t = tasks;
-  size_t bytes = t->args.count * weft_dtype_size(t->dtype);
-  if (bytes == 0) return -1;
+  size_t bytes = t->args.count * weft_dtype_size(t->dtype), lim = c->dev->ll_max;
+  if (lim == 0) lim = WEFT_DEV_LL_MAX_BYTES;
+  if (bytes == 0 || bytes > lim) return -1;
   switch (t->args.coll) {
-  case WEFT_COLL_ALLREDUCE:
-    return t->algo == WEFT_ALGO_ONESHOT && bytes <= WEFT_DEV_LL_MAX_BYTES
-               ? WEFT_DEV_ALLREDUCE_ONESHOT
-               : -1;
-  case WEFT_COLL_ALLGATHER: return bytes <= WEFT_DEV_LL_MAX_BYTES / 2 ? WEFT_DEV_ALLGATHER : -1;
-  case WEFT_COLL_ALLTOALL: return bytes <= WEFT_DEV_LL_MAX_BYTES / 2 ? WEFT_DEV_ALLTOALL : -1;
-  case WEFT_COLL_REDUCE_SCATTER:
-    return bytes <= WEFT_DEV_LL_MAX_BYTES / 2 ? WEFT_DEV_REDUCE_SCATTER : -1;
+  case WEFT_COLL_ALLREDUCE: return t->algo == WEFT_ALGO_ONESHOT ? WEFT_DEV_ALLREDUCE_ONESHOT : -1;
+  case WEFT_COLL_ALLGATHER: return WEFT_DEV_ALLGATHER;
+  case WEFT_COLL_ALLTOALL: return WEFT_DEV_ALLTOALL;
+  case WEFT_COLL_REDUCE_SCATTER: return WEFT_DEV_REDUCE_SCATTER;
   default: return -1;
   }
 }

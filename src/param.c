@@ -36,6 +36,8 @@ static const struct {
      "device: 1 gives sending, reducing and gathering blocks of their own; 0: one block does all"},
     {"WEFT_P2P_ROUNDS", "4",
      "device reductions: a channel's share in this many rounds (not under 32 KiB) to pipeline"},
+    {"WEFT_LL_MAX_BYTES", "0",
+     "device: low-latency kernel up to this many bytes per peer (0: 1 MiB, its most)"},
     {"WEFT_LL_BLOCK_BYTES", "4096",
      "device: payload per block of the low-latency allreduce (16-byte multiple, 512-16384)"},
     {"WEFT_ONESHOT_MAX_BYTES", "0", "device allreduce: one-shot up to this size (0: the tuner's)"},
