@@ -9,34 +9,6 @@
 
 namespace weft {
 
-/* One 16-byte vector of each of nin inputs, reduced in rank order. */
-template <int DT, int OP>
-__device__ __forceinline__ uint4 reduce_vec(const uint4 *v, int nin, int nranks) {
-  typedef Ty<DT> T;
-  typedef typename T::S S;
-  typedef typename T::A A;
-  constexpr int V = 16 / sizeof(S);
-  A acc[V];
-  const S *e0 = (const S *)&v[0];
-#pragma unroll
-  for (int k = 0; k < V; k++)
-    acc[k] = T::up(e0[k]);
-#pragma unroll
-  for (int j = 1; j < WEFT_DEV_MAX_RANKS; j++)
-    if (j < nin) {
-      const S *e = (const S *)&v[j];
-#pragma unroll
-      for (int k = 0; k < V; k++)
-        acc[k] = combine<DT, OP>(acc[k], T::up(e[k]));
-    }
-  uint4 o;
-  S *eo = (S *)&o;
-#pragma unroll
-  for (int k = 0; k < V; k++)
-    eo[k] = finish<DT, OP>(acc[k], nranks);
-  return o;
-}
-
 template <int DT>
 __device__ __forceinline__ uint4 reduce_vec_op(int op, const uint4 *v, int nin, int nranks) {
   switch (op) {

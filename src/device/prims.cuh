@@ -173,6 +173,35 @@ __device__ inline void copy1(char *dst, const char *src, uint64_t bytes) {
   copy_multi(&dst, 1, src, bytes);
 }
 
+/* One 16-byte vector of each input, reduced in rank order: M inputs when NIN > 0 (NIN ==
+ * M), else the first nin of M. */
+template <int DT, int OP, int M = WEFT_DEV_MAX_RANKS, int NIN = 0>
+__device__ __forceinline__ uint4 reduce_vec(const uint4 *v, int nin, int nranks) {
+  typedef Ty<DT> T;
+  typedef typename T::S S;
+  typedef typename T::A A;
+  constexpr int V = 16 / sizeof(S);
+  A acc[V];
+  const S *e0 = (const S *)&v[0];
+#pragma unroll
+  for (int k = 0; k < V; k++)
+    acc[k] = T::up(e0[k]);
+#pragma unroll
+  for (int j = 1; j < M; j++)
+    if (NIN || j < nin) {
+      const S *e = (const S *)&v[j];
+#pragma unroll
+      for (int k = 0; k < V; k++)
+        acc[k] = combine<DT, OP>(acc[k], T::up(e[k]));
+    }
+  uint4 o;
+  S *eo = (S *)&o;
+#pragma unroll
+  for (int k = 0; k < V; k++)
+    eo[k] = finish<DT, OP>(acc[k], nranks);
+  return o;
+}
+
 /* out[d][i] = in[0][i] op in[1][i] op ... in rank order, for every destination d. NIN > 0:
  * exactly NIN inputs, known when compiling, so the vectors stay in registers and each
  * thread keeps U loads of every input in flight (a reducer reads two streams; one load
@@ -208,24 +237,7 @@ __device__ void reduce_multi(char *const *dst, int nd, const char *const *in, in
       for (int u = 0; u < U; u++) {
         uint64_t i = i0 + (uint64_t)u * nt;
         if (i >= nv) break;
-        const S *e0 = (const S *)&v[u][0];
-        A acc[V];
-#pragma unroll
-        for (int k = 0; k < V; k++)
-          acc[k] = T::up(e0[k]);
-#pragma unroll
-        for (int j = 1; j < M; j++)
-          if (NIN || j < nin) {
-            const S *e = (const S *)&v[u][j];
-#pragma unroll
-            for (int k = 0; k < V; k++)
-              acc[k] = combine<DT, OP>(acc[k], T::up(e[k]));
-          }
-        uint4 o;
-        S *eo = (S *)&o;
-#pragma unroll
-        for (int k = 0; k < V; k++)
-          eo[k] = finish<DT, OP>(acc[k], nranks);
+        uint4 o = reduce_vec<DT, OP, M, NIN>(v[u], nin, nranks);
         for (int d = 0; d < nd; d++)
           ((uint4 *)dst[d])[i] = o;
       }
