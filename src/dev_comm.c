@@ -25,8 +25,8 @@ struct weft_dev {
   weft_dev_error_t *err_h, *err_d;
   uint32_t chunk_bytes, stages;
   uint32_t ll_block;       /* WEFT_LL_BLOCK_BYTES */
-  uint64_t oneshot_max;    /* WEFT_ONESHOT_MAX_BYTES (0: the tuner's) */
-  uint64_t ll_max;         /* WEFT_LL_MAX_BYTES (0: the buffer's 1 MiB) */
+  uint64_t oneshot_max;    /* allreduce one-shot up to this (WEFT_ONESHOT_MAX_BYTES) */
+  uint64_t ll_max;         /* low-latency kernel up to this per peer (WEFT_LL_MAX_BYTES) */
   weft_dev_planner_t plan; /* channels per operation; send/recv message counts */
   cudaEvent_t order;
   cudaStream_t last; /* stream of the last launch */
@@ -117,8 +117,13 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->chunk_bytes = (uint32_t)chunk;
   d->stages = (uint32_t)stages;
   d->ll_block = (uint32_t)llb;
-  d->oneshot_max = oneshot > 0 ? (uint64_t)oneshot : 0;
-  d->ll_max = (uint64_t)llmax;
+  /* One-shot moves (n-1) x the buffer into each rank in one exchange; two-shot moves
+   * 2(n-1)/n x in two. On 2 ranks that is the same traffic, so one-shot wins everywhere:
+   * on 2 H200s it beat two-shot from 2 MiB (20.0 vs 24.9 us) to 1 GiB (3.06 vs 3.31 ms;
+   * bench/results/2026-11-30-h200x2-tuning-5.txt). More ranks multiply one-shot's
+   * traffic: 256 KiB there is a guess, not a measurement. */
+  d->oneshot_max = oneshot > 0 ? (uint64_t)oneshot : c->nranks <= 2 ? UINT64_MAX : 256 * 1024;
+  d->ll_max = llmax > 0 ? (uint64_t)llmax : WEFT_DEV_LL_MAX_BYTES;
   d->launch.rounds = (uint32_t)rounds;
   d->plan.split = (int)split;
   d->plan.rank = c->rank;
@@ -311,15 +316,8 @@ void weft_dev_tune(const struct weft_comm *c, weft_task_t *t) {
     t->algo = forced;
     return;
   }
-  /* One-shot moves (n-1) x the buffer into each rank in one exchange; two-shot moves
-   * 2(n-1)/n x in two. On 2 ranks that is the same traffic, so one-shot wins everywhere:
-   * on 2 H200s it beat two-shot from 2 MiB (20.0 vs 24.9 us) to 1 GiB (3.06 vs 3.31 ms;
-   * bench/results/2026-11-30-h200x2-tuning-5.txt). More ranks multiply one-shot's
-   * traffic: 256 KiB there is a guess, not a measurement. */
-  uint64_t lim = c->dev->oneshot_max;
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
-  if (lim == 0) lim = c->nranks <= 2 ? UINT64_MAX : 256 * 1024;
-  t->algo = bytes <= lim ? WEFT_ALGO_ONESHOT : WEFT_ALGO_TWOSHOT;
+  t->algo = bytes <= c->dev->oneshot_max ? WEFT_ALGO_ONESHOT : WEFT_ALGO_TWOSHOT;
 }
 
 /* Device buffers only: a host pointer would fault the kernel and poison the context. */
@@ -364,9 +362,8 @@ static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int 
 static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks) {
   if (ntasks != 1 || c->nranks < 2) return -1;
   const weft_task_t *t = tasks;
-  size_t bytes = t->args.count * weft_dtype_size(t->dtype), lim = c->dev->ll_max;
-  if (lim == 0) lim = WEFT_DEV_LL_MAX_BYTES;
-  if (bytes == 0 || bytes > lim) return -1;
+  size_t bytes = t->args.count * weft_dtype_size(t->dtype);
+  if (bytes == 0 || bytes > c->dev->ll_max) return -1;
   switch (t->args.coll) {
   case WEFT_COLL_ALLREDUCE: return t->algo == WEFT_ALGO_ONESHOT ? WEFT_DEV_ALLREDUCE_ONESHOT : -1;
   case WEFT_COLL_ALLGATHER: return WEFT_DEV_ALLGATHER;

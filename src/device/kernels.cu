@@ -9,33 +9,6 @@
 
 namespace weft {
 
-template <int DT>
-__device__ __forceinline__ uint4 reduce_vec_op(int op, const uint4 *v, int nin, int nranks) {
-  switch (op) {
-  case WEFT_PROD: return reduce_vec<DT, WEFT_PROD>(v, nin, nranks);
-  case WEFT_MIN: return reduce_vec<DT, WEFT_MIN>(v, nin, nranks);
-  case WEFT_MAX: return reduce_vec<DT, WEFT_MAX>(v, nin, nranks);
-  case WEFT_AVG: return reduce_vec<DT, WEFT_AVG>(v, nin, nranks);
-  default: return reduce_vec<DT, WEFT_SUM>(v, nin, nranks);
-  }
-}
-
-__device__ __forceinline__ uint4 reduce_vec_any(int dtype, int op, const uint4 *v, int nin,
-                                                int nranks) {
-  switch (dtype) {
-  case WEFT_F64: return reduce_vec_op<WEFT_F64>(op, v, nin, nranks);
-  case WEFT_F16: return reduce_vec_op<WEFT_F16>(op, v, nin, nranks);
-  case WEFT_BF16: return reduce_vec_op<WEFT_BF16>(op, v, nin, nranks);
-  case WEFT_I8: return reduce_vec_op<WEFT_I8>(op, v, nin, nranks);
-  case WEFT_U8: return reduce_vec_op<WEFT_U8>(op, v, nin, nranks);
-  case WEFT_I32: return reduce_vec_op<WEFT_I32>(op, v, nin, nranks);
-  case WEFT_I64: return reduce_vec_op<WEFT_I64>(op, v, nin, nranks);
-  case WEFT_FP8_E4M3: return reduce_vec_op<WEFT_FP8_E4M3>(op, v, nin, nranks);
-  case WEFT_FP8_E5M2: return reduce_vec_op<WEFT_FP8_E5M2>(op, v, nin, nranks);
-  default: return reduce_vec_op<WEFT_F32>(op, v, nin, nranks);
-  }
-}
-
 /* Every type, op and input count: one loop that picks the arithmetic per 16-byte vector (a
  * branch every thread of the block takes alike). One function instead of one per type and
  * op: each function called through the ABI adds its register saves to the kernel's stack
@@ -89,7 +62,7 @@ __device__ __noinline__ void reduce_general(int dtype, int op, char *const *dst,
 template <int DT>
 __device__ __noinline__ void reduce_sum2(char *const *dst, int nd, const char *const *in,
                                          uint64_t count, int nranks) {
-  reduce_multi<DT, WEFT_SUM, 2>(dst, nd, in, 2, count, nranks);
+  reduce2<DT, WEFT_SUM>(dst, nd, in, count, nranks);
 }
 
 __device__ inline void reduce_any(int dtype, int op, char *const *dst, int nd,

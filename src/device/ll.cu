@@ -24,55 +24,15 @@ __device__ inline uint4 ld_line(const uint4 *p) {
   return v;
 }
 
-/* 8 bytes of packet p, in rank order, reduced. */
-template <int DT, int OP>
-__device__ __noinline__ uint64_t reduce_pkt(const uint64_t *v, int n, int nranks) {
-  typedef Ty<DT> T;
-  typedef typename T::S S;
-  typedef typename T::A A;
-  constexpr int K = 8 / sizeof(S);
-  A acc[K];
-  const S *e0 = (const S *)&v[0];
+/* 8 bytes of every rank's packet, in rank order, reduced: the 16-byte arithmetic of the
+ * general kernel on vectors whose upper half is zero (and discarded). */
+__device__ inline uint64_t reduce_pkt(int dtype, int op, const uint64_t *v, int n, int nranks) {
+  uint4 w[WEFT_DEV_MAX_RANKS];
 #pragma unroll
-  for (int k = 0; k < K; k++)
-    acc[k] = T::up(e0[k]);
-  for (int j = 1; j < n; j++) {
-    const S *e = (const S *)&v[j];
-#pragma unroll
-    for (int k = 0; k < K; k++)
-      acc[k] = combine<DT, OP>(acc[k], T::up(e[k]));
-  }
-  uint64_t out;
-  S *o = (S *)&out;
-#pragma unroll
-  for (int k = 0; k < K; k++)
-    o[k] = finish<DT, OP>(acc[k], nranks);
-  return out;
-}
-
-template <int DT> __device__ uint64_t reduce_pkt_dt(int op, const uint64_t *v, int n, int nranks) {
-  switch (op) {
-  case WEFT_PROD: return reduce_pkt<DT, WEFT_PROD>(v, n, nranks);
-  case WEFT_MIN: return reduce_pkt<DT, WEFT_MIN>(v, n, nranks);
-  case WEFT_MAX: return reduce_pkt<DT, WEFT_MAX>(v, n, nranks);
-  case WEFT_AVG: return reduce_pkt<DT, WEFT_AVG>(v, n, nranks);
-  default: return reduce_pkt<DT, WEFT_SUM>(v, n, nranks);
-  }
-}
-
-__device__ uint64_t reduce_pkt_any(int dtype, int op, const uint64_t *v, int n, int nranks) {
-  switch (dtype) {
-  case WEFT_F64: return reduce_pkt_dt<WEFT_F64>(op, v, n, nranks);
-  case WEFT_F16: return reduce_pkt_dt<WEFT_F16>(op, v, n, nranks);
-  case WEFT_BF16: return reduce_pkt_dt<WEFT_BF16>(op, v, n, nranks);
-  case WEFT_I8: return reduce_pkt_dt<WEFT_I8>(op, v, n, nranks);
-  case WEFT_U8: return reduce_pkt_dt<WEFT_U8>(op, v, n, nranks);
-  case WEFT_I32: return reduce_pkt_dt<WEFT_I32>(op, v, n, nranks);
-  case WEFT_I64: return reduce_pkt_dt<WEFT_I64>(op, v, n, nranks);
-  case WEFT_FP8_E4M3: return reduce_pkt_dt<WEFT_FP8_E4M3>(op, v, n, nranks);
-  case WEFT_FP8_E5M2: return reduce_pkt_dt<WEFT_FP8_E5M2>(op, v, n, nranks);
-  default: return reduce_pkt_dt<WEFT_F32>(op, v, n, nranks);
-  }
+  for (int j = 0; j < WEFT_DEV_MAX_RANKS; j++)
+    if (j < n) w[j] = make_uint4((uint32_t)v[j], (uint32_t)(v[j] >> 32), 0, 0);
+  uint4 o = reduce_vec_any(dtype, op, w, n, nranks);
+  return (uint64_t)o.x | (uint64_t)o.y << 32;
 }
 
 __device__ inline uint64_t load_bytes(const char *p, uint64_t n) {
@@ -176,7 +136,7 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS)
       if (!reduces) store_bytes(out + (uint64_t)src * total + i * 8, vals[src], nb);
     }
     if (bail) break;
-    if (reduces) store_bytes(out + i * 8, reduce_pkt_any(P.dtype, P.op, vals, n, n), nb);
+    if (reduces) store_bytes(out + i * 8, reduce_pkt(P.dtype, P.op, vals, n, n), nb);
   }
   __syncthreads();
   if (threadIdx.x == 0 && !bail) P.seq[ch] = seq;

@@ -202,42 +202,65 @@ __device__ __forceinline__ uint4 reduce_vec(const uint4 *v, int nin, int nranks)
   return o;
 }
 
-/* out[d][i] = in[0][i] op in[1][i] op ... in rank order, for every destination d. NIN > 0:
- * exactly NIN inputs, known when compiling, so the vectors stay in registers and each
- * thread keeps U loads of every input in flight (a reducer reads two streams; one load
- * at a time left it well short of NVLink's rate). NIN == 0: nin inputs, at most
- * WEFT_DEV_MAX_RANKS. */
-template <int DT, int OP, int NIN>
-__device__ void reduce_multi(char *const *dst, int nd, const char *const *in, int nin,
-                             uint64_t count, int nranks) {
+/* The arithmetic of any type and op, chosen at run time (a branch every thread of a block
+ * takes alike): the general reduction loop and the low-latency kernel's packets. */
+template <int DT>
+__device__ __forceinline__ uint4 reduce_vec_op(int op, const uint4 *v, int nin, int nranks) {
+  switch (op) {
+  case WEFT_PROD: return reduce_vec<DT, WEFT_PROD>(v, nin, nranks);
+  case WEFT_MIN: return reduce_vec<DT, WEFT_MIN>(v, nin, nranks);
+  case WEFT_MAX: return reduce_vec<DT, WEFT_MAX>(v, nin, nranks);
+  case WEFT_AVG: return reduce_vec<DT, WEFT_AVG>(v, nin, nranks);
+  default: return reduce_vec<DT, WEFT_SUM>(v, nin, nranks);
+  }
+}
+
+__device__ __forceinline__ uint4 reduce_vec_any(int dtype, int op, const uint4 *v, int nin,
+                                                int nranks) {
+  switch (dtype) {
+  case WEFT_F64: return reduce_vec_op<WEFT_F64>(op, v, nin, nranks);
+  case WEFT_F16: return reduce_vec_op<WEFT_F16>(op, v, nin, nranks);
+  case WEFT_BF16: return reduce_vec_op<WEFT_BF16>(op, v, nin, nranks);
+  case WEFT_I8: return reduce_vec_op<WEFT_I8>(op, v, nin, nranks);
+  case WEFT_U8: return reduce_vec_op<WEFT_U8>(op, v, nin, nranks);
+  case WEFT_I32: return reduce_vec_op<WEFT_I32>(op, v, nin, nranks);
+  case WEFT_I64: return reduce_vec_op<WEFT_I64>(op, v, nin, nranks);
+  case WEFT_FP8_E4M3: return reduce_vec_op<WEFT_FP8_E4M3>(op, v, nin, nranks);
+  case WEFT_FP8_E5M2: return reduce_vec_op<WEFT_FP8_E5M2>(op, v, nin, nranks);
+  default: return reduce_vec_op<WEFT_F32>(op, v, nin, nranks);
+  }
+}
+
+/* out[d][i] = in[0][i] op in[1][i], for every destination d: two inputs known when
+ * compiling, so the vectors stay in registers and each thread keeps U loads of both in
+ * flight (a reducer reads two streams; one load at a time left it well short of NVLink's
+ * rate). */
+template <int DT, int OP>
+__device__ void reduce2(char *const *dst, int nd, const char *const *in, uint64_t count,
+                        int nranks) {
   typedef Ty<DT> T;
   typedef typename T::S S;
   typedef typename T::A A;
-  constexpr int V = 16 / sizeof(S);
-  constexpr int M = NIN ? NIN : WEFT_DEV_MAX_RANKS;
-  constexpr int U = NIN ? 4 : 1;
-  uintptr_t al = 0;
+  constexpr int V = 16 / sizeof(S), U = 4;
+  uintptr_t al = (uintptr_t)in[0] | (uintptr_t)in[1];
   for (int d = 0; d < nd; d++)
     al |= (uintptr_t)dst[d];
-  for (int j = 0; j < nin; j++)
-    al |= (uintptr_t)in[j];
   const int t = threadIdx.x, nt = blockDim.x;
   uint64_t done = 0;
   if ((al & 15) == 0) {
     uint64_t nv = count / V;
     for (uint64_t i0 = t; i0 < nv; i0 += (uint64_t)U * nt) {
-      uint4 v[U][M];
+      uint4 v[U][2];
 #pragma unroll
       for (int u = 0; u < U; u++)
 #pragma unroll
-        for (int j = 0; j < M; j++)
-          if ((NIN || j < nin) && i0 + (uint64_t)u * nt < nv)
-            v[u][j] = ((const uint4 *)in[j])[i0 + (uint64_t)u * nt];
+        for (int j = 0; j < 2; j++)
+          if (i0 + (uint64_t)u * nt < nv) v[u][j] = ((const uint4 *)in[j])[i0 + (uint64_t)u * nt];
 #pragma unroll
       for (int u = 0; u < U; u++) {
         uint64_t i = i0 + (uint64_t)u * nt;
         if (i >= nv) break;
-        uint4 o = reduce_vec<DT, OP, M, NIN>(v[u], nin, nranks);
+        uint4 o = reduce_vec<DT, OP, 2, 2>(v[u], 2, nranks);
         for (int d = 0; d < nd; d++)
           ((uint4 *)dst[d])[i] = o;
       }
@@ -245,9 +268,7 @@ __device__ void reduce_multi(char *const *dst, int nd, const char *const *in, in
     done = nv * V;
   }
   for (uint64_t i = done + t; i < count; i += nt) {
-    A acc = T::up(((const S *)in[0])[i]);
-    for (int j = 1; j < nin; j++)
-      acc = combine<DT, OP>(acc, T::up(((const S *)in[j])[i]));
+    A acc = combine<DT, OP>(T::up(((const S *)in[0])[i]), T::up(((const S *)in[1])[i]));
     S o = finish<DT, OP>(acc, nranks);
     for (int d = 0; d < nd; d++)
       ((S *)dst[d])[i] = o;

@@ -64,18 +64,16 @@ __device__ inline float small_decode(uint32_t v, SmallFmt F) {
 
 template <int DT> struct Ty;
 
-template <> struct Ty<WEFT_F32> {
-  typedef float S;
-  typedef float A;
+/* Types that accumulate by plain conversion: S stored, A accumulated. */
+template <typename S_, typename A_> struct Plain {
+  typedef S_ S;
+  typedef A_ A;
   __device__ static A up(S x) { return x; }
-  __device__ static S down(A a) { return a; }
+  __device__ static S down(A a) { return (S)a; }
 };
-template <> struct Ty<WEFT_F64> {
-  typedef double S;
-  typedef double A;
-  __device__ static A up(S x) { return x; }
-  __device__ static S down(A a) { return a; }
-};
+
+template <> struct Ty<WEFT_F32> : Plain<float, float> {};
+template <> struct Ty<WEFT_F64> : Plain<double, double> {};
 template <> struct Ty<WEFT_F16> {
   typedef uint16_t S;
   typedef float A;
@@ -105,30 +103,10 @@ template <> struct Ty<WEFT_FP8_E5M2> {
   __device__ static A up(S x) { return small_decode(x, SmallFmt{5, 2, 15, 0x7b, 0x7e}); }
   __device__ static S down(A a) { return (S)small_encode(a, SmallFmt{5, 2, 15, 0x7b, 0x7e}); }
 };
-template <> struct Ty<WEFT_I8> {
-  typedef int8_t S;
-  typedef int32_t A;
-  __device__ static A up(S x) { return x; }
-  __device__ static S down(A a) { return (S)a; }
-};
-template <> struct Ty<WEFT_U8> {
-  typedef uint8_t S;
-  typedef uint32_t A;
-  __device__ static A up(S x) { return x; }
-  __device__ static S down(A a) { return (S)a; }
-};
-template <> struct Ty<WEFT_I32> {
-  typedef int32_t S;
-  typedef int32_t A;
-  __device__ static A up(S x) { return x; }
-  __device__ static S down(A a) { return a; }
-};
-template <> struct Ty<WEFT_I64> {
-  typedef int64_t S;
-  typedef int64_t A;
-  __device__ static A up(S x) { return x; }
-  __device__ static S down(A a) { return a; }
-};
+template <> struct Ty<WEFT_I8> : Plain<int8_t, int32_t> {};
+template <> struct Ty<WEFT_U8> : Plain<uint8_t, uint32_t> {};
+template <> struct Ty<WEFT_I32> : Plain<int32_t, int32_t> {};
+template <> struct Ty<WEFT_I64> : Plain<int64_t, int64_t> {};
 
 template <typename A> struct Unsigned { typedef A U; };
 template <> struct Unsigned<int32_t> { typedef uint32_t U; };
