@@ -1,6 +1,7 @@
 // Host cost of the CUDA runtime calls on weft's launch path, per call, on the device
 // machine: what queueing one operation can cost at best. Built and run there by
 // scripts/device_gpu_tune.sh 4 (nvcc -O2 -arch=sm_90).
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <time.h>
@@ -53,6 +54,25 @@ int main() {
   for (int i = 0; i < 1000; i++)
     k_small<<<1, 512, 0, s>>>(sm);
   TIME("launch, 160 B of parameters", k_small<<<1, 512, 0, s>>>(sm));
+  void *args[] = {&sm};
+  TIME("cudaLaunchKernel, 160 B", cudaLaunchKernel((const void *)k_small, 1, 512, args, 0, s));
+  typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                unsigned, unsigned, CUstream, void **, void **);
+  launch_fn cu_launch = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  cudaFunction_t f = nullptr;
+  if (cudaGetDriverEntryPointByVersion("cuLaunchKernel", (void **)&cu_launch, 12000,
+                                       cudaEnableDefault, &q) == cudaSuccess &&
+      cudaGetFuncBySymbol(&f, (const void *)k_small) == cudaSuccess && cu_launch) {
+    TIME("cuLaunchKernel (driver), 160 B",
+         cu_launch((CUfunction)f, 1, 1, 1, 512, 1, 1, 0, (CUstream)s, args, nullptr));
+    TIME("cuLaunchKernel + cudaEventRecord",
+         (cu_launch((CUfunction)f, 1, 1, 1, 512, 1, 1, 0, (CUstream)s, args, nullptr),
+          cudaEventRecord(e, s)));
+  } else {
+    printf("driver entry point unavailable\n");
+  }
+  TIME("launch + cudaGetLastError", (k_small<<<1, 512, 0, s>>>(sm), cudaGetLastError()));
   TIME("launch, 1400 B of parameters", k_big<<<1, 512, 0, s>>>(bg));
   TIME("launch 64 blocks, 1400 B", k_big<<<64, 512, 0, s>>>(bg));
   TIME("cudaEventRecord", cudaEventRecord(e, s));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite on the device machine, with a report under OUT: GPU topology, the gpu test
 # suite (oracle matrix on device buffers, 2 ranks on 2 GPUs with and without split roles,
-# one process driving both GPUs, and 2-3 ranks sharing one GPU; a rank SIGKILLed mid-kernel;
+# one process driving both GPUs, and 2-3 ranks sharing one GPU; the same through host-staged
+# regions (WEFT_P2P_DISABLE=1); a rank SIGKILLed mid-kernel;
 # graph capture, concurrent communicators, failures), and compute-sanitizer memcheck and
 # racecheck over a short collbench run of every collective and over the oracle matrix.
 # usage: scripts/device_gpu_suite.sh OUT [BUILD]   (BUILD: a build dir made with -Dcuda=enabled)
@@ -35,6 +36,21 @@ run one_process "$b/tests/gpu/test_one_process"
 run gpu_fault "$b/tests/gpu/test_gpu_fault"
 run collectives_2_share "$b/tests/gpu/test_collectives_gpu" 2 --share
 run collectives_3_share "$b/tests/gpu/test_collectives_gpu" 3 --share
+# Host-staged regions (as where GPUs cannot map each other), forced; the INFO log must show it.
+host_matrix() { # log, test args...
+  local log=$1
+  shift
+  WEFT_P2P_DISABLE=1 WEFT_DEBUG=INFO "$@" > "$log" 2>&1
+  local rc=$?
+  tail -3 "$log"
+  echo "host-staged inits: $(grep -c 'stages through host memory' "$log")"
+  [ "$rc" -eq 0 ] && grep -q 'stages through host memory' "$log"
+}
+export -f host_matrix
+run collectives_2_hoststaged bash -c 'host_matrix "$@"' _ "$out/hoststaged_2.txt" "$b/tests/gpu/test_collectives_gpu" 2
+run collectives_2_share_hoststaged bash -c 'host_matrix "$@"' _ "$out/hoststaged_share.txt" \
+  "$b/tests/gpu/test_collectives_gpu" 2 --share
+run one_process_hoststaged bash -c 'host_matrix "$@"' _ "$out/hoststaged_1p.txt" "$b/tests/gpu/test_one_process"
 for tool in memcheck racecheck; do
   run "sanitizer_$tool" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 9 \
     "$b/bench/collbench" -C all -b 1K -e 256K -f 256 -n 1 -w 0 --ranks 2
@@ -42,5 +58,5 @@ for tool in memcheck racecheck; do
     --error-exitcode 9 "$b/tests/gpu/test_collectives_gpu" 2
 done
 echo "gpu suite: $pass passed, $fail failed" | tee -a "$rep"
-tar -czf "$out/gpu_suite_logs.tgz" -C "$out" $(cd "$out" && ls *.log) 2> /dev/null && rm -f "$out"/*.log
+tar -czf "$out/gpu_suite_logs.tgz" -C "$out" $(cd "$out" && ls *.log hoststaged_*.txt) 2> /dev/null && rm -f "$out"/*.log "$out"/hoststaged_*.txt
 [ "$fail" -eq 0 ]

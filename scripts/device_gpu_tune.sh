@@ -23,12 +23,21 @@
 #   7 -> bench/results/2026-11-30-h200x2-tuning-7.txt: the low-latency kernel's limit
 #        (WEFT_LL_MAX_BYTES, per peer) for the four collectives from 128 KiB to 4 MiB; then 4
 #        and 8 ranks on the 2 GPUs (2 and 4 per GPU): the oracle matrix and a short sweep.
+#   8 -> bench/results/2026-11-30-h200x2-tuning-8.txt: the launch path again, with the
+#        runtime's cudaLaunchKernel and the driver's cuLaunchKernel; host-staged regions
+#        (WEFT_P2P_DISABLE=1) against NCCL without peer-to-peer (NCCL_P2P_DISABLE=1, its
+#        shared-memory transport), 8 B-256 MiB; rounds 1, 2 and 4 for reduce_scatter 2-64 MiB;
+#        which NVLink metrics ncu offers here.
+#   9 -> bench/results/2026-11-30-h200x2-tuning-9.txt: host-staged regions: channels (4, 8,
+#        16), chunk bytes (64 and 128 KiB) and the low-latency limit (64 KiB-1 MiB per peer),
+#        the four collectives 64 KiB-64 MiB; NCCL_P2P_DISABLE=1 alongside once; then one
+#        allreduce and reduce_scatter kernel at 16 MiB under ncu (NVLink bytes, duration).
 # Columns of the size lines: in "size:A/B" A is weft's time (us) and B NCCL's busbw (GB/s);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
-# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7 [BUILD] [RAW]
+# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9 [BUILD] [RAW]
 set -uo pipefail
-exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7 [BUILD] [RAW]}
+exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9 [BUILD] [RAW]}
 b=${2:-build-dev}
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cb=$b/bench/collbench
@@ -93,6 +102,54 @@ if [ "$exp" = 5 ]; then
       > "$raw/ar-$1-$2.txt" 2>&1
     pairs < "$raw/ar-$1-$2.txt"
   done
+  exit 0
+fi
+if [ "$exp" = 9 ]; then
+  raw=${3:-raw}
+  mkdir -p "$raw"
+  four=allreduce,allgather,reduce_scatter,alltoall
+  echo "host-staged defaults and NCCL_P2P_DISABLE=1 (size:weft us/nccl us):"
+  WEFT_P2P_DISABLE=1 NCCL_P2P_DISABLE=1 timeout 120 $cb -C $four -b 64K -e 64M -f 4 -n 10 -w 3 \
+    --compare nccl > "$raw/host-nccl.txt" 2>&1
+  awk '/^# [a-z_]+$/ {if (l) print l; l = $2 ":"} !/^#/ && NF > 8 {l = l " " $1 ":" $6 "/" $14}
+    END {if (l) print l}' "$raw/host-nccl.txt"
+  for v in "4 131072 0" "8 131072 0" "16 131072 0" "8 65536 0" "16 65536 0" "8 131072 65536" \
+    "8 131072 262144" "16 131072 262144"; do
+    set -- $v
+    echo "host-staged channels=$1 chunk=$2 ll_max=$3 (size:us):"
+    WEFT_P2P_DISABLE=1 WEFT_P2P_CHANNELS=$1 WEFT_P2P_CHUNK_BYTES=$2 WEFT_LL_MAX_BYTES=$3 \
+      timeout 100 $cb -C $four -b 64K -e 64M -f 4 -n 10 -w 3 -c 0 > "$raw/host-$1-$2-$3.txt" 2>&1
+    pairs < "$raw/host-$1-$2-$3.txt" | sed 's#/[0-9.]*##g'
+  done
+  for c in allreduce reduce_scatter; do
+    echo "ncu, $c 16 MiB, one kernel of rank 0 (application replay):"
+    timeout 150 ncu --target-processes all --replay-mode application -k regex:kernel \
+      --launch-skip 6 --launch-count 1 --metrics gpu__time_duration.sum,nvltx__bytes.sum,nvlrx__bytes.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
+      $cb -C $c -b 16M -e 16M -n 2 -w 5 -c 0 --ranks 2 > "$raw/ncu-$c.txt" 2>&1
+    grep -E "==PROF==|kernel|duration|bytes|throughput|warps_active" "$raw/ncu-$c.txt" | head -30
+  done
+  exit 0
+fi
+if [ "$exp" = 8 ]; then
+  raw=${3:-raw}
+  mkdir -p "$raw"
+  dir=$(dirname "$0")
+  nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$raw/api_cost" "$dir/device_api_cost.cu" &&
+    "$raw/api_cost"
+  echo "host-staged (weft WEFT_P2P_DISABLE=1, NCCL NCCL_P2P_DISABLE=1), f32, weft us:nccl us:ratio:"
+  WEFT_P2P_DISABLE=1 NCCL_P2P_DISABLE=1 timeout 240 $cb -C allreduce,allgather,reduce_scatter,alltoall \
+    -b 8 -e 256M -f 8 -n 10 -w 3 --compare nccl --json "$raw/hoststaged.json" \
+    > "$raw/hoststaged.txt" 2>&1
+  grep "^#" "$raw/hoststaged.txt" | grep -v "sizes done" | head -8
+  awk '/^# [a-z_]+$/ {if (l) print l; l = $2 ":"} !/^#/ && NF > 8 {l = l " " $1 ":" $6 ":" $14 ":" $16}
+    END {if (l) print l}' "$raw/hoststaged.txt"
+  for r in 1 2 4; do
+    echo "reduce_scatter rounds=$r, 2M-64M (size:us):"
+    WEFT_P2P_ROUNDS=$r timeout 60 $cb -C reduce_scatter -b 2M -e 64M -f 2 -n 20 -w 5 -c 0 |
+      grep -v "^#" | awk '{printf "%s:%s ", $1, $6} END {print ""}'
+  done
+  echo "ncu NVLink metrics offered:"
+  timeout 120 ncu --query-metrics 2>&1 | grep -i "nvl" | head -20
   exit 0
 fi
 if [ "$exp" = 4 ]; then

@@ -27,6 +27,7 @@ struct weft_dev {
   uint32_t ll_block;       /* WEFT_LL_BLOCK_BYTES */
   uint64_t oneshot_max;    /* allreduce one-shot up to this (WEFT_ONESHOT_MAX_BYTES) */
   uint64_t ll_max;         /* low-latency kernel up to this per peer (WEFT_LL_MAX_BYTES) */
+  int ll_max_set;          /* ... as the user set it */
   weft_dev_planner_t plan; /* channels per operation; send/recv message counts */
   cudaEvent_t order;
   cudaStream_t last; /* stream of the last launch */
@@ -67,6 +68,19 @@ static size_t ll_offset(const struct weft_dev *d, int nranks) {
 static size_t region_bytes(const struct weft_dev *d, int nranks) {
   return ll_offset(d, nranks) +
          WEFT_DEV_LL_OFF(WEFT_DEV_LL_CHANNELS, 0, 0, nranks > 1 ? nranks : 2);
+}
+
+/* Host-staged regions live in /dev/shm and carry PCIe's bandwidth, not NVLink's. On 2 H200s
+ * (bench/results/2026-11-30-h200x2-tuning-9.txt) 16 channels of 64 KiB chunks beat 4 and 8
+ * channels and 128 KiB from 4 MiB up (allreduce 64 MiB: 2.10 ms against 2.54 with 8 x 128
+ * KiB), and the low-latency kernel, which doubles the bytes crossing PCIe, won only up to
+ * 256 KiB per peer (allreduce 1 MiB: 57.8 us against 77.9). Each rank's segment holds
+ * about 10 MiB per peer. */
+enum { HOST_CHANNELS = 16, HOST_CHUNK_BYTES = 64 * 1024, HOST_LL_MAX_BYTES = 256 * 1024 };
+static void host_sizing(struct weft_dev *d) {
+  if (d->plan.max_channels > HOST_CHANNELS) d->plan.max_channels = HOST_CHANNELS;
+  if (d->chunk_bytes > HOST_CHUNK_BYTES) d->chunk_bytes = HOST_CHUNK_BYTES;
+  if (!d->ll_max_set && d->ll_max > HOST_LL_MAX_BYTES) d->ll_max = HOST_LL_MAX_BYTES;
 }
 
 static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
@@ -124,6 +138,7 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
    * traffic: 256 KiB there is a guess, not a measurement. */
   d->oneshot_max = oneshot > 0 ? (uint64_t)oneshot : c->nranks <= 2 ? UINT64_MAX : 256 * 1024;
   d->ll_max = llmax > 0 ? (uint64_t)llmax : WEFT_DEV_LL_MAX_BYTES;
+  d->ll_max_set = llmax > 0;
   d->launch.rounds = (uint32_t)rounds;
   d->plan.split = (int)split;
   d->plan.rank = c->rank;
@@ -186,8 +201,14 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   int saved = -1;
   cudaGetDevice(&saved);
   weft_result_t rc = agree(c, dev_init(c, d, device));
-  if (rc == WEFT_SUCCESS)
-    rc = weft_p2p_map(c->boot, c->rank, c->nranks, device, region_bytes(d, c->nranks), &d->p2p);
+  if (rc == WEFT_SUCCESS) {
+    struct weft_dev h = *d;
+    host_sizing(&h);
+    size_t bytes[2] = {region_bytes(d, c->nranks), region_bytes(&h, c->nranks)};
+    rc = weft_p2p_map(c->boot, c->rank, c->nranks, device, bytes,
+                      weft_param_int("WEFT_P2P_DISABLE") != 0, &d->p2p);
+    if (rc == WEFT_SUCCESS && d->p2p.host) host_sizing(d);
+  }
   leave_device(device, saved);
   if (rc != WEFT_SUCCESS) {
     dev_release(d);
@@ -220,8 +241,9 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   P->seq = (uint64_t *)((char *)d->counters + COUNTER_BYTES);
   P->ll_off = ll_offset(d, c->nranks);
   c->dev = d;
-  WEFT_INFO(WEFT_SUB_INIT, "rank %d: device %d, %zu bytes of staging, chunk %u x %u stages",
-            c->rank, device, d->p2p.bytes, d->chunk_bytes, d->stages);
+  WEFT_INFO(WEFT_SUB_INIT,
+            "rank %d: device %d, %zu bytes of staging in %s memory, chunk %u x %u stages", c->rank,
+            device, d->p2p.bytes, d->p2p.host ? "host" : "device", d->chunk_bytes, d->stages);
   return WEFT_SUCCESS;
 }
 
@@ -232,12 +254,13 @@ void weft_dev_free(weft_comm_t c) {
   enter_device(d->device, &saved);
   /* Kernels end on their own (done, aborted or timed out); wait for ours (through the event
    * recorded after the last launch: its stream may be gone by now), then for the peers',
-   * since their kernels may still write into our region. */
+   * since their kernels may still write into our region: those of this process here, the
+   * others (only where they mapped our region over IPC) at a barrier. */
   if (d->launched) cudaEventSynchronize(d->order);
   pthread_mutex_lock(&c->mu);
   int healthy = c->async_error == WEFT_SUCCESS && !atomic_load(&c->aborted);
   pthread_mutex_unlock(&c->mu);
-  if (healthy && c->boot) weft_bootstrap_barrier(c->boot);
+  if (weft_p2p_drain(&d->p2p) && healthy && c->boot) weft_bootstrap_barrier(c->boot);
   int device = d->device;
   dev_release(d);
   leave_device(device, saved);
@@ -247,7 +270,7 @@ void weft_dev_free(weft_comm_t c) {
 size_t weft_dev_memory(const struct weft_comm *c) {
   const struct weft_dev *d = c->dev;
   if (!d) return 0;
-  return d->p2p.bytes + COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES;
+  return (d->p2p.host ? 0 : d->p2p.bytes) + COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES;
 }
 
 void *weft_dev_scratch(const struct weft_comm *c) {

@@ -41,6 +41,8 @@ static const struct {
     {"WEFT_LL_BLOCK_BYTES", "4096",
      "device: payload per block of the low-latency allreduce (16-byte multiple, 512-16384)"},
     {"WEFT_ONESHOT_MAX_BYTES", "0", "device allreduce: one-shot up to this size (0: the tuner's)"},
+    {"WEFT_P2P_DISABLE", "0",
+     "device: 1 stages through host shared memory even where GPUs could map each other"},
     {"WEFT_CHECK", "0", "1: compare every rank's call before each collective (debugging aid)"},
     {"WEFT_SPIN", "2000", "progress-loop spins before a waiting rank sleeps"},
     {"WEFT_HOSTID", "", "override the host identity (fake several hosts on one machine)"},

@@ -1,7 +1,8 @@
 /* CUDA IPC mapping of every rank's staging region. Regions are allocated once per
  * communicator and mapped once, so no operation pays for a handle exchange. Ranks in the
  * same process (one process driving several GPUs) use each other's pointers directly,
- * with peer access enabled, since CUDA refuses to open a handle in the process that made it. */
+ * with peer access enabled, since CUDA refuses to open a handle in the process that made it.
+ * Where some pair cannot map each other, every rank falls back to host-staged regions. */
 #include "p2p.h"
 
 #include <cuda_runtime_api.h>
@@ -16,7 +17,8 @@ typedef struct {
   uint64_t addr; /* the region in its own process */
   int32_t device;
   int32_t pid;
-  char bus[32]; /* PCI bus id: which physical GPU */
+  int32_t force_host; /* WEFT_P2P_DISABLE set on this rank */
+  char bus[32];       /* PCI bus id: which physical GPU */
 } card_t;
 
 /* The region of a rank in this process, reachable from `device` (peer access on). */
@@ -42,37 +44,11 @@ static weft_result_t same_process(int device, const card_t *peer, int peer_dev, 
       ERR_GOTO(rc, label, WEFT_ERR_SYSTEM, "%s: %s", what, cudaGetErrorString(e_));                \
   } while (0)
 
-weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int device, size_t bytes,
-                           weft_p2p_t *out) {
-  weft_result_t rc = WEFT_SUCCESS;
-  card_t *cards = NULL;
-  memset(out, 0, sizeof *out);
-  out->device = device;
-  out->rank = rank;
-  out->nranks = nranks;
-  out->bytes = bytes;
-  if (nranks > WEFT_DEV_MAX_RANKS)
-    return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                          "device communicators have at most %d ranks (one host) for now; %d asked",
-                          WEFT_DEV_MAX_RANKS, nranks);
-  cards = calloc((size_t)nranks, sizeof *cards);
-  if (!cards) return weft_set_error(WEFT_ERR_NO_MEMORY, "p2p: out of memory");
-  CUDA_GOTO(cudaMalloc((void **)&out->mine, bytes), rc, fail,
-            "p2p: cudaMalloc of the staging region");
-  CUDA_GOTO(cudaMemset(out->mine, 0, bytes), rc, fail, "p2p: cudaMemset");
-  CUDA_GOTO(cudaDeviceSynchronize(), rc, fail, "p2p: cudaDeviceSynchronize");
-  CUDA_GOTO(cudaIpcGetMemHandle(&cards[rank].handle, out->mine), rc, fail,
-            "p2p: cudaIpcGetMemHandle");
-  cards[rank].device = device;
-  cards[rank].pid = (int32_t)getpid();
-  cards[rank].addr = (uint64_t)(uintptr_t)out->mine;
-  CUDA_GOTO(cudaDeviceGetPCIBusId(cards[rank].bus, sizeof cards[rank].bus, device), rc, fail,
-            "p2p: cudaDeviceGetPCIBusId");
-  CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
-  for (int p = 0; p < nranks; p++)
-    for (int q = p + 1; q < nranks; q++)
-      out->gpu_shared |= strcmp(cards[p].bus, cards[q].bus) == 0;
-  for (int p = 0; p < nranks; p++) {
+/* Maps every peer's region over peer access; 0 (with the reason logged) where some peer
+ * cannot be reached that way, so that the communicator can stage through host memory. */
+static int map_peers(const card_t *cards, weft_p2p_t *out) {
+  int rank = out->rank, device = out->device;
+  for (int p = 0; p < out->nranks; p++) {
     if (p == rank) {
       out->region[p] = out->mine;
       continue;
@@ -82,39 +58,126 @@ weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
       int ok = 0;
       /* the peer's GPU as this process numbers it */
       if (cudaDeviceGetByPCIBusId(&peer_dev, cards[p].bus) != cudaSuccess ||
-          cudaDeviceCanAccessPeer(&ok, device, peer_dev) != cudaSuccess || !ok)
-        ERR_GOTO(rc, fail, WEFT_ERR_UNSUPPORTED,
-                 "p2p: GPU %s (rank %d) cannot map the memory of GPU %s (rank %d); a "
-                 "host-staged path is not implemented yet",
-                 cards[rank].bus, rank, cards[p].bus, p);
+          cudaDeviceCanAccessPeer(&ok, device, peer_dev) != cudaSuccess || !ok) {
+        cudaGetLastError();
+        WEFT_INFO(WEFT_SUB_INIT, "p2p: GPU %s (rank %d) cannot map the memory of GPU %s (rank %d)",
+                  cards[rank].bus, rank, cards[p].bus, p);
+        return 0;
+      }
     }
     void *ptr = NULL;
     cudaError_t e = cudaIpcOpenMemHandle(&ptr, cards[p].handle, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess && cards[p].pid == cards[rank].pid) {
       /* most likely our own process (a pid alone could repeat across containers) */
       cudaGetLastError();
-      CHECK_GOTO(same_process(device, &cards[p], peer_dev, &ptr), rc, fail);
+      if (same_process(device, &cards[p], peer_dev, &ptr) != WEFT_SUCCESS) {
+        WEFT_INFO(WEFT_SUB_INIT, "%s", weft_thread_error());
+        return 0;
+      }
+      out->local_dev[p] = (int8_t)(peer_dev >= 0 ? peer_dev : device);
     } else if (e != cudaSuccess) {
-      ERR_GOTO(rc, fail, WEFT_ERR_SYSTEM, "p2p: mapping rank %d's region (pid %d): %s", p,
-               cards[p].pid, cudaGetErrorString(e));
+      cudaGetLastError();
+      WEFT_INFO(WEFT_SUB_INIT, "p2p: rank %d cannot map rank %d's region (pid %d): %s", rank, p,
+                cards[p].pid, cudaGetErrorString(e));
+      return 0;
     } else {
       out->opened[p] = 1;
     }
     out->region[p] = ptr;
   }
-  free(cards);
-  return WEFT_SUCCESS;
-fail:
-  free(cards);
-  weft_p2p_unmap(out);
-  return rc;
+  return 1;
 }
 
-void weft_p2p_unmap(weft_p2p_t *p) {
+/* Peer-mapped device regions, the IPC handles and allocation undone. */
+static void unmap_device(weft_p2p_t *p) {
   for (int r = 0; r < p->nranks && r < WEFT_DEV_MAX_RANKS; r++)
     if (p->region[r] && p->opened[r]) cudaIpcCloseMemHandle(p->region[r]);
   if (p->mine) cudaFree(p->mine);
   memset(p->region, 0, sizeof p->region);
   memset(p->opened, 0, sizeof p->opened);
   p->mine = NULL;
+}
+
+weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int device,
+                           const size_t bytes[2], int force_host, weft_p2p_t *out) {
+  weft_result_t rc = WEFT_SUCCESS;
+  card_t *cards = NULL;
+  int32_t *ok = NULL;
+  memset(out, 0, sizeof *out);
+  out->device = device;
+  out->rank = rank;
+  out->nranks = nranks;
+  out->bytes = bytes[0];
+  memset(out->local_dev, -1, sizeof out->local_dev);
+  if (nranks > WEFT_DEV_MAX_RANKS)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "device communicators have at most %d ranks (one host) for now; %d asked",
+                          WEFT_DEV_MAX_RANKS, nranks);
+  cards = calloc((size_t)nranks, sizeof *cards);
+  ok = calloc((size_t)nranks, sizeof *ok);
+  if (!cards || !ok) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "p2p: out of memory");
+  if (!force_host) {
+    CUDA_GOTO(cudaMalloc((void **)&out->mine, bytes[0]), rc, fail,
+              "p2p: cudaMalloc of the staging region");
+    CUDA_GOTO(cudaMemset(out->mine, 0, bytes[0]), rc, fail, "p2p: cudaMemset");
+    CUDA_GOTO(cudaDeviceSynchronize(), rc, fail, "p2p: cudaDeviceSynchronize");
+    CUDA_GOTO(cudaIpcGetMemHandle(&cards[rank].handle, out->mine), rc, fail,
+              "p2p: cudaIpcGetMemHandle");
+  }
+  cards[rank].force_host = force_host != 0;
+  cards[rank].device = device;
+  cards[rank].pid = (int32_t)getpid();
+  cards[rank].addr = (uint64_t)(uintptr_t)out->mine;
+  CUDA_GOTO(cudaDeviceGetPCIBusId(cards[rank].bus, sizeof cards[rank].bus, device), rc, fail,
+            "p2p: cudaDeviceGetPCIBusId");
+  CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
+  int forced = 0;
+  for (int p = 0; p < nranks; p++) {
+    forced |= cards[p].force_host;
+    for (int q = p + 1; q < nranks; q++)
+      out->gpu_shared |= strcmp(cards[p].bus, cards[q].bus) == 0;
+  }
+  /* All ranks must choose alike: one pair that cannot map each other stages everyone. */
+  ok[rank] = !forced && map_peers(cards, out);
+  CHECK_GOTO(weft_bootstrap_allgather(boot, ok, sizeof *ok), rc, fail);
+  int all = 1, first_bad = -1;
+  for (int p = 0; p < nranks; p++)
+    if (!ok[p] && first_bad < 0) all = 0, first_bad = p;
+  if (!all) {
+    unmap_device(out);
+    if (!forced && rank == 0)
+      WEFT_WARN(WEFT_SUB_INIT,
+                "p2p: rank %d's GPU cannot map every peer's memory (WEFT_DEBUG=INFO says why); "
+                "every rank stages through host memory, which is slower than NVLink",
+                first_bad);
+    CHECK_GOTO(weft_hoststage_map(boot, rank, nranks, bytes[1], out), rc, fail);
+  }
+  free(cards);
+  free(ok);
+  return WEFT_SUCCESS;
+fail:
+  free(cards);
+  free(ok);
+  weft_p2p_unmap(out);
+  return rc;
+}
+
+void weft_p2p_unmap(weft_p2p_t *p) {
+  if (p->host)
+    weft_hoststage_unmap(p);
+  else
+    unmap_device(p);
+}
+
+int weft_p2p_drain(weft_p2p_t *p) {
+  if (p->host) return 0;
+  int ipc = 0, saved = -1;
+  cudaGetDevice(&saved);
+  for (int r = 0; r < p->nranks; r++) {
+    ipc |= p->opened[r];
+    if (r != p->rank && p->local_dev[r] >= 0 && cudaSetDevice(p->local_dev[r]) == cudaSuccess)
+      cudaDeviceSynchronize();
+  }
+  if (saved >= 0) cudaSetDevice(saved);
+  return ipc;
 }

@@ -17,8 +17,11 @@
 
 #include "err.h"
 #include "param.h"
+#include "shmseg.h"
 #include "socket.h"
 #include "transport.h"
+
+#define HINT "lower WEFT_SHM_RING_BYTES"
 
 typedef struct {
   _Atomic uint64_t head; /* bytes written, by the producer */
@@ -56,10 +59,6 @@ typedef struct {
   int own_linked;
 } shm_t;
 
-static void seg_name(char *buf, size_t len, uint64_t magic, int rank) {
-  snprintf(buf, len, "/weft-%016llx-%d", (unsigned long long)magic, rank);
-}
-
 static ring_ctl_t *ring_ctl(const shm_t *s, int owner_local, int sender_local) {
   return (ring_ctl_t *)(s->segs[owner_local] + sizeof(seg_hdr_t) +
                         (size_t)sender_local * (sizeof(ring_ctl_t) + s->ring_bytes));
@@ -94,33 +93,6 @@ static void shm_teardown(void *state) {
   free(s);
 }
 
-static weft_result_t map_seg(const char *name, size_t bytes, int create, char **out) {
-  int fd = shm_open(name, O_RDWR | (create ? O_CREAT | O_EXCL : 0), 0600);
-  if (fd < 0 && create && errno == EEXIST) { /* left by a crashed run with the same magic */
-    shm_unlink(name);
-    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-  }
-  if (fd < 0) return weft_set_error(WEFT_ERR_SYSTEM, "shm_open %s: %s", name, strerror(errno));
-  if (create) {
-    int e = ftruncate(fd, (off_t)bytes) == 0 ? posix_fallocate(fd, 0, (off_t)bytes) : errno;
-    if (e != 0) {
-      close(fd);
-      shm_unlink(name);
-      return weft_set_error(e == ENOSPC ? WEFT_ERR_NO_MEMORY : WEFT_ERR_SYSTEM,
-                            "shared memory %s (%zu bytes): %s; /dev/shm may be too small "
-                            "(lower WEFT_SHM_RING_BYTES)",
-                            name, bytes, strerror(e));
-    }
-  }
-  /* Populated now: first-touch faults would otherwise land on the first operations. */
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  int e = errno;
-  close(fd);
-  if (p == MAP_FAILED) return weft_set_error(WEFT_ERR_SYSTEM, "mmap %s: %s", name, strerror(e));
-  *out = p;
-  return WEFT_SUCCESS;
-}
-
 static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
   weft_result_t rc = WEFT_SUCCESS;
   shm_t *s = calloc(1, sizeof *s);
@@ -140,8 +112,8 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
   if (!s->segs || !s->beat_seen || !s->beat_when)
     ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "shm: out of memory");
   s->heartbeat_ms = weft_param_int("WEFT_HEARTBEAT_MS");
-  seg_name(s->name, sizeof s->name, in->magic, in->rank);
-  CHECK_GOTO(map_seg(s->name, s->seg_bytes, 1, &s->segs[s->my_local]), rc, fail);
+  weft_shm_name(s->name, sizeof s->name, in->magic, in->rank, "");
+  CHECK_GOTO(weft_shm_map(s->name, s->seg_bytes, 1, HINT, &s->segs[s->my_local]), rc, fail);
   s->own_linked = 1;
   seg_hdr_t *h = hdr(s, s->my_local);
   h->pid = (int32_t)getpid();
@@ -154,8 +126,8 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
     int l = in->local_rank[p];
     if (p == in->rank || l < 0 || !in->use[p]) continue;
     char name[64];
-    seg_name(name, sizeof name, in->magic, p);
-    CHECK_GOTO(map_seg(name, s->seg_bytes, 0, &s->segs[l]), rc, fail);
+    weft_shm_name(name, sizeof name, in->magic, p, "");
+    CHECK_GOTO(weft_shm_map(name, s->seg_bytes, 0, HINT, &s->segs[l]), rc, fail);
     if (hdr(s, l)->magic != in->magic || hdr(s, l)->nlocal != (uint32_t)s->nlocal)
       ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL, "shm: segment of rank %d does not match", p);
   }

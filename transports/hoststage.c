@@ -1,0 +1,65 @@
+/* Host-staged regions for device communicators whose GPUs cannot map each other: each
+ * rank's region is a POSIX shared-memory segment that every process maps and registers
+ * with CUDA, so the same kernels read and write it, over PCIe instead of NVLink. */
+#include <cuda_runtime_api.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "err.h"
+#include "p2p.h"
+#include "shmseg.h"
+
+#define HINT "lower WEFT_P2P_CHANNELS or WEFT_P2P_CHUNK_BYTES"
+
+weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, size_t bytes,
+                                 weft_p2p_t *out) {
+  weft_result_t rc = WEFT_SUCCESS;
+  out->host = 1;
+  out->bytes = bytes;
+  weft_shm_name(out->name, sizeof out->name, boot->magic, rank, "-dev");
+  CHECK_GOTO(weft_shm_map(out->name, bytes, 1, HINT, &out->seg[rank]), rc, fail);
+  out->linked = 1;
+  /* Every segment exists after this barrier; after the second, all are mapped and the names
+   * can go, so a crash later leaves nothing in /dev/shm. */
+  CHECK_GOTO(weft_bootstrap_barrier(boot), rc, fail);
+  for (int p = 0; p < nranks; p++) {
+    if (p == rank) continue;
+    char name[64];
+    weft_shm_name(name, sizeof name, boot->magic, p, "-dev");
+    CHECK_GOTO(weft_shm_map(name, bytes, 0, HINT, &out->seg[p]), rc, fail);
+  }
+  CHECK_GOTO(weft_bootstrap_barrier(boot), rc, fail);
+  shm_unlink(out->name);
+  out->linked = 0;
+  /* Portable: one process may drive several GPUs, each of which must reach every region. */
+  for (int p = 0; p < nranks; p++) {
+    cudaError_t e =
+        cudaHostRegister(out->seg[p], bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+    if (e != cudaSuccess)
+      ERR_GOTO(rc, fail, WEFT_ERR_SYSTEM, "host-staged p2p: registering rank %d's region: %s", p,
+               cudaGetErrorString(e));
+    out->registered[p] = 1;
+    e = cudaHostGetDevicePointer((void **)&out->region[p], out->seg[p], 0);
+    if (e != cudaSuccess)
+      ERR_GOTO(rc, fail, WEFT_ERR_SYSTEM, "host-staged p2p: device address of rank %d's region: %s",
+               p, cudaGetErrorString(e));
+  }
+  WEFT_INFO(WEFT_SUB_INIT, "rank %d: GPU %d stages through host memory (%zu bytes per rank)", rank,
+            out->device, bytes);
+  return WEFT_SUCCESS;
+fail:
+  weft_hoststage_unmap(out);
+  return rc;
+}
+
+void weft_hoststage_unmap(weft_p2p_t *p) {
+  for (int r = 0; r < p->nranks && r < WEFT_DEV_MAX_RANKS; r++) {
+    if (p->registered[r]) cudaHostUnregister(p->seg[r]);
+    if (p->seg[r]) munmap(p->seg[r], p->bytes);
+    p->seg[r] = NULL;
+    p->registered[r] = 0;
+    p->region[r] = NULL;
+  }
+  if (p->linked) shm_unlink(p->name);
+  p->linked = 0;
+}
