@@ -3,7 +3,8 @@
 # f32 and bf16, allreduce, allgather, reduce_scatter and alltoall, NCCL timed in the same
 # run on the same buffers (--compare nccl). Sizes up to 256 MiB are checked against the
 # oracle; the four largest are timed only (their host-side check would take most of a lease).
-# Then small allreduces as CUDA-graph replays against NCCL's (sweep-graph-allreduce.*).
+# Then small allreduces as CUDA-graph replays against NCCL's (sweep-graph-allreduce.*), and
+# host-staged regions against NCCL's shared-memory transport (sweep-hoststaged.*).
 # usage: scripts/device_gpu_bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
 set -uo pipefail
 out=${1:?usage: device_gpu_bench.sh OUT [BUILD]}
@@ -21,5 +22,9 @@ for t in float bfloat16; do
 done
 "$b/bench/collbench" -C allreduce -b 8 -e 1M -f 4 -n 50 -w 10 -G 1 --compare nccl \
   --json "$out/sweep-graph-allreduce.json" > "$out/sweep-graph-allreduce.txt" 2>&1 || rc=1
+# Host-staged regions (as where GPUs cannot map each other) against NCCL without peer-to-peer
+# (its shared-memory transport), f32, 8 B-256 MiB, checked.
+WEFT_P2P_DISABLE=1 NCCL_P2P_DISABLE=1 "$b/bench/collbench" -C $colls -b 8 -e 256M -f 4 -n 10 -w 3 \
+  --compare nccl --json "$out/sweep-hoststaged.json" > "$out/sweep-hoststaged.txt" 2>&1 || rc=1
 grep -h "WRONG\|failed" "$out"/sweep-*.txt
 exit $rc

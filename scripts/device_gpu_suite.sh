@@ -58,5 +58,7 @@ for tool in memcheck racecheck; do
     --error-exitcode 9 "$b/tests/gpu/test_collectives_gpu" 2
 done
 echo "gpu suite: $pass passed, $fail failed" | tee -a "$rep"
+echo "--- report ($rep):"
+cat "$rep"
 tar -czf "$out/gpu_suite_logs.tgz" -C "$out" $(cd "$out" && ls *.log hoststaged_*.txt) 2> /dev/null && rm -f "$out"/*.log "$out"/hoststaged_*.txt
 [ "$fail" -eq 0 ]

@@ -38,10 +38,13 @@ struct weft_dev {
   int checked_next;
 };
 
-/* Channel counters, then a few bytes for weft_barrier's one-byte allreduce. */
+/* Channel counters, the low-latency kernel's sequence numbers, a few bytes for weft_barrier's
+ * one-byte allreduce, then the in-place rounds' progress. */
 #define COUNTER_BYTES (sizeof(uint64_t) * WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS * 2)
 #define LLSEQ_BYTES   (sizeof(uint64_t) * WEFT_DEV_LL_CHANNELS)
 #define SCRATCH_BYTES 256
+#define PROGRESS_BYTES (WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
+#define PRIVATE_BYTES (COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES + PROGRESS_BYTES)
 
 #define CUDA_CHECK(call, what)                                                                     \
   do {                                                                                             \
@@ -147,10 +150,8 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->plan.block_bytes = bb > 0 ? (size_t)bb : 8192;
   /* staging is sized for the channels in use: ask for fewer, hold less */
   CUDA_CHECK(cudaSetDevice(device), "weft_comm_init: cudaSetDevice");
-  CUDA_CHECK(cudaMalloc((void **)&d->counters, COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES),
-             "weft_comm_init: cudaMalloc");
-  CUDA_CHECK(cudaMemset(d->counters, 0, COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES),
-             "weft_comm_init: cudaMemset");
+  CUDA_CHECK(cudaMalloc((void **)&d->counters, PRIVATE_BYTES), "weft_comm_init: cudaMalloc");
+  CUDA_CHECK(cudaMemset(d->counters, 0, PRIVATE_BYTES), "weft_comm_init: cudaMemset");
   CUDA_CHECK(cudaHostAlloc((void **)&d->abort_h, 64, cudaHostAllocMapped),
              "weft_comm_init: cudaHostAlloc");
   CUDA_CHECK(cudaHostAlloc((void **)&d->err_h, sizeof *d->err_h, cudaHostAllocMapped),
@@ -230,6 +231,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   for (int r = 0; r < c->nranks; r++)
     L->region[r] = P->region[r] = d->p2p.region[r];
   L->counters = d->counters;
+  L->progress = (uint64_t *)((char *)d->counters + COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES);
   L->abort_flag = P->abort_flag = d->abort_d;
   L->error = P->error = d->err_d;
   L->rank = P->rank = c->rank;
@@ -270,7 +272,7 @@ void weft_dev_free(weft_comm_t c) {
 size_t weft_dev_memory(const struct weft_comm *c) {
   const struct weft_dev *d = c->dev;
   if (!d) return 0;
-  return (d->p2p.host ? 0 : d->p2p.bytes) + COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES;
+  return (d->p2p.host ? 0 : d->p2p.bytes) + PRIVATE_BYTES;
 }
 
 void *weft_dev_scratch(const struct weft_comm *c) {

@@ -151,12 +151,10 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
         }
         it->a2av = (int16_t)na2av++;
       }
-      int roles = d->split ? split_roles(kind) : 1;
       /* In place, one-shot's reducers and alltoall's receivers overwrite input that the
-       * senders of the same channel may not have read yet: one block keeps the order. */
-      if (t->sendbuf == t->recvbuf &&
-          (kind == WEFT_DEV_ALLREDUCE_ONESHOT || kind == WEFT_DEV_ALLTOALL))
-        roles = 1;
+       * senders of the same channel may not have read yet; the kernel makes them wait for
+       * their sender's round (weft_dev_launch_t.progress), so split roles stay. */
+      int roles = d->split ? split_roles(kind) : 1;
       /* two-shot with split roles sends its reduced chunks on channels of their own */
       uint64_t avail =
           (uint64_t)(kind == WEFT_DEV_ALLREDUCE_TWOSHOT && roles > 1 ? per_coll / 2 : per_coll);

@@ -83,6 +83,8 @@ enum { WEFT_DEV_ERR_NONE = 0, WEFT_DEV_ERR_TIMEOUT = 1, WEFT_DEV_ERR_ABORTED = 2
 typedef struct {
   char *region[WEFT_DEV_MAX_RANKS]; /* every rank's region as mapped here (own included) */
   uint64_t *counters;               /* private: [ch][peer][2] sent, received */
+  uint64_t *progress; /* private: per collective channel, rounds its sender finished in this
+                         launch (in-place items), one per WEFT_DEV_FLAG_STRIDE bytes */
   volatile int32_t *abort_flag;     /* host-mapped; nonzero: give up */
   weft_dev_error_t *error;          /* host-mapped */
   int32_t rank, nranks;

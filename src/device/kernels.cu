@@ -102,17 +102,34 @@ __device__ inline int role_steps(int roles, int role) {
   return 1 << role;
 }
 
+/* The peers in the order this rank talks to them: rank+1 first, so that the ranks do not
+ * all write into the same peer at once. */
+__device__ inline int peer_at(const Chan &c, int i) { return (c.rank + 1 + i) % c.n; }
+
 struct Item {
   const weft_dev_item_t *it;
   int ci, nb, es; /* channel of this block within the item, channels, element size */
   uint64_t chunk_elems;
   int steps;
   uint32_t rounds; /* reductions only: their receivers have more to do, overlap pays */
+  uint64_t *progress; /* in place with split roles: the channel's sender's rounds, else null */
 };
 
-/* The peers in the order this rank talks to them: rank+1 first, so that the ranks do not
- * all write into the same peer at once. */
-__device__ inline int peer_at(const Chan &c, int i) { return (c.rank + 1 + i) % c.n; }
+/* In place with split roles, a receiver must not overwrite the input of a round before the
+ * sender of its channel has read it: the sender counts its rounds in device memory, the
+ * receiver waits for the count, and resets it after the last round (the sender is done
+ * then, and the next launch of the comm starts from 0). */
+__device__ inline void sent_round(const Item &w, uint64_t k) {
+  if (w.progress && threadIdx.x == 0) st_release_sys(w.progress, k);
+}
+__device__ inline bool await_round(const Chan &c, const Item &w, uint64_t k) {
+  return !w.progress || c.wait_geq(w.progress, k, peer_at(c, 0));
+}
+__device__ inline void rounds_done(const Item &w) {
+  if (!w.progress || !(w.steps & STEP_RECV)) return;
+  __syncthreads();
+  if (threadIdx.x == 0) *(volatile uint64_t *)w.progress = 0;
+}
 
 /* Sends len elements at in + (p * stride + off) to every peer p (stride 0: the same block to
  * all), then publishes them. False when the channel gave up. */
@@ -159,7 +176,9 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
   int peers[WEFT_DEV_MAX_RANKS];
   for (int i = 0; i < n - 1; i++)
     peers[i] = peer_at(c, i);
+  uint64_t k = 0;
   for (uint64_t off = (uint64_t)w.ci * unit; off < seg; off += (uint64_t)w.nb * unit) {
+    k++;
     /* 1. scatter: every peer gets its segment's chunk of our input (one-shot: all of it) */
     int nd = 0, dsts[WEFT_DEV_MAX_RANKS];
     if (w.steps & STEP_SEND) {
@@ -174,6 +193,7 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
         dsts[nd++] = p;
       }
       c.publish(dsts, nd);
+      sent_round(w, k);
     }
     /* 2. reduce our segment in rank order; two-shot also pushes the result to every peer */
     uint64_t mybase = twoshot ? (uint64_t)me * seg : 0;
@@ -182,7 +202,7 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
       const char *src[WEFT_DEV_MAX_RANKS];
       char *dst[WEFT_DEV_MAX_RANKS];
       int srcs[WEFT_DEV_MAX_RANKS], ns = 0, ndst = 0;
-      if (!collect(c, in + (mybase + off) * es, src, srcs, &ns)) return;
+      if (!collect(c, in + (mybase + off) * es, src, srcs, &ns) || !await_round(c, w, k)) return;
       dst[ndst++] = out + (mybase + off) * es;
       nd = 0;
       if (twoshot)
@@ -208,6 +228,7 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
       r.release(&p, 1);
     }
   }
+  rounds_done(w);
 }
 
 /* Sends a block of each peer's part of `in` (stride apart, or the same block when stride
@@ -215,12 +236,17 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
 __device__ void exchange(const Chan &c, const Item &w, uint64_t count, const char *in,
                          uint64_t in_stride, char *out, uint64_t out_stride, bool self_copy) {
   const int n = c.n, me = c.rank, es = w.es;
-  uint64_t unit = unit_for(count, w.nb, w.chunk_elems, es, w.rounds);
+  uint64_t unit = unit_for(count, w.nb, w.chunk_elems, es, w.rounds), k = 0;
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
-    if ((w.steps & STEP_SEND) && !scatter(c, in, in_stride, off, len, es)) return;
+    k++;
+    if (w.steps & STEP_SEND) {
+      if (!scatter(c, in, in_stride, off, len, es)) return;
+      sent_round(w, k);
+    }
     if (!(w.steps & STEP_RECV)) continue;
+    if (!await_round(c, w, k)) return;
     if (self_copy)
       copy1(out + ((uint64_t)me * out_stride + off) * es,
             in + ((uint64_t)me * in_stride + off) * es, len * es);
@@ -232,6 +258,7 @@ __device__ void exchange(const Chan &c, const Item &w, uint64_t count, const cha
       c.release(&p, 1);
     }
   }
+  rounds_done(w);
 }
 
 __device__ void reduce_scatter(const Chan &c, const Item &w) {
@@ -415,6 +442,10 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
                      it->kind == WEFT_DEV_REDUCE_SCATTER || it->kind == WEFT_DEV_REDUCE
                  ? L.rounds
                  : 1;
+  w.progress = nullptr;
+  if (roles > 1 && it->send == it->recv &&
+      (it->kind == WEFT_DEV_ALLREDUCE_ONESHOT || it->kind == WEFT_DEV_ALLTOALL))
+    w.progress = L.progress + (uint64_t)(it->chan0 + w.ci) * (WEFT_DEV_FLAG_STRIDE / 8);
   int ch = it->chan0 + w.ci, ch2 = it->chan1 + w.ci;
   bool two = it->chan1 != it->chan0;
   Chan c = open_chan(L, ch, &st[0], &bail, it->kind);
