@@ -32,12 +32,16 @@
 #        16), chunk bytes (64 and 128 KiB) and the low-latency limit (64 KiB-1 MiB per peer),
 #        the four collectives 64 KiB-64 MiB; NCCL_P2P_DISABLE=1 alongside once; then one
 #        allreduce and reduce_scatter kernel at 16 MiB under ncu (NVLink bytes, duration).
+#   10 -> bench/results/2026-11-30-h200x2-tuning-10.txt: the low-latency kernel with 128
+#        channels of 8 KiB and, on 2 ranks, a thread's lines read together (this build)
+#        against 64 channels of 16 KiB read one by one (BASE=collbench of the build before),
+#        128 KiB-4 MiB, three alternating rounds, stream launches and graph replays.
 # Columns of the size lines: in "size:A/B" A is weft's time (us) and B NCCL's busbw (GB/s);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
-# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9 [BUILD] [RAW]
+# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10 [BUILD] [RAW]
 set -uo pipefail
-exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9 [BUILD] [RAW]}
+exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10 [BUILD] [RAW]}
 b=${2:-build-dev}
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cb=$b/bench/collbench
@@ -101,6 +105,20 @@ if [ "$exp" = 5 ]; then
     WEFT_ALGO=$1 WEFT_P2P_SPLIT=$2 timeout 120 $cb -C allreduce -b 2M -e 1G -f 2 -n 10 -w 3 -c 0 \
       > "$raw/ar-$1-$2.txt" 2>&1
     pairs < "$raw/ar-$1-$2.txt"
+  done
+  exit 0
+fi
+if [ "$exp" = 10 ]; then
+  base=${BASE:?BASE=collbench binary of the build to compare against}
+  four=allreduce,allgather,reduce_scatter,alltoall
+  for round in 1 2 3; do
+    for v in "base $base" "new $cb"; do
+      set -- $v
+      echo "round $round, $1, stream (size:us):"
+      timeout 60 $2 -C $four -b 128K -e 4M -f 2 -n 50 -w 10 -c 0 | pairs | sed 's#/[0-9.]*##g'
+      echo "round $round, $1, graph (size:us):"
+      timeout 60 $2 -C $four -b 128K -e 4M -f 2 -n 50 -w 10 -c 0 -G 1 | pairs | sed 's#/[0-9.]*##g'
+    done
   done
   exit 0
 fi

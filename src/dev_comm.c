@@ -40,11 +40,11 @@ struct weft_dev {
 
 /* Channel counters, the low-latency kernel's sequence numbers, a few bytes for weft_barrier's
  * one-byte allreduce, then the in-place rounds' progress. */
-#define COUNTER_BYTES (sizeof(uint64_t) * WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS * 2)
-#define LLSEQ_BYTES   (sizeof(uint64_t) * WEFT_DEV_LL_CHANNELS)
-#define SCRATCH_BYTES 256
+#define COUNTER_BYTES  (sizeof(uint64_t) * WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS * 2)
+#define LLSEQ_BYTES    (sizeof(uint64_t) * WEFT_DEV_LL_CHANNELS)
+#define SCRATCH_BYTES  256
 #define PROGRESS_BYTES (WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
-#define PRIVATE_BYTES (COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES + PROGRESS_BYTES)
+#define PRIVATE_BYTES  (COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES + PROGRESS_BYTES)
 
 #define CUDA_CHECK(call, what)                                                                     \
   do {                                                                                             \

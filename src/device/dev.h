@@ -15,8 +15,8 @@ enum {
   WEFT_DEV_MAX_ITEMS = 16, /* work items (group members) in one launch */
   WEFT_DEV_MAX_A2AV = 2,   /* alltoallv items in one launch */
   WEFT_DEV_THREADS = 512,
-  WEFT_DEV_LL_CHANNELS = 64,      /* most blocks of the low-latency allreduce */
-  WEFT_DEV_LL_SLOT_BYTES = 32768, /* per channel, parity and source: 16 KiB of payload */
+  WEFT_DEV_LL_CHANNELS = 128,     /* most blocks of the low-latency kernel */
+  WEFT_DEV_LL_SLOT_BYTES = 16384, /* per channel, parity and source: 8 KiB of payload */
   WEFT_DEV_LL_MAX_BYTES = WEFT_DEV_LL_CHANNELS * WEFT_DEV_LL_SLOT_BYTES / 2,
   WEFT_DEV_FLAG_STRIDE = 64,      /* bytes between flags: one writer per cache line */
   WEFT_DEV_MIN_UNIT_BYTES = 32768 /* shortest round a channel's share is cut into */
@@ -85,8 +85,8 @@ typedef struct {
   uint64_t *counters;               /* private: [ch][peer][2] sent, received */
   uint64_t *progress; /* private: per collective channel, rounds its sender finished in this
                          launch (in-place items), one per WEFT_DEV_FLAG_STRIDE bytes */
-  volatile int32_t *abort_flag;     /* host-mapped; nonzero: give up */
-  weft_dev_error_t *error;          /* host-mapped */
+  volatile int32_t *abort_flag; /* host-mapped; nonzero: give up */
+  weft_dev_error_t *error;      /* host-mapped */
   int32_t rank, nranks;
   uint32_t chunk_bytes, stages;
   uint32_t rounds, pad_; /* WEFT_P2P_ROUNDS: a channel's share in this many rounds (or more) */

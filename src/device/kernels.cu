@@ -111,7 +111,7 @@ struct Item {
   int ci, nb, es; /* channel of this block within the item, channels, element size */
   uint64_t chunk_elems;
   int steps;
-  uint32_t rounds; /* reductions only: their receivers have more to do, overlap pays */
+  uint32_t rounds;    /* reductions only: their receivers have more to do, overlap pays */
   uint64_t *progress; /* in place with split roles: the channel's sender's rounds, else null */
 };
 
@@ -482,8 +482,9 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
 } // namespace weft
 
 extern "C" int weft_dev_launch(const weft_dev_launch_t *l, int nblocks, void *stream) {
-  weft::kernel<<<nblocks, WEFT_DEV_THREADS, 0, (cudaStream_t)stream>>>(*l);
-  return (int)cudaGetLastError();
+  void *args[] = {(void *)l};
+  return (int)cudaLaunchKernel((const void *)weft::kernel, dim3(nblocks), dim3(WEFT_DEV_THREADS),
+                               args, 0, (cudaStream_t)stream);
 }
 
 extern "C" const char *weft_dev_error_string(int code) {
