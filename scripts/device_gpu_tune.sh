@@ -48,6 +48,11 @@ cb=$b/bench/collbench
 # size:time(us)/busbw(GB/s) per line of a collbench table, one line per collective
 pairs() { awk '/^# [a-z_]+$/ {if (l) print l; l = $2 ":"} !/^#/ && NF > 8 {l = l " " $1 ":" $6 "/" $8}
   END {if (l) print l}'; }
+api_cost() { # raw dir: builds and runs scripts/device_api_cost.cu there
+  mkdir -p "$1"
+  nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$1/api_cost" "$(dirname "$0")/device_api_cost.cu" &&
+    "$1/api_cost"
+}
 submit_table() { # json: coll bytes time submit peer_time peer_submit (out of place)
   python3 -c "
 import json, sys
@@ -150,10 +155,7 @@ if [ "$exp" = 9 ]; then
 fi
 if [ "$exp" = 8 ]; then
   raw=${3:-raw}
-  mkdir -p "$raw"
-  dir=$(dirname "$0")
-  nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$raw/api_cost" "$dir/device_api_cost.cu" &&
-    "$raw/api_cost"
+  api_cost "$raw"
   echo "host-staged (weft WEFT_P2P_DISABLE=1, NCCL NCCL_P2P_DISABLE=1), f32, weft us:nccl us:ratio:"
   WEFT_P2P_DISABLE=1 NCCL_P2P_DISABLE=1 timeout 240 $cb -C allreduce,allgather,reduce_scatter,alltoall \
     -b 8 -e 256M -f 8 -n 10 -w 3 --compare nccl --json "$raw/hoststaged.json" \
@@ -172,10 +174,7 @@ if [ "$exp" = 8 ]; then
 fi
 if [ "$exp" = 4 ]; then
   raw=${3:-raw}
-  mkdir -p "$raw"
-  dir=$(dirname "$0")
-  nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$raw/api_cost" "$dir/device_api_cost.cu" &&
-    "$raw/api_cost"
+  api_cost "$raw"
   echo "host queueing per call (us) against stream time, weft then nccl:"
   timeout 120 $cb -C allreduce,allgather,reduce_scatter,alltoall -b 8 -e 64K -f 64 -n 200 -w 20 \
     --compare nccl --json "$raw/submit.json" > "$raw/submit.txt" 2>&1
