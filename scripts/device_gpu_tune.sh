@@ -36,12 +36,15 @@
 #        channels of 8 KiB and, on 2 ranks, a thread's lines read together (this build)
 #        against 64 channels of 16 KiB read one by one (BASE=collbench of the build before),
 #        128 KiB-4 MiB, three alternating rounds, stream launches and graph replays.
+#   11 -> bench/results/2026-11-30-h200x2-tuning-11.txt: the low-latency kernel's limit at
+#        2 MiB per peer (128 channels of 16 KiB slots) against 1 MiB (WEFT_LL_MAX_BYTES),
+#        the four collectives 512 KiB-8 MiB, three alternating rounds, stream and graph.
 # Columns of the size lines: in "size:A/B" A is weft's time (us) and B NCCL's busbw (GB/s);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
-# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10 [BUILD] [RAW]
+# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11 [BUILD] [RAW]
 set -uo pipefail
-exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10 [BUILD] [RAW]}
+exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11 [BUILD] [RAW]}
 b=${2:-build-dev}
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cb=$b/bench/collbench
@@ -110,6 +113,19 @@ if [ "$exp" = 5 ]; then
     WEFT_ALGO=$1 WEFT_P2P_SPLIT=$2 timeout 120 $cb -C allreduce -b 2M -e 1G -f 2 -n 10 -w 3 -c 0 \
       > "$raw/ar-$1-$2.txt" 2>&1
     pairs < "$raw/ar-$1-$2.txt"
+  done
+  exit 0
+fi
+if [ "$exp" = 11 ]; then
+  four=allreduce,allgather,reduce_scatter,alltoall
+  for round in 1 2 3; do
+    for lim in 1048576 2097152; do
+      for g in 0 1; do
+        echo "round $round, ll_max=$lim, graph=$g (size:us):"
+        WEFT_LL_MAX_BYTES=$lim timeout 60 $cb -C $four -b 512K -e 8M -f 2 -n 50 -w 10 -c 0 -G $g |
+          pairs | sed 's#/[0-9.]*##g'
+      done
+    done
   done
   exit 0
 fi

@@ -380,15 +380,22 @@ static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int 
 }
 
 /* A lone small allreduce (one-shot), allgather, alltoall or reduce_scatter takes the
- * low-latency kernel up to its 1 MiB of buffer per peer (WEFT_LL_MAX_BYTES lowers it): the
- * general kernel's fixed cost (a fence and two flag hops, 7 us as graph replays on 2 H200s,
- * against 2.7; *-tuning-6.txt) outweighs sending every 8 bytes as 16 up to there (at 1 MiB
- * per peer: allreduce 13.0 against 15.3 us, allgather 12.3 against 13.4; *-tuning-7.txt). */
+ * low-latency kernel while each peer's payload is small: the general kernel's fixed cost (a
+ * fence and two flag hops, 7 us as graph replays on 2 H200s, against 2.7; *-tuning-6.txt)
+ * outweighs sending every 8 bytes as 16 up to there. Reductions use its whole 2 MiB per peer
+ * (allreduce of 2 MiB: 17.1 against 20.4 us); copies stop at 1 MiB, past which they gained
+ * nothing or lost (alltoall of 4 MiB: 17.4 against 16.8 us; *-tuning-11.txt).
+ * WEFT_LL_MAX_BYTES sets one limit for all. */
+enum { LL_COPY_MAX_BYTES = 1 << 20 };
 static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks) {
   if (ntasks != 1 || c->nranks < 2) return -1;
   const weft_task_t *t = tasks;
+  const struct weft_dev *d = c->dev;
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
-  if (bytes == 0 || bytes > c->dev->ll_max) return -1;
+  int reduces = t->args.coll == WEFT_COLL_ALLREDUCE || t->args.coll == WEFT_COLL_REDUCE_SCATTER;
+  uint64_t lim =
+      reduces || d->ll_max_set || d->ll_max < LL_COPY_MAX_BYTES ? d->ll_max : LL_COPY_MAX_BYTES;
+  if (bytes == 0 || bytes > lim) return -1;
   switch (t->args.coll) {
   case WEFT_COLL_ALLREDUCE: return t->algo == WEFT_ALGO_ONESHOT ? WEFT_DEV_ALLREDUCE_ONESHOT : -1;
   case WEFT_COLL_ALLGATHER: return WEFT_DEV_ALLGATHER;

@@ -39,7 +39,7 @@ static const struct {
     {"WEFT_LL_MAX_BYTES", "0",
      "device: low-latency kernel up to this many bytes per peer (0: 1 MiB, its most)"},
     {"WEFT_LL_BLOCK_BYTES", "4096",
-     "device: payload per block of the low-latency allreduce (16-byte multiple, 512-8192)"},
+     "device: payload per block of the low-latency allreduce (16-byte multiple, 512-16384)"},
     {"WEFT_ONESHOT_MAX_BYTES", "0", "device allreduce: one-shot up to this size (0: the tuner's)"},
     {"WEFT_P2P_DISABLE", "0",
      "device: 1 stages through host shared memory even where GPUs could map each other"},

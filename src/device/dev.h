@@ -16,7 +16,7 @@ enum {
   WEFT_DEV_MAX_A2AV = 2,   /* alltoallv items in one launch */
   WEFT_DEV_THREADS = 512,
   WEFT_DEV_LL_CHANNELS = 128,     /* most blocks of the low-latency kernel */
-  WEFT_DEV_LL_SLOT_BYTES = 16384, /* per channel, parity and source: 8 KiB of payload */
+  WEFT_DEV_LL_SLOT_BYTES = 32768, /* per channel, parity and source: 16 KiB of payload */
   WEFT_DEV_LL_MAX_BYTES = WEFT_DEV_LL_CHANNELS * WEFT_DEV_LL_SLOT_BYTES / 2,
   WEFT_DEV_FLAG_STRIDE = 64,      /* bytes between flags: one writer per cache line */
   WEFT_DEV_MIN_UNIT_BYTES = 32768 /* shortest round a channel's share is cut into */
