@@ -471,19 +471,19 @@ static int local_rank_main(int rank, int nranks, weft_unique_id_t id, void *arg)
   return rc;
 }
 
+#ifdef WEFT_HAVE_CUDA
+static int cuda_devices(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  return n > 100 ? 100 : n;
+}
+#endif
+
 /* GPUs visible, counted in a child process: CUDA must not be initialised in a process
  * that forks ranks afterwards. */
 static int count_gpus(void) {
 #ifdef WEFT_HAVE_CUDA
-  pid_t pid = fork();
-  if (pid == 0) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-    _exit(n > 100 ? 100 : n);
-  }
-  int st = 0;
-  if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return 0;
-  return WEXITSTATUS(st);
+  return launch_in_child(cuda_devices);
 #else
   return 0;
 #endif

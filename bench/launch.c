@@ -15,6 +15,20 @@
 #include <time.h>
 #include <unistd.h>
 
+int launch_in_child(int (*fn)(void)) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(fn() & 255);
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return 0;
+  return WEXITSTATUS(st);
+}
+
+int64_t launch_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 int launch_join_netns(int rank) {
   const char *list = getenv("WEFT_TEST_NETNS");
   if (!list || !list[0]) return 0;

@@ -3,6 +3,8 @@
 #ifndef WEFT_LAUNCH_H
 #define WEFT_LAUNCH_H
 
+#include <stdint.h>
+
 #include "weft.h"
 
 typedef int (*launch_fn)(int rank, int nranks, weft_unique_id_t id, void *arg);
@@ -10,6 +12,14 @@ typedef int (*launch_fn)(int rank, int nranks, weft_unique_id_t id, void *arg);
 /* Runs fn in nranks child processes; returns 0 when every rank returned 0 in time. A rank
  * that fails or outlives timeout_s gets its siblings killed, and the result is nonzero. */
 int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s);
+
+/* Runs fn in a forked child and returns its exit status (0-255; 0 if the child failed).
+ * For probes that must not initialise a library in this process, e.g. counting GPUs with
+ * CUDA before ranks are forked. */
+int launch_in_child(int (*fn)(void));
+
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t launch_now_ms(void);
 
 /* Tests of fake hosts: with WEFT_TEST_NETNS=ns0,ns1 the calling process enters network
  * namespace ns[rank % 2] and takes it as its host identity. Returns 0, also when unset. */

@@ -40,11 +40,11 @@ struct weft_dev {
 
 /* Channel counters, the low-latency kernel's sequence numbers, a few bytes for weft_barrier's
  * one-byte allreduce, then the in-place rounds' progress. */
-#define COUNTER_BYTES  (sizeof(uint64_t) * WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS * 2)
-#define LLSEQ_BYTES    (sizeof(uint64_t) * WEFT_DEV_LL_CHANNELS)
-#define SCRATCH_BYTES  256
-#define PROGRESS_BYTES (WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
-#define PRIVATE_BYTES  (COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES + PROGRESS_BYTES)
+#define COUNTER_BYTES (sizeof(uint64_t) * WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS * 2)
+#define LLSEQ_OFF     COUNTER_BYTES
+#define SCRATCH_OFF   (LLSEQ_OFF + sizeof(uint64_t) * WEFT_DEV_LL_CHANNELS)
+#define PROGRESS_OFF  (SCRATCH_OFF + 256)
+#define PRIVATE_BYTES (PROGRESS_OFF + WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
 
 #define CUDA_CHECK(call, what)                                                                     \
   do {                                                                                             \
@@ -231,7 +231,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   for (int r = 0; r < c->nranks; r++)
     L->region[r] = P->region[r] = d->p2p.region[r];
   L->counters = d->counters;
-  L->progress = (uint64_t *)((char *)d->counters + COUNTER_BYTES + LLSEQ_BYTES + SCRATCH_BYTES);
+  L->progress = (uint64_t *)((char *)d->counters + PROGRESS_OFF);
   L->abort_flag = P->abort_flag = d->abort_d;
   L->error = P->error = d->err_d;
   L->rank = P->rank = c->rank;
@@ -240,7 +240,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   L->chunk_bytes = d->chunk_bytes;
   L->stages = d->stages;
   L->coll_channels = d->plan.max_channels;
-  P->seq = (uint64_t *)((char *)d->counters + COUNTER_BYTES);
+  P->seq = (uint64_t *)((char *)d->counters + LLSEQ_OFF);
   P->ll_off = ll_offset(d, c->nranks);
   c->dev = d;
   WEFT_INFO(WEFT_SUB_INIT,
@@ -276,7 +276,7 @@ size_t weft_dev_memory(const struct weft_comm *c) {
 }
 
 void *weft_dev_scratch(const struct weft_comm *c) {
-  return c->dev ? (char *)c->dev->counters + COUNTER_BYTES + LLSEQ_BYTES : NULL;
+  return c->dev ? (char *)c->dev->counters + SCRATCH_OFF : NULL;
 }
 
 void weft_dev_abort(weft_comm_t c) {
@@ -318,10 +318,12 @@ void weft_dev_watch(weft_comm_t c) {
   poll_kernel_error(c);
   /* failures other ranks reported, or a local peer that died */
   weft_result_t rc = weft_fail_check_local(c);
-  pthread_mutex_lock(&c->mu);
-  uint64_t seq = c->seq;
-  pthread_mutex_unlock(&c->mu);
-  if (rc != WEFT_SUCCESS) weft_comm_fail(c, rc, weft_thread_error(), seq);
+  if (rc != WEFT_SUCCESS) {
+    pthread_mutex_lock(&c->mu);
+    uint64_t seq = c->seq;
+    pthread_mutex_unlock(&c->mu);
+    weft_comm_fail(c, rc, weft_thread_error(), seq);
+  }
   pthread_mutex_lock(&c->mu);
   int failed = c->async_error != WEFT_SUCCESS;
   pthread_mutex_unlock(&c->mu);

@@ -36,12 +36,6 @@ typedef struct {
 static shared_t *sh;
 static int failures;
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static weft_config_t cfg(int64_t timeout_ms) {
   weft_config_t c = WEFT_CONFIG_INIT;
   c.timeout_ms = timeout_ms;
@@ -61,21 +55,21 @@ static int tcp_only(void) {
 static void *killer(void *arg) {
   int sig = *(int *)arg;
   usleep(300000);
-  sh->t_death = now_ms();
+  sh->t_death = launch_now_ms();
   raise(sig);
   return NULL;
 }
 
 static void *aborter(void *arg) {
   usleep(300000);
-  sh->t_death = now_ms();
+  sh->t_death = launch_now_ms();
   weft_comm_abort((weft_comm_t)arg);
   return NULL;
 }
 
 static void record(int rank, weft_result_t rc, weft_comm_t c) {
   sh->rc[rank] = (int)rc;
-  sh->t_err[rank] = now_ms();
+  sh->t_err[rank] = launch_now_ms();
   snprintf(sh->msg[rank], sizeof sh->msg[rank], "%s", weft_get_last_error(c));
 }
 
@@ -111,7 +105,7 @@ static void rank_main(scenario_t sc, int rank) {
   if (launch_join_netns(rank) != 0) _exit(1);
   get_ids(rank, &id, &id2);
   if (sc == KILL_BOOTSTRAP && victim) {
-    sh->t_death = now_ms();
+    sh->t_death = launch_now_ms();
     raise(SIGKILL);
   }
   weft_comm_t c;
@@ -133,7 +127,7 @@ static void rank_main(scenario_t sc, int rank) {
   } else {
     for (int i = 0; i < 100000 && rc == WEFT_SUCCESS; i++) {
       if (sc == KILL_BETWEEN && victim && i == 5) {
-        sh->t_death = now_ms();
+        sh->t_death = launch_now_ms();
         raise(SIGKILL);
       }
       rc = weft_allreduce(x, y, count, WEFT_F32, WEFT_SUM, c, NULL);
@@ -165,9 +159,9 @@ static void run(scenario_t sc, int64_t bound_ms) {
       _exit(0);
     }
   }
-  int64_t start = now_ms(), deadline = start + 60000;
+  int64_t start = launch_now_ms(), deadline = start + 60000;
   int left = N;
-  while (left > 0 && now_ms() < deadline) { /* survivors must all exit by themselves */
+  while (left > 0 && launch_now_ms() < deadline) { /* survivors must all exit by themselves */
     left = 0;
     for (int r = 0; r < N; r++) {
       if (pids[r] <= 0) continue;
@@ -186,7 +180,7 @@ static void run(scenario_t sc, int64_t bound_ms) {
   for (int r = 0; r < N; r++)
     if (pids[r] > 0) {
       check(r == VICTIM, NAMES[sc], "rank %d hung (still running after %lld ms)", r,
-            now_ms() - start);
+            launch_now_ms() - start);
       kill(pids[r], SIGKILL);
       waitpid(pids[r], NULL, 0);
     }
@@ -215,7 +209,7 @@ static void run(scenario_t sc, int64_t bound_ms) {
 static void noise_at_root(void) {
   memset(sh, 0, sizeof *sh);
   pid_t pids[N];
-  int64_t start = now_ms();
+  int64_t start = launch_now_ms();
   for (int r = 0; r < N; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
@@ -259,7 +253,7 @@ static void noise_at_root(void) {
   }
   for (int i = 0; i < 4; i++)
     if (strangers[i] >= 0) close(strangers[i]);
-  int64_t took = now_ms() - start;
+  int64_t took = launch_now_ms() - start;
   check(!bad && took < 5000, "strangers at the rendezvous", "ranks failed (%d) or took %lld ms",
         bad, took);
   printf("%-28s 4 ranks joined and summed correctly in %lld ms\n", "strangers at the rendezvous",

@@ -23,12 +23,6 @@ typedef struct {
 
 static shared_t *sh;
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 typedef enum { COLL, COUNT, DTYPE, OP, ROOT, A2AV, SENDRECV, NCASES } case_t;
 static const char *NAMES[] = {
     "allgather vs allreduce", "count 1000 vs 999", "float vs int32",    "sum vs max",
@@ -42,7 +36,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   if (weft_comm_init(&c, n, id, rank, &cfg) != WEFT_SUCCESS) return 1;
   static float x[4096], y[4096 * N];
   int odd = rank == ODD;
-  int64_t t0 = now_ms();
+  int64_t t0 = launch_now_ms();
   weft_result_t rc = WEFT_SUCCESS;
   switch (k) {
   case COLL:
@@ -73,7 +67,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   }
   if (rc == WEFT_SUCCESS) rc = weft_barrier(c, NULL); /* the next call must report it */
   sh->rc[rank] = (int)rc;
-  sh->took_ms[rank] = now_ms() - t0;
+  sh->took_ms[rank] = launch_now_ms() - t0;
   snprintf(sh->msg[rank], sizeof sh->msg[rank], "%s", weft_get_last_error(c));
   weft_comm_destroy(c);
   return 0;

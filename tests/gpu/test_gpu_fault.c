@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "launch.h"
 #include "weft.h"
 
 typedef struct {
@@ -29,18 +30,12 @@ typedef struct {
 
 static shared_t *sh;
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void *killer(void *arg) {
   (void)arg;
   while (atomic_load(&sh->running) < 2)
     usleep(1000);
   usleep(300000);
-  sh->t_death = now_ms();
+  sh->t_death = launch_now_ms();
   raise(SIGKILL);
   return NULL;
 }
@@ -71,9 +66,9 @@ static void rank_main(int rank, size_t count) {
   if (rank == 1) pthread_create(&t, NULL, killer, NULL);
   atomic_fetch_add(&sh->running, 1);
   weft_result_t rc = WEFT_SUCCESS;
-  int64_t start = now_ms();
+  int64_t start = launch_now_ms();
   /* Issue, and every 16 calls wait: the survivor is inside a kernel when its peer dies. */
-  for (int i = 0; rc == WEFT_SUCCESS && now_ms() - start < 60000; i++) {
+  for (int i = 0; rc == WEFT_SUCCESS && launch_now_ms() - start < 60000; i++) {
     rc = weft_allreduce(d, d, count, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
     if (rc == WEFT_SUCCESS && i % 16 == 15) {
       if (cudaStreamSynchronize(s) != cudaSuccess) {
@@ -85,7 +80,7 @@ static void rank_main(int rank, size_t count) {
     }
   }
   if (rank == 0) {
-    sh->t_err = now_ms();
+    sh->t_err = launch_now_ms();
     sh->rc = rc;
     if (!sh->msg[0]) snprintf(sh->msg, sizeof sh->msg, "%s", weft_get_last_error(c));
     cudaStreamSynchronize(s); /* the aborted kernel has ended */
@@ -106,11 +101,11 @@ static int run(size_t count) {
     if (pids[r] == 0) rank_main(r, count);
   }
   int st[2] = {0, 0}, bad = 0;
-  int64_t deadline = now_ms() + 90000;
+  int64_t deadline = launch_now_ms() + 90000;
   for (int r = 0; r < 2; r++) {
-    while (waitpid(pids[r], &st[r], WNOHANG) == 0 && now_ms() < deadline)
+    while (waitpid(pids[r], &st[r], WNOHANG) == 0 && launch_now_ms() < deadline)
       usleep(10000);
-    if (now_ms() >= deadline) {
+    if (launch_now_ms() >= deadline) {
       fprintf(stderr, "rank %d hung\n", r);
       kill(pids[r], SIGKILL);
       waitpid(pids[r], &st[r], 0);
@@ -148,21 +143,15 @@ static int run(size_t count) {
   return bad;
 }
 
-/* GPUs visible, counted in a child: CUDA must not be initialised before the ranks fork. */
-static int gpus(void) {
-  pid_t p = fork();
-  if (p == 0) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-    _exit(n > 100 ? 100 : n);
-  }
-  int st = 0;
-  waitpid(p, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
+static int cuda_devices(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  return n > 100 ? 100 : n;
 }
 
 int main(void) {
-  if (gpus() < 1) {
+  /* counted in a child: CUDA must not be initialised before the ranks fork */
+  if (launch_in_child(cuda_devices) < 1) {
     printf("test_gpu_fault: no GPU: skipped\n");
     return 77;
   }
