@@ -36,6 +36,7 @@ typedef struct {
   void *stream;     /* cudaStream_t of this rank's calls (GPU runs) */
   weft_comm_t ctl;  /* host communicator for timing reductions and barriers */
   const char *plot; /* --plot FILE.png */
+  int trace;        /* --trace: one stderr line per timed GPU loop and rank */
   int quiet;
 } bench_opts_t;
 

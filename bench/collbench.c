@@ -97,6 +97,8 @@ static void usage(FILE *f) {
              "                        rank per GPU)\n"
              "  -G, --cudagraph 0|1   GPU: capture the timed loop in a CUDA graph and replay it\n"
              "      --plot FILE.png   draw busbw against size for weft (and the peer)\n"
+             "      --trace           GPU: per timed loop and rank, host clock stamps and event\n"
+             "                        times on stderr (to see which rank started late)\n"
 
              "      --params          print every WEFT_* variable and exit\n"
              "  -h, --help\n");
@@ -519,6 +521,7 @@ int main(int argc, char **argv) {
                                         {"cpu", no_argument, 0, 6},
                                         {"cudagraph", required_argument, 0, 'G'},
                                         {"plot", required_argument, 0, 7},
+                                        {"trace", no_argument, 0, 8},
 
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
@@ -569,6 +572,7 @@ int main(int argc, char **argv) {
     case 6: gpu_mode = 0; break;
     case 'G': o.graph = atoi(optarg); break;
     case 7: o.plot = optarg; break;
+    case 8: o.trace = 1; break;
 
     case 4: print_params(stdout, 0); return 0;
     case 'h': usage(stdout); return 0;

@@ -66,6 +66,55 @@ static double host_s(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* --trace: host stamps of one timed loop (barrier left, event queued, first call queued, all
+ * queued, synced) and an event after every call, to find the call a stall hit. */
+typedef struct {
+  double stamp[5];
+  cudaEvent_t *ev;
+  int n;
+} trace_t;
+
+static int trace_open(trace_t *t, const bench_opts_t *o) {
+  memset(t, 0, sizeof *t);
+  if (!o->trace || o->graph) return 1;
+  t->ev = calloc((size_t)o->iters, sizeof *t->ev);
+  if (!t->ev) return 0;
+  for (; t->n < o->iters; t->n++)
+    if (!cuda_ok(cudaEventCreate(&t->ev[t->n]), "cudaEventCreate")) return 0;
+  return 1;
+}
+
+static void trace_close(trace_t *t) {
+  for (int i = 0; i < t->n; i++)
+    cudaEventDestroy(t->ev[i]);
+  free(t->ev);
+}
+
+/* One line per loop and rank, written at once so that the ranks' lines do not interleave;
+ * CLOCK_MONOTONIC is one clock for every process of the host. */
+static void trace_report(const trace_t *t, cudaEvent_t e0, float total_ms, const char *lib,
+                         int coll, size_t count, int rank) {
+  float first = -1, worst = -1, prev = 0;
+  int at = -1;
+  for (int i = 0; i < t->n; i++) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, t->ev[i]);
+    if (i == 0) first = ms;
+    if (ms - prev > worst) worst = ms - prev, at = i;
+    prev = ms;
+  }
+  const double *st = t->stamp;
+  char line[512];
+  int len = snprintf(line, sizeof line,
+                     "# trace rank %d %s %s count %zu: host barrier left at %.1f us, then +%.1f "
+                     "event, +%.1f first call queued, +%.1f all queued, +%.1f synced; gpu first "
+                     "%.1f us, slowest call %d of %.1f us, total %.1f us\n",
+                     rank, lib, bench_colls[coll].name, count, st[0] * 1e6, (st[1] - st[0]) * 1e6,
+                     (st[2] - st[0]) * 1e6, (st[3] - st[0]) * 1e6, (st[4] - st[0]) * 1e6,
+                     first * 1e3, at, worst * 1e3, total_ms * 1e3);
+  if (len > 0) fwrite(line, 1, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1, stderr);
+}
+
 /* Seconds per call of `iters` calls after `warmup`, measured on the stream. peer != NULL
  * runs NCCL instead of weft. *submit: host seconds per call spent queueing them (stream
  * launches only, else -1); near the stream time, the host is what limits. */
@@ -74,6 +123,7 @@ double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_o
                       double *submit) {
   cudaStream_t s = (cudaStream_t)o->stream;
   cudaEvent_t e0 = NULL, e1 = NULL;
+  trace_t tr;
   cudaGraph_t g = NULL;
   cudaGraphExec_t ge = NULL;
   double secs = -1, t0 = 0;
@@ -85,7 +135,7 @@ double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_o
   for (int i = 0; i < o->warmup && *rc == WEFT_SUCCESS; i++)
     *rc = CALL();
   if (*rc != WEFT_SUCCESS) return -1;
-  if (!cuda_ok(cudaEventCreate(&e0), "cudaEventCreate") ||
+  if (!trace_open(&tr, o) || !cuda_ok(cudaEventCreate(&e0), "cudaEventCreate") ||
       !cuda_ok(cudaEventCreate(&e1), "cudaEventCreate"))
     goto out;
   if (o->graph) {
@@ -98,22 +148,34 @@ double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_o
     cudaGraphLaunch(ge, s); /* upload and warm */
   }
   if (!cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize")) goto out;
-  /* every rank starts its timed loop together */
+  /* Every rank starts its timed loop together: the host barrier, then one on the GPUs, so
+   * that a rank whose thread wakes late from the host barrier (seen to take 3-170 ms on the
+   * device machine's VM, bench/results/2026-11-30-h200x2-tuning-12.txt) delays only that
+   * untimed barrier kernel, not the other rank's timed calls. */
   if (weft_barrier(o->ctl, NULL) != WEFT_SUCCESS) goto out;
+  tr.stamp[0] = host_s();
+  if ((*rc = weft_barrier(comm, (weft_stream_t)s)) != WEFT_SUCCESS) goto out;
   cudaEventRecord(e0, s);
+  tr.stamp[1] = host_s();
   if (o->graph)
     cudaGraphLaunch(ge, s);
   else {
     t0 = host_s();
-    for (int i = 0; i < o->iters && *rc == WEFT_SUCCESS; i++)
+    for (int i = 0; i < o->iters && *rc == WEFT_SUCCESS; i++) {
       *rc = CALL();
+      if (i < tr.n) cudaEventRecord(tr.ev[i], s);
+      if (i == 0) tr.stamp[2] = host_s();
+    }
     *submit = (host_s() - t0) / o->iters;
   }
+  tr.stamp[3] = host_s();
   cudaEventRecord(e1, s);
   if (*rc != WEFT_SUCCESS || !cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize")) goto out;
+  tr.stamp[4] = host_s();
   float ms = 0;
   cudaEventElapsedTime(&ms, e0, e1);
   secs = ms * 1e-3 / o->iters;
+  if (o->trace) trace_report(&tr, e0, ms, peer ? "nccl" : "weft", coll, count, rank);
   if (!peer) weft_comm_get_async_error(comm, rc);
 #undef CALL
 out:
@@ -121,6 +183,7 @@ out:
   if (g) cudaGraphDestroy(g);
   if (e0) cudaEventDestroy(e0);
   if (e1) cudaEventDestroy(e1);
+  trace_close(&tr);
   return *rc == WEFT_SUCCESS ? secs : -1;
 }
 

@@ -2,8 +2,9 @@
 # The GPU suite on the device machine, with a report under OUT: GPU topology, the gpu test
 # suite (oracle matrix on device buffers, 2 ranks on 2 GPUs with and without split roles,
 # one process driving both GPUs, and 2-3 ranks sharing one GPU; the same through host-staged
-# regions (WEFT_P2P_DISABLE=1); a rank SIGKILLed mid-kernel;
-# graph capture, concurrent communicators, failures), and compute-sanitizer memcheck and
+# regions (WEFT_P2P_DISABLE=1, on every rank or on rank 1 alone); a rank SIGKILLed mid-kernel;
+# graph capture, concurrent communicators, a send/recv group cut into several launches
+# (also with WEFT_P2P_SETS=1), failures), and compute-sanitizer memcheck and
 # racecheck over a short collbench run of every collective and over the oracle matrix.
 # usage: scripts/device_gpu_suite.sh OUT [BUILD]   (BUILD: a build dir made with -Dcuda=enabled)
 set -uo pipefail
@@ -30,6 +31,7 @@ run() { # name, command...
   tail -3 "$out/$name.log" >> "$rep"
 }
 run dev_comm_2 "$b/tests/gpu/test_dev_comm" 2
+WEFT_P2P_SETS=1 run dev_comm_2_sets1 "$b/tests/gpu/test_dev_comm" 2
 run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
 WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2
 run one_process "$b/tests/gpu/test_one_process"
@@ -51,6 +53,20 @@ run collectives_2_hoststaged bash -c 'host_matrix "$@"' _ "$out/hoststaged_2.txt
 run collectives_2_share_hoststaged bash -c 'host_matrix "$@"' _ "$out/hoststaged_share.txt" \
   "$b/tests/gpu/test_collectives_gpu" 2 --share
 run one_process_hoststaged bash -c 'host_matrix "$@"' _ "$out/hoststaged_1p.txt" "$b/tests/gpu/test_one_process"
+# Only rank 1 asks for host staging: rank 0 must follow it (both log the choice).
+mixed_matrix() { # log, test args...
+  local log=$1
+  shift
+  WEFT_DEBUG=INFO "$@" > "$log" 2>&1
+  local rc=$? n
+  n=$(grep -c 'stages through host memory' "$log")
+  tail -3 "$log"
+  echo "host-staged inits: $n"
+  [ "$rc" -eq 0 ] && [ "$n" -ge 2 ]
+}
+export -f mixed_matrix
+run collectives_2_hoststaged_rank1 bash -c 'mixed_matrix "$@"' _ "$out/hoststaged_mixed.txt" \
+  "$b/tests/gpu/test_collectives_gpu" 2 --host-staged-on=1
 for tool in memcheck racecheck; do
   run "sanitizer_$tool" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 9 \
     "$b/bench/collbench" -C all -b 1K -e 256K -f 256 -n 1 -w 0 --ranks 2

@@ -39,12 +39,19 @@
 #   11 -> bench/results/2026-11-30-h200x2-tuning-11.txt: the low-latency kernel's limit at
 #        2 MiB per peer (128 channels of 16 KiB slots) against 1 MiB (WEFT_LL_MAX_BYTES),
 #        the four collectives 512 KiB-8 MiB, three alternating rounds, stream and graph.
+#   12 -> bench/results/2026-11-30-h200x2-tuning-12.txt: the allgather stalls, traced: allgather
+#        and alltoall 256 KiB-4 MiB, 200 calls a loop, with and without --compare nccl, then
+#        with NCCL and WEFT_LL_MAX_BYTES=262144 or WEFT_SPIN=2e9 (host waits never sleep); --trace
+#        stamps of
+#        every loop on both ranks (scripts/trace_stalls.py lists the slow ones) and the
+#        machine's steal time (/proc/stat) around each run; the CUDA contexts on each GPU; then
+#        send/recv with 4-32 channels a message (WEFT_P2P_SETS). Raw traces in RAW.
 # Columns of the size lines: in "size:A/B" A is weft's time (us) and B NCCL's busbw (GB/s);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
-# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11 [BUILD] [RAW]
+# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12 [BUILD] [RAW]
 set -uo pipefail
-exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11 [BUILD] [RAW]}
+exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12 [BUILD] [RAW]}
 b=${2:-build-dev}
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cb=$b/bench/collbench
@@ -64,6 +71,41 @@ for r in json.load(open(sys.argv[1]))['rows']:
         print(r['coll'], r['bytes'], r['time_us'], r.get('submit_us'), r.get('peer_time_us'),
               r.get('peer_submit_us'))" "$1"
 }
+if [ "$exp" = 12 ]; then
+  raw=${3:-/tmp/tune12}
+  mkdir -p "$raw"
+  steal() { awk '/^cpu / {print $9}' /proc/stat; }
+  for round in 1 2 3 4 5; do
+    for mode in nccl alone ll256k spin; do
+      cmp="--compare nccl" envs=""
+      [ "$mode" = alone ] && cmp=""
+      [ "$mode" = ll256k ] && envs="WEFT_LL_MAX_BYTES=262144"
+      [ "$mode" = spin ] && envs="WEFT_SPIN=2000000000"
+      s0=$(steal)
+      env $envs timeout 120 $cb -C allgather,alltoall -b 256K -e 4M -f 2 -n 200 -w 20 -c 0 $cmp \
+        --trace > "$raw/$mode-$round.txt" 2> "$raw/$mode-$round.trace"
+      echo "$mode round $round (steal +$(($(steal) - s0)) ticks): $(pairs < "$raw/$mode-$round.txt" | tr '\n' ' ')"
+      python3 "$(dirname "$0")/trace_stalls.py" "$raw/$mode-$round.trace" | tail -20
+    done
+  done
+  echo "contexts per GPU while one run goes on (a rank's pid on both GPUs would time-slice):"
+  $cb -C allgather -b 1M -e 1M -n 200000 -w 5 -c 0 --compare nccl > /dev/null 2>&1 &
+  sleep 4
+  nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv
+  wait
+  for sets in 8 4 2 1; do
+    echo "sendrecv, WEFT_P2P_SETS=$sets (32/$sets channels a message):"
+    WEFT_P2P_SETS=$sets timeout 60 $cb -C sendrecv -b 1M -e 1G -f 4 -n 10 -w 3 -c 0 | pairs
+  done
+  for sets in 8 2; do
+    echo "sendrecv, WEFT_P2P_SETS=$sets, WEFT_P2P_STAGES=4:"
+    WEFT_P2P_SETS=$sets WEFT_P2P_STAGES=4 timeout 60 $cb -C sendrecv -b 1M -e 1G -f 4 -n 10 -w 3 \
+      -c 0 | pairs
+  done
+  echo "sendrecv and broadcast against NCCL (default sets):"
+  timeout 60 $cb -C sendrecv,broadcast -b 1M -e 1G -f 4 -n 10 -w 3 -c 0 --compare nccl | pairs
+  exit 0
+fi
 if [ "$exp" = 7 ]; then
   for lim in 131072 262144 524288 1048576; do
     echo "WEFT_LL_MAX_BYTES=$lim, 128K-4M:"

@@ -64,7 +64,7 @@ static void leave_device(int device, int saved) {
 
 /* flags, staging slots, then the low-latency buffers */
 static size_t ll_offset(const struct weft_dev *d, int nranks) {
-  size_t chans = (size_t)d->plan.max_channels + WEFT_DEV_P2P_SETS * WEFT_DEV_P2P_SET_CHANNELS;
+  size_t chans = (size_t)d->plan.max_channels + WEFT_DEV_P2P_CHANNELS;
   return WEFT_DEV_STAGE_OFF +
          chans * (size_t)(nranks > 1 ? nranks - 1 : 1) * d->stages * d->chunk_bytes;
 }
@@ -107,7 +107,7 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
           bb = weft_param_int("WEFT_P2P_BLOCK_BYTES"), split = weft_param_int("WEFT_P2P_SPLIT"),
           llb = weft_param_int("WEFT_LL_BLOCK_BYTES"), rounds = weft_param_int("WEFT_P2P_ROUNDS"),
           oneshot = weft_param_int("WEFT_ONESHOT_MAX_BYTES"),
-          llmax = weft_param_int("WEFT_LL_MAX_BYTES");
+          llmax = weft_param_int("WEFT_LL_MAX_BYTES"), sets = weft_param_int("WEFT_P2P_SETS");
   if (chunk < 1024 || chunk > (64 << 20) || chunk % 16)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_P2P_CHUNK_BYTES=%lld: use a multiple of 16 in [1 KiB, 64 MiB]",
@@ -121,6 +121,9 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   if (llmax < 0 || llmax > WEFT_DEV_LL_MAX_BYTES)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_LL_MAX_BYTES=%lld: use 0-%d",
                           (long long)llmax, WEFT_DEV_LL_MAX_BYTES);
+  if (sets != 1 && sets != 2 && sets != 4 && sets != 8)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_SETS=%lld: use 1, 2, 4 or 8",
+                          (long long)sets);
   if (rounds < 1 || rounds > 64)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_ROUNDS=%lld: use 1-64",
                           (long long)rounds);
@@ -147,6 +150,7 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->plan.rank = c->rank;
   d->plan.nranks = c->nranks;
   d->plan.max_channels = (int)ch;
+  d->plan.p2p_sets = (int)sets;
   d->plan.block_bytes = bb > 0 ? (size_t)bb : 8192;
   /* staging is sized for the channels in use: ask for fewer, hold less */
   CUDA_CHECK(cudaSetDevice(device), "weft_comm_init: cudaSetDevice");
@@ -439,30 +443,44 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   int saved = -1, nblocks = 0;
   if (enter_device(d->device, &saved) != 0)
     return weft_set_error(WEFT_ERR_SYSTEM, "cannot make GPU %d current", d->device);
-  int llk = ll_kind(c, tasks, ntasks), ll = llk >= 0;
+  int llk = ll_kind(c, tasks, ntasks), ll = llk >= 0, more = 0;
+  uint8_t placed[WEFT_DEV_MAX_GROUP];
   rc = check_buffers(c, tasks, ntasks);
+  if (rc == WEFT_SUCCESS && ntasks > WEFT_DEV_MAX_GROUP)
+    rc = weft_set_error(WEFT_ERR_UNSUPPORTED,
+                        "a group on a device communicator holds at most %d operations (%d given)",
+                        WEFT_DEV_MAX_GROUP, ntasks);
+  memset(placed, 0, sizeof placed);
   if (rc == WEFT_SUCCESS && ll)
     nblocks = prepare_ll(d, tasks, llk);
   else if (rc == WEFT_SUCCESS)
-    rc = weft_dev_plan(&d->plan, tasks, ntasks, &d->launch, &nblocks);
-  if (rc == WEFT_SUCCESS && nblocks > 0) {
-    /* Operations of one comm run in issue order even across streams (their channels are
-     * shared); a stream being captured into a graph orders itself. */
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(s, &cap);
-    if (d->launched && d->last != s && cap == cudaStreamCaptureStatusNone &&
-        cudaStreamWaitEvent(s, d->order, 0) != cudaSuccess)
-      rc = weft_set_error(WEFT_ERR_SYSTEM, "ordering after the previous stream failed");
-    if (rc == WEFT_SUCCESS) {
+    rc = weft_dev_plan(&d->plan, tasks, ntasks, placed, &d->launch, &nblocks, &more);
+  /* Operations of one comm run in issue order even across streams (their channels are
+   * shared); a stream being captured into a graph orders itself. */
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(s, &cap);
+  if (rc == WEFT_SUCCESS && (nblocks > 0 || more) && d->launched && d->last != s &&
+      cap == cudaStreamCaptureStatusNone && cudaStreamWaitEvent(s, d->order, 0) != cudaSuccess)
+    rc = weft_set_error(WEFT_ERR_SYSTEM, "ordering after the previous stream failed");
+  /* Sends and receives that did not fit follow in further launches on the same stream;
+   * the planner has already fixed which channels each one takes. */
+  for (int launched = 0; rc == WEFT_SUCCESS;) {
+    if (nblocks > 0) {
       int e = ll ? weft_dev_launch_ll(&d->ll, nblocks, s) : weft_dev_launch(&d->launch, nblocks, s);
       if (e != 0)
         rc = weft_set_error(WEFT_ERR_SYSTEM, "kernel launch of op %llu failed: %s",
                             (unsigned long long)seq, weft_dev_error_string(e));
-      else if (cap == cudaStreamCaptureStatusNone && cudaEventRecord(d->order, s) == cudaSuccess) {
+      launched = 1;
+    }
+    if (rc != WEFT_SUCCESS || !more) {
+      if (rc == WEFT_SUCCESS && launched && cap == cudaStreamCaptureStatusNone &&
+          cudaEventRecord(d->order, s) == cudaSuccess) {
         d->last = s;
         d->launched = 1;
       }
+      break;
     }
+    rc = weft_dev_plan(&d->plan, tasks, ntasks, placed, &d->launch, &nblocks, &more);
   }
   leave_device(d->device, saved);
   return rc;

@@ -81,34 +81,127 @@ void weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, si
   }
 }
 
-weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks,
-                            weft_dev_launch_t *L, int *nblocks) {
-  int ncoll = 0, na2av = 0, blocks = 0, chan = 0;
-  uint64_t sent[WEFT_DEV_MAX_RANKS], recvd[WEFT_DEV_MAX_RANKS];
-  uint8_t used[WEFT_DEV_MAX_RANKS][2][WEFT_DEV_P2P_SETS];
-  memcpy(sent, d->p2p_sent, sizeof sent);
-  memcpy(recvd, d->p2p_recv, sizeof recvd);
-  memset(used, 0, sizeof used);
-  if (ntasks > WEFT_DEV_MAX_ITEMS)
-    return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                          "a group on a device communicator holds at most %d operations (%d given)",
-                          WEFT_DEV_MAX_ITEMS, ntasks);
+/* Refusals, checked before anything is placed so that a refused group changes nothing. */
+static weft_result_t check_group(const weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks,
+                                 int *ncoll) {
+  int na2av = 0;
+  *ncoll = 0;
   for (int i = 0; i < ntasks; i++) {
     weft_coll_t k = tasks[i].args.coll;
-    ncoll += k != WEFT_COLL_SEND && k != WEFT_COLL_RECV;
+    if (k == WEFT_COLL_SEND || k == WEFT_COLL_RECV) {
+      if (tasks[i].args.root == d->rank)
+        return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                              "send/recv to this rank itself on a device communicator (use "
+                              "cudaMemcpyAsync)");
+      continue;
+    }
+    ++*ncoll;
+    na2av += k == WEFT_COLL_ALLTOALLV;
   }
-  int per_coll = ncoll ? d->max_channels / ncoll : 0;
-  if (ncoll > d->max_channels)
+  if (*ncoll > WEFT_DEV_MAX_ITEMS || *ncoll > d->max_channels)
+    return weft_set_error(
+        WEFT_ERR_UNSUPPORTED,
+        "a group on a device communicator holds at most %d collectives (%d given)",
+        WEFT_DEV_MAX_ITEMS < d->max_channels ? WEFT_DEV_MAX_ITEMS : d->max_channels, *ncoll);
+  if (na2av > WEFT_DEV_MAX_A2AV)
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                          "a group on a device communicator holds at most %d collectives",
-                          d->max_channels);
+                          "a group on a device communicator holds at most %d alltoallv",
+                          WEFT_DEV_MAX_A2AV);
+  return WEFT_SUCCESS;
+}
+
+/* A send or receive on the channel set its place in the (peer, direction) order gives. */
+static void place_p2p(const weft_dev_planner_t *d, int set, uint64_t want, weft_dev_item_t *it) {
+  int per_set = WEFT_DEV_P2P_CHANNELS / d->p2p_sets;
+  it->chan0 = (uint16_t)(WEFT_DEV_COLL_CHANNELS + set * per_set);
+  it->chan1 = it->chan0;
+  it->roles = 1;
+  it->nblocks = (uint16_t)(want < (uint64_t)per_set ? want : (uint64_t)per_set);
+}
+
+/* A collective on its share of the collective channels; slot is its place among the
+ * group's collectives, the same on every rank whatever the sizes. */
+static void place_coll(const weft_dev_planner_t *d, const weft_task_t *t, int kind, int per_coll,
+                       int slot, uint64_t want, weft_dev_launch_t *L, int *na2av,
+                       weft_dev_item_t *it) {
+  if (kind == WEFT_DEV_ALLTOALLV) {
+    weft_dev_a2av_t *v = &L->a2av[*na2av];
+    for (int p = 0; p < d->nranks; p++) {
+      v->sendcounts[p] = t->args.sendcounts[p];
+      v->sdispls[p] = t->args.sdispls[p];
+      v->recvcounts[p] = t->args.recvcounts[p];
+      v->rdispls[p] = t->args.rdispls[p];
+    }
+    it->a2av = (int16_t)(*na2av)++;
+  }
+  /* In place, one-shot's reducers and alltoall's receivers overwrite input that the
+   * senders of the same channel may not have read yet; the kernel makes them wait for
+   * their sender's round (weft_dev_launch_t.progress), so split roles stay. */
+  int roles = d->split ? split_roles(kind) : 1;
+  /* two-shot with split roles sends its reduced chunks on channels of their own */
+  uint64_t avail =
+      (uint64_t)(kind == WEFT_DEV_ALLREDUCE_TWOSHOT && roles > 1 ? per_coll / 2 : per_coll);
+  if (avail == 0) { /* a group too full to give two-shot two channels: one role */
+    roles = 1;
+    avail = (uint64_t)per_coll;
+  }
+  /* alltoallv's sizes differ per rank: only a fixed count agrees everywhere */
+  uint64_t nch = kind == WEFT_DEV_ALLTOALLV ? avail : want < avail ? want : avail;
+  int chan = slot * per_coll;
+  it->roles = (uint8_t)roles;
+  it->chan0 = (uint16_t)chan;
+  it->chan1 = (uint16_t)(kind == WEFT_DEV_ALLREDUCE_TWOSHOT && roles > 1 ? (uint64_t)chan + nch
+                                                                         : (uint64_t)chan);
+  it->nblocks = (uint16_t)(nch * (uint64_t)roles);
+}
+
+weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks,
+                            uint8_t *placed, weft_dev_launch_t *L, int *nblocks, int *more) {
+  int ncoll = 0, na2av = 0, blocks = 0, slot = 0, first = 1;
+  uint8_t used[WEFT_DEV_MAX_RANKS][2][WEFT_DEV_P2P_MAX_SETS];
+  uint8_t deferred[WEFT_DEV_MAX_RANKS][2];
+  *nblocks = 0;
+  *more = 0;
+  for (int i = 0; i < ntasks && first; i++)
+    first = !placed[i];
+  CHECK(check_group(d, tasks, ntasks, &ncoll));
+  if (d->p2p_sets < 1 || d->p2p_sets > WEFT_DEV_P2P_MAX_SETS || WEFT_DEV_P2P_CHANNELS % d->p2p_sets)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "device planner: %d send/recv sets", d->p2p_sets);
+  memset(used, 0, sizeof used);
+  memset(deferred, 0, sizeof deferred);
+  int sets = d->p2p_sets;
+  int per_coll = ncoll ? d->max_channels / ncoll : 0;
+  int reserve = first ? ncoll : 0; /* item slots the collectives still need */
   L->nitems = 0;
   for (int i = 0; i < ntasks; i++) {
     const weft_task_t *t = &tasks[i];
-    size_t es = weft_dtype_size(t->dtype);
-    int kind = dev_kind(t);
+    int kind = dev_kind(t), p2p = kind == WEFT_DEV_SEND || kind == WEFT_DEV_RECV;
+    if (placed[i]) continue;
+    if (!p2p && !first) continue; /* (cannot happen: collectives go in the first launch) */
     uint64_t len = round_len(d->nranks, t, kind);
-    if (len == 0 && kind != WEFT_DEV_ALLTOALLV) continue; /* nothing moves */
+    if (len == 0 && kind != WEFT_DEV_ALLTOALLV) { /* nothing moves */
+      placed[i] = 1;
+      slot += !p2p;
+      reserve -= !p2p;
+      continue;
+    }
+    int peer = t->args.root, dir = kind == WEFT_DEV_RECV, set = 0;
+    if (p2p) {
+      /* A message waits for the next launch when its set is taken here, when an earlier one
+       * of its (peer, direction) waits, or when the items left are the collectives'. Both
+       * ends still pair it with the same set: the count of earlier messages decides. */
+      uint64_t *msgs = dir ? d->p2p_recv : d->p2p_sent;
+      set = (int)(msgs[peer] % (uint64_t)sets);
+      if (deferred[peer][dir] || used[peer][dir][set] ||
+          L->nitems + reserve >= WEFT_DEV_MAX_ITEMS) {
+        deferred[peer][dir] = 1;
+        *more = 1;
+        continue;
+      }
+      used[peer][dir][set] = 1;
+      msgs[peer]++;
+    }
+    size_t es = weft_dtype_size(t->dtype);
     weft_dev_item_t *it = &L->items[L->nitems];
     memset(it, 0, sizeof *it);
     it->kind = (uint8_t)kind;
@@ -120,63 +213,17 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
     it->recv = t->recvbuf;
     uint64_t want = (len * es + d->block_bytes - 1) / d->block_bytes;
     if (want < 1) want = 1;
-    if (kind == WEFT_DEV_SEND || kind == WEFT_DEV_RECV) {
-      int peer = t->args.root, dir = kind == WEFT_DEV_RECV;
-      if (peer == d->rank)
-        return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                              "send/recv to this rank itself on a device communicator (use "
-                              "cudaMemcpyAsync)");
-      uint64_t *msgs = dir ? recvd : sent;
-      int set = (int)(msgs[peer]++ % WEFT_DEV_P2P_SETS);
-      if (used[peer][dir][set]++)
-        return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                              "a group on a device communicator holds at most %d %s rank %d",
-                              WEFT_DEV_P2P_SETS, dir ? "receives from" : "sends to", peer);
-      it->chan0 = (uint16_t)(WEFT_DEV_COLL_CHANNELS + set * WEFT_DEV_P2P_SET_CHANNELS);
-      it->chan1 = it->chan0;
-      it->roles = 1;
-      it->nblocks = (uint16_t)(want < WEFT_DEV_P2P_SET_CHANNELS ? want : WEFT_DEV_P2P_SET_CHANNELS);
+    if (p2p) {
+      place_p2p(d, set, want, it);
     } else {
-      if (kind == WEFT_DEV_ALLTOALLV) {
-        if (na2av == WEFT_DEV_MAX_A2AV)
-          return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                                "a group on a device communicator holds at most %d alltoallv",
-                                WEFT_DEV_MAX_A2AV);
-        weft_dev_a2av_t *v = &L->a2av[na2av];
-        for (int p = 0; p < d->nranks; p++) {
-          v->sendcounts[p] = t->args.sendcounts[p];
-          v->sdispls[p] = t->args.sdispls[p];
-          v->recvcounts[p] = t->args.recvcounts[p];
-          v->rdispls[p] = t->args.rdispls[p];
-        }
-        it->a2av = (int16_t)na2av++;
-      }
-      /* In place, one-shot's reducers and alltoall's receivers overwrite input that the
-       * senders of the same channel may not have read yet; the kernel makes them wait for
-       * their sender's round (weft_dev_launch_t.progress), so split roles stay. */
-      int roles = d->split ? split_roles(kind) : 1;
-      /* two-shot with split roles sends its reduced chunks on channels of their own */
-      uint64_t avail =
-          (uint64_t)(kind == WEFT_DEV_ALLREDUCE_TWOSHOT && roles > 1 ? per_coll / 2 : per_coll);
-      if (avail == 0) { /* a group too full to give two-shot two channels: one role */
-        roles = 1;
-        avail = (uint64_t)per_coll;
-      }
-      /* alltoallv's sizes differ per rank: only a fixed count agrees everywhere */
-      uint64_t nch = kind == WEFT_DEV_ALLTOALLV ? avail : want < avail ? want : avail;
-      it->roles = (uint8_t)roles;
-      it->chan0 = (uint16_t)chan;
-      it->chan1 = (uint16_t)(kind == WEFT_DEV_ALLREDUCE_TWOSHOT && roles > 1 ? (uint64_t)chan + nch
-                                                                             : (uint64_t)chan);
-      it->nblocks = (uint16_t)(nch * (uint64_t)roles);
-      chan += per_coll; /* the same on every rank, whatever the sizes */
+      place_coll(d, t, kind, per_coll, slot++, want, L, &na2av, it);
+      reserve--;
     }
     it->block0 = (uint16_t)blocks;
     blocks += it->nblocks;
+    placed[i] = 1;
     L->nitems++;
   }
-  memcpy(d->p2p_sent, sent, sizeof sent);
-  memcpy(d->p2p_recv, recvd, sizeof recvd);
   *nblocks = blocks;
   return WEFT_SUCCESS;
 }

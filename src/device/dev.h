@@ -9,9 +9,9 @@
 enum {
   WEFT_DEV_MAX_RANKS = 8,      /* ranks of one device communicator (one host) */
   WEFT_DEV_COLL_CHANNELS = 64, /* channels 0..63: collectives */
-  WEFT_DEV_P2P_SETS = 8,       /* channels 64..95: send/recv, in sets */
-  WEFT_DEV_P2P_SET_CHANNELS = 4,
-  WEFT_DEV_MAX_CHANNELS = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_SETS * WEFT_DEV_P2P_SET_CHANNELS,
+  WEFT_DEV_P2P_CHANNELS = 32,  /* channels 64..95: send/recv, in WEFT_P2P_SETS equal sets */
+  WEFT_DEV_P2P_MAX_SETS = 8,
+  WEFT_DEV_MAX_CHANNELS = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_CHANNELS,
   WEFT_DEV_MAX_ITEMS = 16, /* work items (group members) in one launch */
   WEFT_DEV_MAX_A2AV = 2,   /* alltoallv items in one launch */
   WEFT_DEV_THREADS = 512,

@@ -1,6 +1,7 @@
 /* Device communicators beyond the oracle matrix (tests/gpu, 2+ ranks): device buffers
  * only, CUDA-graph capture and replay, several communicators and streams in flight at
- * once, a group of collectives as one launch, the device memory report, and failures: a
+ * once, a group of collectives as one launch, a group of sends and receives too large for
+ * one launch, the device memory report, and failures: a
  * rank that never joins gives WEFT_ERR_TIMEOUT on both sides, and weft_comm_abort ends a
  * waiting kernel at once. usage: test_dev_comm RANKS [--share] */
 #include <cuda_runtime_api.h>
@@ -156,6 +157,59 @@ static int check_concurrent(int rank, int n, weft_comm_t a, weft_comm_t b) {
   return 0;
 }
 
+/* One group with more messages to each peer than WEFT_P2P_SETS lets one launch hold, and
+ * more items than a launch holds, an allreduce among them: the planner cuts it into several
+ * launches, and every message must still arrive whole and in its place. */
+enum { P2P_MSGS = 11 };
+static size_t p2p_len(int k) {
+  return k % 3 == 0 ? (size_t)1 << 20 : k % 3 == 1 ? (size_t)(1000 + k) : 65536;
+}
+static float p2p_val(int from, int to, int k, size_t i) {
+  return (float)(from * 1000000 + to * 10000 + k * 100 + (int)(i % 97));
+}
+
+static int check_p2p_group(int rank, int n, weft_comm_t c, cudaStream_t s) {
+  size_t per = 0, cnt = 1 << 18;
+  for (int k = 0; k < P2P_MSGS; k++)
+    per += p2p_len(k);
+  float *sb = NULL, *rb = NULL, *ar = NULL, *h = malloc(per * n * sizeof *h);
+  if (!h || cudaMalloc((void **)&sb, per * n * 4) != cudaSuccess ||
+      cudaMalloc((void **)&rb, per * n * 4) != cudaSuccess ||
+      cudaMalloc((void **)&ar, cnt * 4) != cudaSuccess)
+    FAIL("p2p group: allocation failed");
+  for (int q = 0; q < n; q++) /* message k to q at q * per + sum of the earlier lengths */
+    for (int k = 0, off = 0; k < P2P_MSGS; off += (int)p2p_len(k), k++)
+      for (size_t i = 0; i < p2p_len(k); i++)
+        h[q * per + off + i] = p2p_val(rank, q, k, i);
+  h2d(sb, h, per * n * 4);
+  cudaMemset(rb, 0xff, per * n * 4);
+  fill(h, cnt, rank, 5);
+  h2d(ar, h, cnt * 4);
+  weft_group_start();
+  for (int k = 0, off = 0; k < P2P_MSGS; off += (int)p2p_len(k), k++) {
+    for (int d = 1; d < n; d++) {
+      int to = (rank + d) % n, from = (rank - d + n) % n;
+      weft_send(sb + to * per + off, p2p_len(k), WEFT_F32, to, c, (weft_stream_t)s);
+      weft_recv(rb + from * per + off, p2p_len(k), WEFT_F32, from, c, (weft_stream_t)s);
+    }
+    if (k == P2P_MSGS / 2) weft_allreduce(ar, ar, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
+  }
+  if (weft_group_end() || settle(c, s)) FAIL("p2p group failed: %s", weft_get_last_error(c));
+  cudaMemcpy(h, rb, per * n * 4, cudaMemcpyDeviceToHost);
+  for (int q = 0; q < n; q++)
+    for (int k = 0, off = 0; k < P2P_MSGS; off += (int)p2p_len(k), k++)
+      for (size_t i = 0; q != rank && i < p2p_len(k); i++)
+        if (h[q * per + off + i] != p2p_val(q, rank, k, i))
+          FAIL("p2p group: message %d from rank %d wrong at %zu", k, q, i);
+  cudaMemcpy(h, ar, cnt * 4, cudaMemcpyDeviceToHost);
+  if (!sum_ok(h, cnt, n, 5)) FAIL("p2p group: allreduce among the messages wrong");
+  cudaFree(sb);
+  cudaFree(rb);
+  cudaFree(ar);
+  free(h);
+  return 0;
+}
+
 typedef struct {
   weft_comm_t c;
   double delay;
@@ -276,6 +330,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
            ((double)before - (double)free2) / 1048576.0);
   if (check_graph(rank, n, a, s)) return 1;
   if (check_concurrent(rank, n, a, b)) return 1;
+  if (check_p2p_group(rank, n, a, s)) return 1;
   weft_comm_destroy(a);
   weft_comm_destroy(b);
   if (check_failures(rank, dev, world, s)) return 1;

@@ -3,7 +3,8 @@
  * out-of-place calls leave sendbuf alone and nobody writes past the output.
  * usage: test_collectives RANKS [shm|tcp|auto] [--big] [--hosts=K] (K fake hosts: shm within
  * a host, tcp between them). Built with WEFT_TEST_GPU (tests/gpu), the same matrix runs on
- * device buffers: one GPU per rank, or all ranks on GPU 0 with --share. */
+ * device buffers: one GPU per rank, or all ranks on GPU 0 with --share; --host-staged-on=R
+ * sets WEFT_P2P_DISABLE=1 in rank R alone, which every rank must then follow. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +22,10 @@ static const unsigned char PATTERN = 0xA5;
 
 typedef struct {
   int big;
-  int share;    /* GPU build: every rank on GPU 0 */
-  void *stream; /* GPU build: the cudaStream_t every call uses */
-  int hosts;    /* > 0: fake that many hosts (rank % hosts), so shm and tcp mix */
+  int share;     /* GPU build: every rank on GPU 0 */
+  void *stream;  /* GPU build: the cudaStream_t every call uses */
+  int hosts;     /* > 0: fake that many hosts (rank % hosts), so shm and tcp mix */
+  int staged_on; /* GPU build: the rank (+ 1) that alone asks for host-staged regions */
   int failures, runs;
   int rank, n;
   weft_comm_t comm;
@@ -272,6 +274,7 @@ static int rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
     return 1;
   }
   cfg.device = c.share ? 0 : rank % ngpu;
+  if (c.staged_on == rank + 1) setenv("WEFT_P2P_DISABLE", "1", 1);
   cudaSetDevice(cfg.device);
   cudaStream_t s = NULL;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
@@ -327,6 +330,8 @@ int main(int argc, char **argv) {
       c.share = 1;
     else if (strncmp(argv[i], "--hosts=", 8) == 0)
       c.hosts = atoi(argv[i] + 8);
+    else if (strncmp(argv[i], "--host-staged-on=", 17) == 0)
+      c.staged_on = atoi(argv[i] + 17) + 1;
     else
       setenv("WEFT_TRANSPORT", argv[i], 1);
   }

@@ -1,7 +1,8 @@
 /* The device launch planner (src/dev_plan.c) without a GPU: the two ends of every message
  * must land on the same channels whatever the grouping on each side, alltoallv must agree
  * on its blocks although each rank sees other sizes, a group's collectives get disjoint
- * channels (with and without split roles), and a refused group changes nothing. */
+ * channels (with and without split roles), groups too large for one launch continue in
+ * further ones, and a refused group changes nothing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +14,8 @@
 #include "dev_plan.h"
 
 static weft_dev_planner_t planner(int rank, int n) {
-  weft_dev_planner_t p = {.rank = rank, .nranks = n, .max_channels = 64, .block_bytes = 32768};
+  weft_dev_planner_t p = {
+      .rank = rank, .nranks = n, .max_channels = 64, .block_bytes = 32768, .p2p_sets = 8};
   return p;
 }
 
@@ -31,6 +33,48 @@ static weft_task_t p2p(weft_coll_t k, int peer, uint64_t count) {
   return t;
 }
 
+/* One launch for the whole group, as collectives always get. */
+static weft_result_t plan1(weft_dev_planner_t *p, const weft_task_t *t, int n, weft_dev_launch_t *L,
+                           int *nb) {
+  uint8_t placed[64] = {0};
+  int more = 0;
+  weft_result_t rc = weft_dev_plan(p, t, n, placed, L, nb, &more);
+  if (rc == WEFT_SUCCESS) assert_int_equal(more, 0);
+  return rc;
+}
+
+/* Every launch of a group: for each task the launch it went to (-1: nothing moves) and its
+ * channel range; every launch holds at most WEFT_DEV_MAX_ITEMS items. Returns the launches. */
+static int plan_all(weft_dev_planner_t *p, const weft_task_t *t, int n, int *launch, int *chan0,
+                    int *nblocks) {
+  uint8_t placed[64] = {0};
+  int more = 1, k = 0;
+  for (; more; k++) {
+    uint8_t before[64];
+    weft_dev_launch_t L;
+    int nb = 0, item = 0;
+    memcpy(before, placed, sizeof before);
+    assert_int_equal(weft_dev_plan(p, t, n, placed, &L, &nb, &more), WEFT_SUCCESS);
+    assert_true(L.nitems <= WEFT_DEV_MAX_ITEMS);
+    assert_true(L.nitems > 0 || !more);
+    for (int i = 0; i < n; i++) {
+      if (before[i] || !placed[i]) continue;
+      if (t[i].args.count == 0) {
+        launch[i] = -1;
+        continue;
+      }
+      launch[i] = k;
+      chan0[i] = L.items[item].chan0;
+      nblocks[i] = L.items[item].nblocks;
+      item++;
+    }
+    assert_int_equal(item, L.nitems);
+  }
+  for (int i = 0; i < n; i++)
+    assert_true(placed[i]);
+  return k;
+}
+
 /* Random messages between n ranks; senders post theirs in random groups, receivers in
  * other random groups: every (sender, receiver, k-th message) must use one channel range. */
 static void p2p_ends_agree(void **st) {
@@ -46,37 +90,38 @@ static void p2p_ends_agree(void **st) {
       cnt[m] = (uint64_t)(rand() % 3 ? rand() % 5000 : rand() % 2000000);
     }
     weft_dev_planner_t pl[8];
-    for (int r = 0; r < n; r++)
+    int sets = 1 << (rand() % 4);
+    for (int r = 0; r < n; r++) {
       pl[r] = planner(r, n);
+      pl[r].p2p_sets = sets;
+    }
     uint16_t send_ch[40], send_nb[40], recv_ch[40], recv_nb[40];
     for (int side = 0; side < 2; side++)
       for (int r = 0; r < n; r++) {
-        /* this rank's messages on this side, in order, cut into random groups */
+        /* this rank's messages on this side, in order, cut into random groups (some larger
+         * than a launch holds, or than the sets a peer gets) */
         int idx[40], k = 0;
         for (int m = 0; m < nmsg; m++)
           if ((side ? dst[m] : src[m]) == r) idx[k++] = m;
         for (int i = 0; i < k;) {
-          int g = 1 + rand() % 4;
+          int g = 1 + rand() % (rand() % 4 ? 4 : 24);
           if (i + g > k) g = k - i;
-          weft_task_t tasks[4];
+          weft_task_t tasks[24];
+          int launch[24], ch[24], nb[24];
           for (int j = 0; j < g; j++) {
             int m = idx[i + j];
             tasks[j] = p2p(side ? WEFT_COLL_RECV : WEFT_COLL_SEND, side ? src[m] : dst[m], cnt[m]);
           }
-          weft_dev_launch_t L;
-          int nb = 0;
-          assert_int_equal(weft_dev_plan(&pl[r], tasks, g, &L, &nb), WEFT_SUCCESS);
-          int item = 0;
+          plan_all(&pl[r], tasks, g, launch, ch, nb);
           for (int j = 0; j < g; j++) {
             int m = idx[i + j];
             if (cnt[m] == 0) continue; /* nothing moves: no item on either side */
-            assert_true(L.items[item].chan0 >= WEFT_DEV_COLL_CHANNELS);
-            assert_true(L.items[item].chan0 + L.items[item].nblocks <= WEFT_DEV_MAX_CHANNELS);
-            (side ? recv_ch : send_ch)[m] = L.items[item].chan0;
-            (side ? recv_nb : send_nb)[m] = L.items[item].nblocks;
-            item++;
+            assert_true(ch[j] >= WEFT_DEV_COLL_CHANNELS);
+            assert_true(ch[j] + nb[j] <= WEFT_DEV_MAX_CHANNELS);
+            assert_true(nb[j] <= WEFT_DEV_P2P_CHANNELS / sets);
+            (side ? recv_ch : send_ch)[m] = (uint16_t)ch[j];
+            (side ? recv_nb : send_nb)[m] = (uint16_t)nb[j];
           }
-          assert_int_equal(item, L.nitems);
           i += g;
         }
       }
@@ -102,10 +147,10 @@ static void alltoallv_blocks_agree(void **st) {
     int nb0 = 0, nb1 = 0;
     weft_dev_planner_t p0 = planner(0, 4), p1 = planner(1, 4);
     p0.split = p1.split = split;
-    assert_int_equal(weft_dev_plan(&p0, &t, 1, &L, &nb0), WEFT_SUCCESS);
+    assert_int_equal(plan1(&p0, &t, 1, &L, &nb0), WEFT_SUCCESS);
     sc[1] = 1; /* another rank, other sizes */
     rc[3] = 4;
-    assert_int_equal(weft_dev_plan(&p1, &t, 1, &L, &nb1), WEFT_SUCCESS);
+    assert_int_equal(plan1(&p1, &t, 1, &L, &nb1), WEFT_SUCCESS);
     assert_int_equal(nb0, nb1);
     assert_int_equal(L.items[0].roles, split ? 2 : 1);
     assert_int_equal(L.items[0].nblocks, 64 * L.items[0].roles);
@@ -128,7 +173,7 @@ static void group_channels_disjoint(void **st) {
     p.split = split;
     weft_dev_launch_t L;
     int nb = 0;
-    assert_int_equal(weft_dev_plan(&p, t, 5, &L, &nb), WEFT_SUCCESS);
+    assert_int_equal(plan1(&p, t, 5, &L, &nb), WEFT_SUCCESS);
     assert_int_equal(L.nitems, 5);
     int blocks = 0;
     for (int i = 0; i < 5; i++) {
@@ -160,24 +205,24 @@ static void split_roles_layout(void **st) {
                      .dtype = WEFT_F32,
                      .sendbuf = (void *)16,
                      .recvbuf = (void *)32};
-  assert_int_equal(weft_dev_plan(&p, &big, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(plan1(&p, &big, 1, &L, &nb), WEFT_SUCCESS);
   assert_int_equal(L.items[0].roles, 2);
   assert_int_equal(nb, 128); /* 64 channels x 2 roles */
   weft_task_t small = big;
   small.args.count = 100; /* 400 bytes: one channel */
-  assert_int_equal(weft_dev_plan(&p, &small, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(plan1(&p, &small, 1, &L, &nb), WEFT_SUCCESS);
   assert_int_equal(nb, 2);
   weft_task_t a2a = big;
   a2a.args.coll = WEFT_COLL_ALLTOALL;
-  assert_int_equal(weft_dev_plan(&p, &a2a, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(plan1(&p, &a2a, 1, &L, &nb), WEFT_SUCCESS);
   assert_int_equal(L.items[0].roles, 2);
   /* in place too: the kernel orders receivers after their channel's sender */
   a2a.sendbuf = a2a.recvbuf = (void *)64;
-  assert_int_equal(weft_dev_plan(&p, &a2a, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(plan1(&p, &a2a, 1, &L, &nb), WEFT_SUCCESS);
   assert_int_equal(L.items[0].roles, 2);
   weft_task_t bc = big;
   bc.args.coll = WEFT_COLL_BROADCAST;
-  assert_int_equal(weft_dev_plan(&p, &bc, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(plan1(&p, &bc, 1, &L, &nb), WEFT_SUCCESS);
   assert_int_equal(L.items[0].roles, 1);
   assert_int_equal(nb, 64);
   p.max_channels = 3;
@@ -186,7 +231,7 @@ static void split_roles_layout(void **st) {
     g[i] = (weft_task_t){.args = {.coll = WEFT_COLL_ALLREDUCE, .count = (uint64_t)1 << 24},
                          .algo = WEFT_ALGO_TWOSHOT,
                          .dtype = WEFT_F32};
-  assert_int_equal(weft_dev_plan(&p, g, 3, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(plan1(&p, g, 3, &L, &nb), WEFT_SUCCESS);
   for (int i = 0; i < 3; i++) {
     assert_int_equal(L.items[i].roles, 1);
     assert_int_equal(L.items[i].chan0, i);
@@ -195,34 +240,76 @@ static void split_roles_layout(void **st) {
   assert_int_equal(nb, 3);
 }
 
+/* Messages beyond a peer's sets, or beyond a launch's items, wait for the next launch; the
+ * group's collectives all go in the first, on the channels the group's count gives them. */
+static void groups_split_into_launches(void **st) {
+  (void)st;
+  for (int sets = 1; sets <= 8; sets *= 2) {
+    weft_dev_planner_t p = planner(0, 4);
+    p.p2p_sets = sets;
+    weft_task_t t[40];
+    int n = 0, launch[40], ch[40], nb[40];
+    for (int i = 0; i < 10; i++) /* ten sends to rank 1 and ten receives from it */
+      t[n++] = p2p(i % 2 ? WEFT_COLL_RECV : WEFT_COLL_SEND, 1, 1 << 20);
+    t[n++] =
+        (weft_task_t){.args = {.coll = WEFT_COLL_ALLGATHER, .count = 1 << 20}, .dtype = WEFT_F32};
+    for (int i = 0; i < 12; i++) /* twelve sends to ranks 2 and 3 in turn */
+      t[n++] = p2p(WEFT_COLL_SEND, 2 + i % 2, 4096);
+    t[n++] = (weft_task_t){.args = {.coll = WEFT_COLL_ALLREDUCE, .count = 1 << 20},
+                           .dtype = WEFT_F32,
+                           .algo = WEFT_ALGO_TWOSHOT};
+    int launches = plan_all(&p, t, n, launch, ch, nb);
+    assert_int_equal(launch[10], 0);
+    assert_int_equal(launch[n - 1], 0);
+    assert_int_equal(ch[10], 0);
+    assert_int_equal(ch[n - 1], 32); /* second of two collectives: half the 64 channels */
+    /* five messages each way to rank 1, six to ranks 2 and 3: sets per launch at most */
+    int expect = (6 + sets - 1) / sets;
+    assert_true(launches >= expect);
+    for (int i = 0; i < n; i++) {
+      if (t[i].args.coll != WEFT_COLL_SEND && t[i].args.coll != WEFT_COLL_RECV) continue;
+      for (int j = i + 1; j < n; j++) /* one (peer, direction): in order, sets not shared */
+        if (t[j].args.coll == t[i].args.coll && t[j].args.root == t[i].args.root) {
+          assert_true(launch[j] >= launch[i]);
+          if (launch[j] == launch[i]) assert_int_not_equal(ch[j], ch[i]);
+        }
+    }
+    assert_int_equal(p.p2p_sent[1], 5);
+    assert_int_equal(p.p2p_recv[1], 5);
+    assert_int_equal(p.p2p_sent[2], 6);
+  }
+}
+
 static void refusals_change_nothing(void **st) {
   (void)st;
-  weft_dev_planner_t p = planner(0, 2), before;
+  weft_dev_planner_t p = planner(0, 2), before = p;
   weft_task_t t[17];
   weft_dev_launch_t L;
-  int nb = 0;
+  uint8_t placed[17] = {0};
+  int nb = 0, more = 0;
   for (int i = 0; i < 9; i++)
     t[i] = p2p(WEFT_COLL_SEND, 1, 100);
-  t[0] = p2p(WEFT_COLL_RECV, 1, 100); /* a receive first: it counts too, on its own side */
-  before = p;
-  assert_int_equal(weft_dev_plan(&p, t, 9, &L, &nb), WEFT_SUCCESS); /* 8 sends: fits */
-  p = before;
-  t[0] = p2p(WEFT_COLL_SEND, 1, 100);
-  assert_int_equal(weft_dev_plan(&p, t, 9, &L, &nb), WEFT_ERR_UNSUPPORTED); /* 9 sends */
+  t[4] = p2p(WEFT_COLL_SEND, 0, 100); /* to itself */
+  assert_int_equal(weft_dev_plan(&p, t, 9, placed, &L, &nb, &more), WEFT_ERR_UNSUPPORTED);
   assert_memory_equal(&p, &before, sizeof p);
-  t[0] = p2p(WEFT_COLL_SEND, 0, 100); /* to itself */
-  assert_int_equal(weft_dev_plan(&p, t, 1, &L, &nb), WEFT_ERR_UNSUPPORTED);
+  for (int i = 0; i < 9; i++)
+    assert_int_equal(placed[i], 0);
+  for (int i = 0; i < 17; i++) /* more collectives than a launch holds */
+    t[i] = (weft_task_t){.args = {.coll = WEFT_COLL_ALLGATHER, .count = 10}, .dtype = WEFT_F32};
+  assert_int_equal(weft_dev_plan(&p, t, 17, placed, &L, &nb, &more), WEFT_ERR_UNSUPPORTED);
   assert_memory_equal(&p, &before, sizeof p);
-  for (int i = 0; i < 17; i++)
-    t[i] = p2p(WEFT_COLL_RECV, 1, 1);
-  assert_int_equal(weft_dev_plan(&p, t, 17, &L, &nb), WEFT_ERR_UNSUPPORTED);
+  t[0] = t[1] = t[2] = (weft_task_t){.args = {.coll = WEFT_COLL_ALLTOALLV}, .dtype = WEFT_F32};
+  assert_int_equal(weft_dev_plan(&p, t, 3, placed, &L, &nb, &more), WEFT_ERR_UNSUPPORTED);
   assert_memory_equal(&p, &before, sizeof p);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(p2p_ends_agree),          cmocka_unit_test(alltoallv_blocks_agree),
-      cmocka_unit_test(group_channels_disjoint), cmocka_unit_test(split_roles_layout),
+      cmocka_unit_test(p2p_ends_agree),
+      cmocka_unit_test(alltoallv_blocks_agree),
+      cmocka_unit_test(group_channels_disjoint),
+      cmocka_unit_test(split_roles_layout),
+      cmocka_unit_test(groups_split_into_launches),
       cmocka_unit_test(refusals_change_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
