@@ -41,7 +41,8 @@
 #        the four collectives 512 KiB-8 MiB, three alternating rounds, stream and graph.
 #   12 -> bench/results/2026-11-30-h200x2-tuning-12.txt: the allgather stalls, traced: allgather
 #        and alltoall 256 KiB-4 MiB, 200 calls a loop, with and without --compare nccl, then
-#        with NCCL and WEFT_LL_MAX_BYTES=262144 or WEFT_SPIN=2e9 (host waits never sleep); --trace
+#        with NCCL and WEFT_LL_MAX_BYTES=262144, WEFT_SPIN=2e9 (host waits never sleep) or
+#        CUDA_DEVICE_MAX_CONNECTIONS=32 (streams share fewer hardware queues); --trace
 #        stamps of
 #        every loop on both ranks (scripts/trace_stalls.py lists the slow ones) and the
 #        machine's steal time (/proc/stat) around each run; the CUDA contexts on each GPU; then
@@ -76,9 +77,10 @@ if [ "$exp" = 12 ]; then
   mkdir -p "$raw"
   steal() { awk '/^cpu / {print $9}' /proc/stat; }
   for round in 1 2 3 4 5; do
-    for mode in nccl alone ll256k spin; do
+    for mode in nccl alone ll256k spin conn32; do
       cmp="--compare nccl" envs=""
       [ "$mode" = alone ] && cmp=""
+      [ "$mode" = conn32 ] && envs="CUDA_DEVICE_MAX_CONNECTIONS=32"
       [ "$mode" = ll256k ] && envs="WEFT_LL_MAX_BYTES=262144"
       [ "$mode" = spin ] && envs="WEFT_SPIN=2000000000"
       s0=$(steal)
