@@ -32,6 +32,7 @@ run() { # name, command...
 }
 run dev_comm_2 "$b/tests/gpu/test_dev_comm" 2
 WEFT_P2P_SETS=1 run dev_comm_2_sets1 "$b/tests/gpu/test_dev_comm" 2
+run dev_comm_3_share "$b/tests/gpu/test_dev_comm" 3 --share
 run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
 WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2
 run one_process "$b/tests/gpu/test_one_process"

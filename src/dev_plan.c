@@ -155,11 +155,25 @@ static void place_coll(const weft_dev_planner_t *d, const weft_task_t *t, int ki
   it->nblocks = (uint16_t)(nch * (uint64_t)roles);
 }
 
+/* Whether one launch holds the whole group: at most WEFT_DEV_MAX_ITEMS operations that
+ * move data, and at most one message per set for each (peer, direction). */
+static int group_fits(const weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks,
+                      int ncoll) {
+  int per[WEFT_DEV_MAX_RANKS][2], items = ncoll;
+  memset(per, 0, sizeof per);
+  for (int i = 0; i < ntasks; i++) {
+    int kind = dev_kind(&tasks[i]);
+    if ((kind != WEFT_DEV_SEND && kind != WEFT_DEV_RECV) || tasks[i].args.count == 0) continue;
+    if (++per[tasks[i].args.root][kind == WEFT_DEV_RECV] > d->p2p_sets) return 0;
+    items++;
+  }
+  return items <= WEFT_DEV_MAX_ITEMS;
+}
+
 weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks,
                             uint8_t *placed, weft_dev_launch_t *L, int *nblocks, int *more) {
   int ncoll = 0, na2av = 0, blocks = 0, slot = 0, first = 1;
-  uint8_t used[WEFT_DEV_MAX_RANKS][2][WEFT_DEV_P2P_MAX_SETS];
-  uint8_t deferred[WEFT_DEV_MAX_RANKS][2];
+  uint8_t taken[WEFT_DEV_MAX_RANKS][2];
   *nblocks = 0;
   *more = 0;
   for (int i = 0; i < ntasks && first; i++)
@@ -167,39 +181,41 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
   CHECK(check_group(d, tasks, ntasks, &ncoll));
   if (d->p2p_sets < 1 || d->p2p_sets > WEFT_DEV_P2P_MAX_SETS || WEFT_DEV_P2P_CHANNELS % d->p2p_sets)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "device planner: %d send/recv sets", d->p2p_sets);
-  memset(used, 0, sizeof used);
-  memset(deferred, 0, sizeof deferred);
-  int sets = d->p2p_sets;
-  int per_coll = ncoll ? d->max_channels / ncoll : 0;
-  int reserve = first ? ncoll : 0; /* item slots the collectives still need */
+  memset(taken, 0, sizeof taken);
+  int sets = d->p2p_sets, per_coll = ncoll ? d->max_channels / ncoll : 0;
+  /* Messages of one (peer, direction) this launch takes. A group that fits takes all at
+   * once. One that does not is cut by a rule both ends of every message apply alike when
+   * their groups hold the same messages: each launch takes the next `quota` of each (peer,
+   * direction), quota being what the items left after the collectives allow if every peer
+   * had messages both ways. Cutting by how full this rank's launch happens to be would put
+   * the ends of one message in launches of different rank on two ranks, and a send that
+   * waits for a receive queued behind it deadlocks. */
+  int quota = sets;
+  if (d->nranks > 1 && (!first || !group_fits(d, tasks, ntasks, ncoll))) {
+    int room = (WEFT_DEV_MAX_ITEMS - (first ? ncoll : 0)) / (2 * (d->nranks - 1));
+    quota = room < sets ? room : sets;
+  }
   L->nitems = 0;
   for (int i = 0; i < ntasks; i++) {
     const weft_task_t *t = &tasks[i];
     int kind = dev_kind(t), p2p = kind == WEFT_DEV_SEND || kind == WEFT_DEV_RECV;
-    if (placed[i]) continue;
-    if (!p2p && !first) continue; /* (cannot happen: collectives go in the first launch) */
+    if (placed[i] || (!p2p && !first)) continue; /* collectives go in the first launch */
     uint64_t len = round_len(d->nranks, t, kind);
     if (len == 0 && kind != WEFT_DEV_ALLTOALLV) { /* nothing moves */
       placed[i] = 1;
       slot += !p2p;
-      reserve -= !p2p;
       continue;
     }
     int peer = t->args.root, dir = kind == WEFT_DEV_RECV, set = 0;
     if (p2p) {
-      /* A message waits for the next launch when its set is taken here, when an earlier one
-       * of its (peer, direction) waits, or when the items left are the collectives'. Both
-       * ends still pair it with the same set: the count of earlier messages decides. */
-      uint64_t *msgs = dir ? d->p2p_recv : d->p2p_sent;
-      set = (int)(msgs[peer] % (uint64_t)sets);
-      if (deferred[peer][dir] || used[peer][dir][set] ||
-          L->nitems + reserve >= WEFT_DEV_MAX_ITEMS) {
-        deferred[peer][dir] = 1;
+      if (taken[peer][dir] >= quota) {
         *more = 1;
         continue;
       }
-      used[peer][dir][set] = 1;
-      msgs[peer]++;
+      /* both ends pair a message with the same set: the count of earlier ones decides */
+      uint64_t *msgs = dir ? d->p2p_recv : d->p2p_sent;
+      set = (int)(msgs[peer]++ % (uint64_t)sets);
+      taken[peer][dir]++;
     }
     size_t es = weft_dtype_size(t->dtype);
     weft_dev_item_t *it = &L->items[L->nitems];
@@ -213,12 +229,10 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
     it->recv = t->recvbuf;
     uint64_t want = (len * es + d->block_bytes - 1) / d->block_bytes;
     if (want < 1) want = 1;
-    if (p2p) {
+    if (p2p)
       place_p2p(d, set, want, it);
-    } else {
+    else
       place_coll(d, t, kind, per_coll, slot++, want, L, &na2av, it);
-      reserve--;
-    }
     it->block0 = (uint16_t)blocks;
     blocks += it->nblocks;
     placed[i] = 1;
