@@ -4,7 +4,8 @@
 # run on the same buffers (--compare nccl). Sizes up to 256 MiB are checked against the
 # oracle; the four largest are timed only (their host-side check would take most of a lease).
 # Then small allreduces as CUDA-graph replays against NCCL's (sweep-graph-allreduce.*), and
-# host-staged regions against NCCL's shared-memory transport (sweep-hoststaged.*).
+# host-staged regions against NCCL's shared-memory transport (sweep-hoststaged.*), and
+# sendrecv, broadcast and reduce, f32, 8 B-4 GiB (sweep-rooted-p2p.*).
 # usage: scripts/device_gpu_bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
 set -uo pipefail
 out=${1:?usage: device_gpu_bench.sh OUT [BUILD]}
@@ -26,5 +27,10 @@ done
 # (its shared-memory transport), f32, 8 B-256 MiB, checked.
 WEFT_P2P_DISABLE=1 NCCL_P2P_DISABLE=1 "$b/bench/collbench" -C $colls -b 8 -e 256M -f 4 -n 10 -w 3 \
   --compare nccl --json "$out/sweep-hoststaged.json" > "$out/sweep-hoststaged.txt" 2>&1 || rc=1
+"$b/bench/collbench" -C sendrecv,broadcast,reduce -b 8 -e 256M -f 4 -n "${ITERS:-20}" -w 5 \
+  --compare nccl --json "$out/sweep-rooted-p2p-small.json" > "$out/sweep-rooted-p2p.txt" 2>&1 || rc=1
+"$b/bench/collbench" -C sendrecv,broadcast,reduce -b 1G -e 4G -f 4 -n "${ITERS:-20}" -w 3 -c 0 \
+  --compare nccl --json "$out/sweep-rooted-p2p-large.json" >> "$out/sweep-rooted-p2p.txt" 2>&1 ||
+  rc=1
 grep -h "WRONG\|failed" "$out"/sweep-*.txt
 exit $rc

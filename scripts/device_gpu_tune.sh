@@ -40,13 +40,14 @@
 #        2 MiB per peer (128 channels of 16 KiB slots) against 1 MiB (WEFT_LL_MAX_BYTES),
 #        the four collectives 512 KiB-8 MiB, three alternating rounds, stream and graph.
 #   12 -> bench/results/2026-11-30-h200x2-tuning-12.txt: the allgather stalls, traced: allgather
-#        and alltoall 256 KiB-4 MiB, 200 calls a loop, with and without --compare nccl, then
-#        with NCCL and WEFT_LL_MAX_BYTES=262144, WEFT_SPIN=2e9 (host waits never sleep) or
-#        CUDA_DEVICE_MAX_CONNECTIONS=32 (streams share fewer hardware queues); --trace
-#        stamps of
-#        every loop on both ranks (scripts/trace_stalls.py lists the slow ones) and the
-#        machine's steal time (/proc/stat) around each run; the CUDA contexts on each GPU; then
-#        send/recv with 4-32 channels a message (WEFT_P2P_SETS). Raw traces in RAW.
+#        and alltoall 256 KiB-4 MiB, 200 calls a loop, four rounds of: with NCCL in the
+#        process (--compare nccl), alone, and with NCCL and one of WEFT_LL_MAX_BYTES=262144
+#        (no low-latency kernel past 256 KiB), CUDA_DEVICE_MAX_CONNECTIONS=32 (streams share
+#        fewer hardware queues), NCCL_CUMEM_ENABLE=0 (NCCL maps peers through legacy IPC) or
+#        NCCL_P2P_DISABLE=1 (NCCL maps no peer memory); --trace stamps of every loop on both
+#        ranks (scripts/trace_stalls.py lists the slow ones with the call that was slowest)
+#        and the machine's steal time (/proc/stat) around each run; the CUDA contexts on each
+#        GPU; then send/recv with 4-32 channels a message (WEFT_P2P_SETS). Raw traces in RAW.
 # Columns of the size lines: in "size:A/B" A is weft's time (us) and B NCCL's busbw (GB/s);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
@@ -76,13 +77,14 @@ if [ "$exp" = 12 ]; then
   raw=${3:-/tmp/tune12}
   mkdir -p "$raw"
   steal() { awk '/^cpu / {print $9}' /proc/stat; }
-  for round in 1 2 3 4 5; do
-    for mode in nccl alone ll256k spin conn32; do
+  for round in 1 2 3 4; do
+    for mode in nccl alone ll256k conn32 nocumem ncclshm; do
       cmp="--compare nccl" envs=""
       [ "$mode" = alone ] && cmp=""
-      [ "$mode" = conn32 ] && envs="CUDA_DEVICE_MAX_CONNECTIONS=32"
       [ "$mode" = ll256k ] && envs="WEFT_LL_MAX_BYTES=262144"
-      [ "$mode" = spin ] && envs="WEFT_SPIN=2000000000"
+      [ "$mode" = conn32 ] && envs="CUDA_DEVICE_MAX_CONNECTIONS=32"
+      [ "$mode" = nocumem ] && envs="NCCL_CUMEM_ENABLE=0"
+      [ "$mode" = ncclshm ] && envs="NCCL_P2P_DISABLE=1"
       s0=$(steal)
       env $envs timeout 120 $cb -C allgather,alltoall -b 256K -e 4M -f 2 -n 200 -w 20 -c 0 $cmp \
         --trace > "$raw/$mode-$round.txt" 2> "$raw/$mode-$round.trace"
