@@ -48,12 +48,16 @@
 #        ranks (scripts/trace_stalls.py lists the slow ones with the call that was slowest)
 #        and the machine's steal time (/proc/stat) around each run; the CUDA contexts on each
 #        GPU; then send/recv with 4-32 channels a message (WEFT_P2P_SETS). Raw traces in RAW.
+#   13 -> bench/results/2026-11-30-h200x2-tuning-13.txt: tuning 12's loops with NCCL in the
+#        process (its default, cuMem peer mappings), eight rounds, after the low-latency
+#        kernel's waits stopped reading host memory from every thread; then sendrecv and
+#        broadcast against NCCL with the default WEFT_P2P_SETS.
 # Columns of the size lines: in "size:A/B" A is weft's time (us) and B NCCL's busbw (GB/s);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
-# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12 [BUILD] [RAW]
+# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13 [BUILD] [RAW]
 set -uo pipefail
-exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12 [BUILD] [RAW]}
+exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13 [BUILD] [RAW]}
 b=${2:-build-dev}
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cb=$b/bench/collbench
@@ -73,6 +77,19 @@ for r in json.load(open(sys.argv[1]))['rows']:
         print(r['coll'], r['bytes'], r['time_us'], r.get('submit_us'), r.get('peer_time_us'),
               r.get('peer_submit_us'))" "$1"
 }
+if [ "$exp" = 13 ]; then
+  raw=${3:-/tmp/tune13}
+  mkdir -p "$raw"
+  for round in 1 2 3 4 5 6 7 8; do
+    timeout 120 $cb -C allgather,alltoall -b 256K -e 4M -f 2 -n 200 -w 20 -c 0 --compare nccl \
+      --trace > "$raw/nccl-$round.txt" 2> "$raw/nccl-$round.trace"
+    echo "nccl round $round: $(pairs < "$raw/nccl-$round.txt" | tr '\n' ' ')"
+    python3 "$(dirname "$0")/trace_stalls.py" "$raw/nccl-$round.trace" | tail -20
+  done
+  echo "sendrecv and broadcast against NCCL (default sets):"
+  timeout 60 $cb -C sendrecv,broadcast -b 1M -e 1G -f 4 -n 10 -w 3 -c 0 --compare nccl | pairs
+  exit 0
+fi
 if [ "$exp" = 12 ]; then
   raw=${3:-/tmp/tune12}
   mkdir -p "$raw"

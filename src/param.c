@@ -41,7 +41,7 @@ static const struct {
     {"WEFT_LL_BLOCK_BYTES", "4096",
      "device: payload per block of the low-latency allreduce (16-byte multiple, 512-16384)"},
     {"WEFT_ONESHOT_MAX_BYTES", "0", "device allreduce: one-shot up to this size (0: the tuner's)"},
-    {"WEFT_P2P_SETS", "8",
+    {"WEFT_P2P_SETS", "2",
      "device send/recv: a group holds this many messages per peer and direction (1, 2, 4, 8); "
      "each gets 32 / N channels"},
     {"WEFT_P2P_DISABLE", "0",

@@ -53,7 +53,11 @@ __device__ inline void store_bytes(char *p, uint64_t v, uint64_t n) {
 }
 
 /* Waits for line l of src to carry seq; false when the channel gave up (timeout or abort,
- * recorded for the host like the general kernel's waits). */
+ * recorded for the host like the general kernel's waits). Every thread polls a line of its
+ * own, so only the lowest waiting lane of a warp reads the clock and the host-mapped abort
+ * flag, every 4096 spins: with each of up to 64K threads reading host memory every 1024
+ * spins, a wait that ran long flooded PCIe with reads, and loops with NCCL in the process
+ * ran 50-100x slower (bench/results/2026-11-30-h200x2-tuning-12.txt). */
 __device__ inline bool poll_line(const weft_dev_ll_t &P, const uint4 *line, uint32_t seq, int src,
                                  int ch, uint4 *out, volatile int *bail) {
   uint4 l = ld_line(line);
@@ -61,19 +65,21 @@ __device__ inline bool poll_line(const weft_dev_ll_t &P, const uint4 *line, uint
   for (uint32_t spins = 0; l.y != seq || l.w != seq; spins++) {
     if ((spins & 1023) == 1023) {
       if (*bail) return false;
-      uint64_t now = global_ns();
-      if (!start) start = now;
-      if (*P.abort_flag || now - start > P.timeout_ns) {
-        if (!*P.abort_flag && P.error->code == 0) {
-          P.error->peer = src;
-          P.error->channel = ch;
-          P.error->kind = WEFT_DEV_LL_KIND(P.kind);
-          __threadfence_system();
-          P.error->code = WEFT_DEV_ERR_TIMEOUT;
-          *P.abort_flag = 1;
+      if ((spins & 4095) == 4095 && (threadIdx.x & 31) == __ffs(__activemask()) - 1) {
+        uint64_t now = global_ns();
+        if (!start) start = now;
+        if (*P.abort_flag || now - start > P.timeout_ns) {
+          if (!*P.abort_flag && P.error->code == 0) {
+            P.error->peer = src;
+            P.error->channel = ch;
+            P.error->kind = WEFT_DEV_LL_KIND(P.kind);
+            __threadfence_system();
+            P.error->code = WEFT_DEV_ERR_TIMEOUT;
+            *P.abort_flag = 1;
+          }
+          *bail = 1;
+          return false;
         }
-        *bail = 1;
-        return false;
       }
     }
     l = ld_line(line);
