@@ -52,12 +52,15 @@
 #        process (its default, cuMem peer mappings), eight rounds, after the low-latency
 #        kernel's waits stopped reading host memory from every thread; then sendrecv and
 #        broadcast against NCCL with the default WEFT_P2P_SETS.
+#   14 -> bench/results/2026-11-30-h200x2-tuning-14.txt: broadcast (its root out of place on two
+#        roles) and reduce, 64 MiB-1 GiB, against NCCL; then reduce with WEFT_P2P_ROUNDS 1 and
+#        2, WEFT_P2P_STAGES 4 and WEFT_P2P_CHUNK_BYTES 512 KiB.
 # Columns of the size lines: in "size:A/B" A is weft's time (us) and B NCCL's busbw (GB/s);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
-# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13 [BUILD] [RAW]
+# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13|14 [BUILD] [RAW]
 set -uo pipefail
-exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13 [BUILD] [RAW]}
+exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13|14 [BUILD] [RAW]}
 b=${2:-build-dev}
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cb=$b/bench/collbench
@@ -77,6 +80,15 @@ for r in json.load(open(sys.argv[1]))['rows']:
         print(r['coll'], r['bytes'], r['time_us'], r.get('submit_us'), r.get('peer_time_us'),
               r.get('peer_submit_us'))" "$1"
 }
+if [ "$exp" = 14 ]; then
+  echo "broadcast, reduce against NCCL (weft us / NCCL busbw):"
+  timeout 60 $cb -C broadcast,reduce -b 64M -e 1G -f 4 -n 10 -w 3 -c 0 --compare nccl | pairs
+  for v in "WEFT_P2P_ROUNDS=1" "WEFT_P2P_ROUNDS=2" "WEFT_P2P_STAGES=4" "WEFT_P2P_CHUNK_BYTES=524288"; do
+    echo "reduce, $v (weft us / weft busbw):"
+    env $v timeout 60 $cb -C reduce -b 64M -e 1G -f 4 -n 10 -w 3 -c 0 | pairs
+  done
+  exit 0
+fi
 if [ "$exp" = 13 ]; then
   raw=${3:-/tmp/tune13}
   mkdir -p "$raw"

@@ -138,6 +138,12 @@ static void place_coll(const weft_dev_planner_t *d, const weft_task_t *t, int ki
    * senders of the same channel may not have read yet; the kernel makes them wait for
    * their sender's round (weft_dev_launch_t.progress), so split roles stay. */
   int roles = d->split ? split_roles(kind) : 1;
+  /* An out-of-place broadcast root also copies its input to its output: on blocks of their
+   * own that copy does not hold up its NVLink writes (1 GiB: 345 GB/s against 359 in place,
+   * bench/results/2026-11-30-h200x2-rooted-p2p.txt). Roles are a rank's own business; its
+   * peers' blocks see the same channels. */
+  if (d->split && kind == WEFT_DEV_BROADCAST && t->args.root == d->rank && t->sendbuf != t->recvbuf)
+    roles = 2;
   /* two-shot with split roles sends its reduced chunks on channels of their own */
   uint64_t avail =
       (uint64_t)(kind == WEFT_DEV_ALLREDUCE_TWOSHOT && roles > 1 ? per_coll / 2 : per_coll);

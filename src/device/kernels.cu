@@ -291,7 +291,7 @@ __device__ void rooted(const Chan &c, const Item &w, bool reduce) {
   if (unit == 0) return;
   for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
     uint64_t len = clamp_len(count, off, unit);
-    bool sender = reduce ? me != root : me == root;
+    bool sender = (reduce ? me != root : me == root) && (w.steps & STEP_SEND);
     int nd = 0, dsts[WEFT_DEV_MAX_RANKS];
     if (sender)
       for (int i = 0; i < n - 1; i++) {
@@ -303,8 +303,8 @@ __device__ void rooted(const Chan &c, const Item &w, bool reduce) {
         if (reduce) break;
       }
     c.publish(dsts, nd);
-    if (!reduce && me == root) {
-      if (in != out) copy1(out + off * es, in + off * es, len * es);
+    if (!reduce && me == root) { /* with two roles, the second role's blocks copy */
+      if (in != out && (w.steps & STEP_RECV)) copy1(out + off * es, in + off * es, len * es);
     } else if (!reduce) {
       const char *slot = c.recv_slot(root);
       if (!slot) return;

@@ -220,11 +220,18 @@ static void split_roles_layout(void **st) {
   a2a.sendbuf = a2a.recvbuf = (void *)64;
   assert_int_equal(plan1(&p, &a2a, 1, &L, &nb), WEFT_SUCCESS);
   assert_int_equal(L.items[0].roles, 2);
-  weft_task_t bc = big;
+  weft_task_t bc = big; /* root 0: this rank only receives */
   bc.args.coll = WEFT_COLL_BROADCAST;
   assert_int_equal(plan1(&p, &bc, 1, &L, &nb), WEFT_SUCCESS);
   assert_int_equal(L.items[0].roles, 1);
   assert_int_equal(nb, 64);
+  bc.args.root = 1; /* the root out of place also copies: blocks of their own */
+  assert_int_equal(plan1(&p, &bc, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(L.items[0].roles, 2);
+  assert_int_equal(nb, 128);
+  bc.sendbuf = bc.recvbuf; /* in place: nothing to copy */
+  assert_int_equal(plan1(&p, &bc, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(L.items[0].roles, 1);
   p.max_channels = 3;
   weft_task_t g[3];
   for (int i = 0; i < 3; i++)
