@@ -55,7 +55,8 @@
 #   14 -> bench/results/2026-11-30-h200x2-tuning-14.txt: broadcast (its root out of place on two
 #        roles) and reduce, 64 MiB-1 GiB, against NCCL; then reduce with WEFT_P2P_ROUNDS 1 and
 #        2, WEFT_P2P_STAGES 4 and WEFT_P2P_CHUNK_BYTES 512 KiB.
-# Columns of the size lines: in "size:A/B" A is weft's time (us) and B NCCL's busbw (GB/s);
+# Columns of the size lines: in "size:A/B" A is weft's time (us) and B weft's busbw (GB/s), out
+# of place (until tuning 12 this line said B was NCCL's; it never was);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
 # usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13|14 [BUILD] [RAW]
@@ -81,8 +82,10 @@ for r in json.load(open(sys.argv[1]))['rows']:
               r.get('peer_submit_us'))" "$1"
 }
 if [ "$exp" = 14 ]; then
-  echo "broadcast, reduce against NCCL (weft us / NCCL busbw):"
-  timeout 60 $cb -C broadcast,reduce -b 64M -e 1G -f 4 -n 10 -w 3 -c 0 --compare nccl | pairs
+  echo "broadcast, reduce against NCCL (size:weft busbw/NCCL busbw/ratio):"
+  timeout 60 $cb -C broadcast,reduce -b 64M -e 1G -f 4 -n 10 -w 3 -c 0 --compare nccl |
+    awk '/^# [a-z_]+$/ {if (l) print l; l = $2 ":"} !/^#/ && NF > 14 {l = l " " $1 ":" $8 "/" $15 "/" $16}
+      END {if (l) print l}'
   for v in "WEFT_P2P_ROUNDS=1" "WEFT_P2P_ROUNDS=2" "WEFT_P2P_STAGES=4" "WEFT_P2P_CHUNK_BYTES=524288"; do
     echo "reduce, $v (weft us / weft busbw):"
     env $v timeout 60 $cb -C reduce -b 64M -e 1G -f 4 -n 10 -w 3 -c 0 | pairs
