@@ -55,13 +55,16 @@
 #   14 -> bench/results/2026-11-30-h200x2-tuning-14.txt: broadcast (its root out of place on two
 #        roles) and reduce, 64 MiB-1 GiB, against NCCL; then reduce with WEFT_P2P_ROUNDS 1 and
 #        2, WEFT_P2P_STAGES 4 and WEFT_P2P_CHUNK_BYTES 512 KiB.
+#   15 -> bench/results/2026-11-30-h200x2-tuning-15.txt: the stalls left after tuning 13, counted:
+#        the four collectives 8 B-4 MiB, 20 calls a loop, with NCCL in the process, three runs
+#        with its defaults and three with NCCL_CUMEM_ENABLE=0, alternating; traced.
 # Columns of the size lines: in "size:A/B" A is weft's time (us) and B weft's busbw (GB/s), out
 # of place (until tuning 12 this line said B was NCCL's; it never was);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
-# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13|14 [BUILD] [RAW]
+# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13|14|15 [BUILD] [RAW]
 set -uo pipefail
-exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13|14 [BUILD] [RAW]}
+exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13|14|15 [BUILD] [RAW]}
 b=${2:-build-dev}
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cb=$b/bench/collbench
@@ -81,6 +84,21 @@ for r in json.load(open(sys.argv[1]))['rows']:
         print(r['coll'], r['bytes'], r['time_us'], r.get('submit_us'), r.get('peer_time_us'),
               r.get('peer_submit_us'))" "$1"
 }
+if [ "$exp" = 15 ]; then
+  raw=${3:-/tmp/tune15}
+  mkdir -p "$raw"
+  for round in 1 2 3; do
+    for mode in default nocumem; do
+      envs=""
+      [ "$mode" = nocumem ] && envs="NCCL_CUMEM_ENABLE=0"
+      env $envs timeout 120 $cb -C allreduce,allgather,reduce_scatter,alltoall -b 8 -e 4M -n 20 -w 5 \
+        -c 0 --compare nccl --trace > "$raw/$mode-$round.txt" 2> "$raw/$mode-$round.trace"
+      echo "$mode round $round: $(python3 "$(dirname "$0")/trace_stalls.py" "$raw/$mode-$round.trace" |
+        grep -E "^loop|stalled loops" | tr '\n' ' ')"
+    done
+  done
+  exit 0
+fi
 if [ "$exp" = 14 ]; then
   echo "broadcast, reduce against NCCL (size:weft busbw/NCCL busbw/ratio):"
   timeout 60 $cb -C broadcast,reduce -b 64M -e 1G -f 4 -n 10 -w 3 -c 0 --compare nccl |
