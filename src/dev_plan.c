@@ -193,9 +193,9 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
    * once. One that does not is cut by a rule both ends of every message apply alike when
    * their groups hold the same messages: each launch takes the next `quota` of each (peer,
    * direction), quota being what the items left after the collectives allow if every peer
-   * had messages both ways. Cutting by how full this rank's launch happens to be would put
-   * the ends of one message in launches of different rank on two ranks, and a send that
-   * waits for a receive queued behind it deadlocks. */
+   * had messages both ways. Cutting by how full this rank's launch happens to be could put
+   * one end of a message in a rank's first launch and the other in its peer's second, and
+   * a send that waits for a receive queued behind it deadlocks. */
   int quota = sets;
   if (d->nranks > 1 && (!first || !group_fits(d, tasks, ntasks, ncoll))) {
     int room = (WEFT_DEV_MAX_ITEMS - (first ? ncoll : 0)) / (2 * (d->nranks - 1));
