@@ -1,0 +1,85 @@
+// Copy-engine peer copies between GPU 0 and GPU 1 of one process, as numbers for a future
+// copy-engine path: one way and both ways at once, 1 GiB, and one way cut into chunks of
+// 1-64 MiB issued back to back on one stream (what a chunked pipeline would pay per copy).
+// usage: nvcc -O2 -gencode arch=compute_90,code=sm_90 -o ce_probe device_ce_probe.cu && ./ce_probe
+#include <cstdio>
+#include <cuda_runtime.h>
+
+#define CK(x)                                                                                      \
+  do {                                                                                             \
+    cudaError_t e = (x);                                                                           \
+    if (e != cudaSuccess) {                                                                        \
+      fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));                                      \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+static const size_t BYTES = (size_t)1 << 30;
+
+// Seconds for `reps` rounds of copying BYTES from a (GPU 0) to b (GPU 1) in chunks of
+// `chunk` on s0, and, when both, the same from b2 to a2 on s1 at once.
+static int timed(char *a, char *b, char *a2, char *b2, size_t chunk, bool both, int reps,
+                 cudaStream_t s0, cudaStream_t s1, double *secs) {
+  cudaEvent_t e0, e1, f1;
+  CK(cudaSetDevice(0));
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaSetDevice(1));
+  CK(cudaEventCreate(&f1));
+  CK(cudaSetDevice(0));
+  CK(cudaEventRecord(e0, s0));
+  CK(cudaSetDevice(1));
+  CK(cudaStreamWaitEvent(s1, e0, 0));
+  for (int r = 0; r < reps; r++)
+    for (size_t off = 0; off < BYTES; off += chunk) {
+      CK(cudaMemcpyAsync(b + off, a + off, chunk, cudaMemcpyDeviceToDevice, s0));
+      if (both) CK(cudaMemcpyAsync(a2 + off, b2 + off, chunk, cudaMemcpyDeviceToDevice, s1));
+    }
+  CK(cudaEventRecord(f1, s1));
+  CK(cudaSetDevice(0));
+  CK(cudaStreamWaitEvent(s0, f1, 0));
+  CK(cudaEventRecord(e1, s0));
+  CK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  *secs = ms * 1e-3 / reps;
+  return 0;
+}
+
+int main() {
+  int n = 0, ok01 = 0, ok10 = 0;
+  CK(cudaGetDeviceCount(&n));
+  if (n < 2) {
+    fprintf(stderr, "need 2 GPUs\n");
+    return 1;
+  }
+  CK(cudaDeviceCanAccessPeer(&ok01, 0, 1));
+  CK(cudaDeviceCanAccessPeer(&ok10, 1, 0));
+  char *a, *a2, *b, *b2;
+  cudaStream_t s0, s1;
+  CK(cudaSetDevice(0));
+  if (ok01) CK(cudaDeviceEnablePeerAccess(1, 0));
+  CK(cudaMalloc(&a, BYTES));
+  CK(cudaMalloc(&a2, BYTES));
+  CK(cudaMemset(a, 1, BYTES));
+  CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  CK(cudaSetDevice(1));
+  if (ok10) CK(cudaDeviceEnablePeerAccess(0, 0));
+  CK(cudaMalloc(&b, BYTES));
+  CK(cudaMalloc(&b2, BYTES));
+  CK(cudaMemset(b2, 2, BYTES));
+  CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CK(cudaDeviceSynchronize());
+  printf("peer access 0->1 %d, 1->0 %d\n", ok01, ok10);
+  double t = 0;
+  if (timed(a, b, a2, b2, BYTES, false, 1, s0, s1, &t)) return 1; /* warm */
+  if (timed(a, b, a2, b2, BYTES, false, 5, s0, s1, &t)) return 1;
+  printf("one way, 1 GiB copies:           %6.1f GB/s\n", BYTES / t / 1e9);
+  if (timed(a, b, a2, b2, BYTES, true, 5, s0, s1, &t)) return 1;
+  printf("both ways at once, 1 GiB copies: %6.1f GB/s each way\n", BYTES / t / 1e9);
+  for (size_t chunk = (size_t)1 << 20; chunk <= ((size_t)64 << 20); chunk *= 4) {
+    if (timed(a, b, a2, b2, chunk, false, 3, s0, s1, &t)) return 1;
+    printf("one way, %2zu MiB copies:          %6.1f GB/s\n", chunk >> 20, BYTES / t / 1e9);
+  }
+  return 0;
+}
