@@ -1,6 +1,8 @@
 // Copy-engine peer copies between GPU 0 and GPU 1 of one process, as numbers for a future
-// copy-engine path: one way and both ways at once, 1 GiB, and one way cut into chunks of
-// 1-64 MiB issued back to back on one stream (what a chunked pipeline would pay per copy).
+// copy-engine path: one way and both ways at once, 1 GiB, one way cut into chunks of 1-64 MiB
+// issued back to back on one stream (what a chunked pipeline would pay per copy), and an
+// alltoall of 4 GiB done the way a path on registered buffers would: each GPU copies its
+// peer's block into the peer's output and, on a second stream, its own block locally.
 // usage: nvcc -O2 -gencode arch=compute_90,code=sm_90 -o ce_probe device_ce_probe.cu && ./ce_probe
 #include <cstdio>
 #include <cuda_runtime.h>
@@ -46,6 +48,64 @@ static int timed(char *a, char *b, char *a2, char *b2, size_t chunk, bool both, 
   return 0;
 }
 
+/* Alltoall of 2 x half bytes per GPU: snd[g] block 1-g goes to rcv[1-g] block g over the
+ * link, block g to rcv[g] block g locally (on a second stream, unless peer_only). */
+static int alltoall(size_t half, bool peer_only, double *secs) {
+  char *snd[2], *rcv[2];
+  cudaStream_t s[2], t[2];
+  cudaEvent_t start, done[2], local[2], stop;
+  for (int g = 0; g < 2; g++) {
+    CK(cudaSetDevice(g));
+    CK(cudaMalloc(&snd[g], 2 * half));
+    CK(cudaMalloc(&rcv[g], 2 * half));
+    CK(cudaMemset(snd[g], g + 1, 2 * half));
+    CK(cudaStreamCreateWithFlags(&s[g], cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&t[g], cudaStreamNonBlocking));
+    CK(cudaEventCreate(&done[g]));
+    CK(cudaEventCreate(&local[g]));
+  }
+  CK(cudaSetDevice(0));
+  CK(cudaEventCreate(&start));
+  CK(cudaEventCreate(&stop));
+  CK(cudaDeviceSynchronize());
+  CK(cudaSetDevice(1));
+  CK(cudaDeviceSynchronize());
+  float best = 1e30f;
+  for (int rep = 0; rep < 4; rep++) { /* the first warms */
+    CK(cudaSetDevice(0));
+    CK(cudaEventRecord(start, s[0]));
+    for (int g = 0; g < 2; g++) {
+      CK(cudaSetDevice(g));
+      CK(cudaStreamWaitEvent(s[g], start, 0));
+      CK(cudaStreamWaitEvent(t[g], start, 0));
+      CK(cudaMemcpyAsync(rcv[1 - g] + g * half, snd[g] + (1 - g) * half, half,
+                         cudaMemcpyDeviceToDevice, s[g]));
+      if (!peer_only)
+        CK(cudaMemcpyAsync(rcv[g] + g * half, snd[g] + g * half, half, cudaMemcpyDeviceToDevice,
+                           t[g]));
+      CK(cudaEventRecord(done[g], s[g]));
+      CK(cudaEventRecord(local[g], t[g]));
+    }
+    CK(cudaSetDevice(0));
+    for (int g = 0; g < 2; g++) {
+      CK(cudaStreamWaitEvent(s[0], done[g], 0));
+      CK(cudaStreamWaitEvent(s[0], local[g], 0));
+    }
+    CK(cudaEventRecord(stop, s[0]));
+    CK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, start, stop));
+    if (rep && ms < best) best = ms;
+  }
+  *secs = best * 1e-3;
+  for (int g = 0; g < 2; g++) {
+    CK(cudaSetDevice(g));
+    CK(cudaFree(snd[g]));
+    CK(cudaFree(rcv[g]));
+  }
+  return 0;
+}
+
 int main() {
   int n = 0, ok01 = 0, ok10 = 0;
   CK(cudaGetDeviceCount(&n));
@@ -80,6 +140,19 @@ int main() {
   for (size_t chunk = (size_t)1 << 20; chunk <= ((size_t)64 << 20); chunk *= 4) {
     if (timed(a, b, a2, b2, chunk, false, 3, s0, s1, &t)) return 1;
     printf("one way, %2zu MiB copies:          %6.1f GB/s\n", chunk >> 20, BYTES / t / 1e9);
+  }
+  CK(cudaSetDevice(0));
+  CK(cudaFree(a));
+  CK(cudaFree(a2));
+  CK(cudaSetDevice(1));
+  CK(cudaFree(b));
+  CK(cudaFree(b2));
+  const size_t half = (size_t)2 << 30; /* alltoall of 4 GiB: 2 GiB blocks */
+  for (int peer_only = 0; peer_only < 2; peer_only++) {
+    if (alltoall(half, peer_only, &t)) return 1;
+    printf("alltoall 4 GiB%s: %.3f ms, busbw %.1f GB/s (best of 3)\n",
+           peer_only ? ", peer blocks only" : ", own block on a second stream", t * 1e3,
+           (double)half / t / 1e9);
   }
   return 0;
 }
