@@ -37,6 +37,7 @@ typedef struct {
   weft_comm_t ctl;  /* host communicator for timing reductions and barriers */
   const char *plot; /* --plot FILE.png */
   int trace;        /* --trace: one stderr line per timed GPU loop and rank */
+  int window;       /* --window: the buffers are registered windows of the device comm */
   int quiet;
 } bench_opts_t;
 

@@ -74,34 +74,37 @@ static int parse_op(const char *s, weft_op_t *op) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: collbench [options]\n"
-             "  -b, --minbytes SIZE   smallest size (default 8)\n"
-             "  -e, --maxbytes SIZE   largest size (default 16M); sizes take K, M, G\n"
-             "  -f, --stepfactor F    multiply the size by F each step (default 2)\n"
-             "  -i, --stepbytes SIZE  add SIZE each step instead of multiplying\n"
-             "  -n, --iters N         timed iterations per size (default 20)\n"
-             "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
-             "  -c, --check 0|1       check results against the oracle (#wrong; default 1)\n"
-             "  -d, --datatype T      float double half bfloat16 int8 uint8 int32 int64 fp8_e4m3 "
-             "fp8_e5m2\n"
-             "  -o, --op OP           sum prod min max avg (default sum)\n"
-             "  -r, --root R          root of broadcast and reduce (default 0)\n"
-             "  -C, --collective C    allreduce reduce_scatter allgather broadcast reduce alltoall "
-             "sendrecv all\n"
-             "                        (comma list allowed; default all)\n"
-             "      --ranks N         spawn N local ranks (default 4; ignored under mpirun)\n"
-             "      --json FILE       write every row as JSON\n"
-             "      --compare mpi     also time Open MPI's collective in the same run (mpirun)\n"
-             "      --compare nccl    also time NCCL (libnccl.so.2, loaded at run time) on GPUs\n"
-             "      --gpu, --cpu      device or host buffers (default: GPUs when present, one\n"
-             "                        rank per GPU)\n"
-             "  -G, --cudagraph 0|1   GPU: capture the timed loop in a CUDA graph and replay it\n"
-             "      --plot FILE.png   draw busbw against size for weft (and the peer)\n"
-             "      --trace           GPU: per timed loop and rank, host clock stamps and event\n"
-             "                        times on stderr (to see which rank started late)\n"
+  fprintf(f,
+          "usage: collbench [options]\n"
+          "  -b, --minbytes SIZE   smallest size (default 8)\n"
+          "  -e, --maxbytes SIZE   largest size (default 16M); sizes take K, M, G\n"
+          "  -f, --stepfactor F    multiply the size by F each step (default 2)\n"
+          "  -i, --stepbytes SIZE  add SIZE each step instead of multiplying\n"
+          "  -n, --iters N         timed iterations per size (default 20)\n"
+          "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
+          "  -c, --check 0|1       check results against the oracle (#wrong; default 1)\n"
+          "  -d, --datatype T      float double half bfloat16 int8 uint8 int32 int64 fp8_e4m3 "
+          "fp8_e5m2\n"
+          "  -o, --op OP           sum prod min max avg (default sum)\n"
+          "  -r, --root R          root of broadcast and reduce (default 0)\n"
+          "  -C, --collective C    allreduce reduce_scatter allgather broadcast reduce alltoall "
+          "sendrecv all\n"
+          "                        (comma list allowed; default all)\n"
+          "      --ranks N         spawn N local ranks (default 4; ignored under mpirun)\n"
+          "      --json FILE       write every row as JSON\n"
+          "      --compare mpi     also time Open MPI's collective in the same run (mpirun)\n"
+          "      --compare nccl    also time NCCL (libnccl.so.2, loaded at run time) on GPUs\n"
+          "      --gpu, --cpu      device or host buffers (default: GPUs when present, one\n"
+          "                        rank per GPU)\n"
+          "  -G, --cudagraph 0|1   GPU: capture the timed loop in a CUDA graph and replay it\n"
+          "      --plot FILE.png   draw busbw against size for weft (and the peer)\n"
+          "      --trace           GPU: per timed loop and rank, host clock stamps and event\n"
+          "                        times on stderr (to see which rank started late)\n"
+          "      --window          GPU: register both buffers as windows (weft_window_register),\n"
+          "                        so large allgather and alltoall use the copy engines\n"
 
-             "      --params          print every WEFT_* variable and exit\n"
-             "  -h, --help\n");
+          "      --params          print every WEFT_* variable and exit\n"
+          "  -h, --help\n");
 }
 
 static int parse_colls(const char *arg, bench_opts_t *o) {
@@ -235,6 +238,15 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
     fprintf(stderr, "collbench: rank %d: cannot allocate 2 x %zu bytes\n", rank, bytes);
     return 1;
   }
+  weft_window_t wins[2] = {NULL, NULL};
+  if (o->window && o->gpu &&
+      (weft_window_register(comm, sbuf, bytes, &wins[0]) != WEFT_SUCCESS ||
+       weft_window_register(comm, rbuf, bytes, &wins[1]) != WEFT_SUCCESS)) {
+    fprintf(stderr, "collbench: rank %d: %s\n", rank, weft_get_last_error(comm));
+    if (wins[0]) weft_window_deregister(comm, wins[0]); /* every rank got this far alike */
+    free_bufs(o, sbuf, rbuf);
+    return 1;
+  }
   size_t devmem = 0;
   weft_comm_device_memory(comm, &devmem);
   sbuf_t js = {0};
@@ -251,8 +263,10 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
       printf(" %s", argv[i]);
     printf("\n");
     if (o->gpu)
-      printf("# on GPUs: one per rank, %s; weft holds %.1f MiB of device memory per rank\n",
-             o->graph ? "CUDA-graph replays (-G)" : "stream launches", devmem / 1048576.0);
+      printf("# on GPUs: one per rank, %s; weft holds %.1f MiB of device memory per rank%s\n",
+             o->graph ? "CUDA-graph replays (-G)" : "stream launches", devmem / 1048576.0,
+             o->window ? "; buffers registered as windows (copy engines from WEFT_CE_MIN_BYTES)"
+                       : "");
     if (comparing) printf("# peer: %s %s, same buffers, same run\n", pr->name, pr->version);
     print_params(stdout, 1);
     sb_printf(&js,
@@ -421,6 +435,8 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
   }
   free(js.buf);
   free(pts);
+  for (int i = 0; i < 2; i++)
+    if (wins[i]) weft_window_deregister(comm, wins[i]);
   free_bufs(o, sbuf, rbuf);
   return failed ? 1 : 0;
 }
@@ -522,6 +538,7 @@ int main(int argc, char **argv) {
                                         {"cudagraph", required_argument, 0, 'G'},
                                         {"plot", required_argument, 0, 7},
                                         {"trace", no_argument, 0, 8},
+                                        {"window", no_argument, 0, 9},
 
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
@@ -573,6 +590,7 @@ int main(int argc, char **argv) {
     case 'G': o.graph = atoi(optarg); break;
     case 7: o.plot = optarg; break;
     case 8: o.trace = 1; break;
+    case 9: o.window = 1; break;
 
     case 4: print_params(stdout, 0); return 0;
     case 'h': usage(stdout); return 0;
@@ -598,8 +616,8 @@ int main(int argc, char **argv) {
   }
   o.gpu = ngpu > 0;
   if (o.gpu && !ranks_given) o.ranks = ngpu;
-  if (!o.gpu && (o.compare_nccl || o.graph)) {
-    fprintf(stderr, "collbench: --compare nccl and -G need GPUs\n");
+  if (!o.gpu && (o.compare_nccl || o.graph || o.window)) {
+    fprintf(stderr, "collbench: --compare nccl, -G and --window need GPUs\n");
     return 2;
   }
   run_arg_t a = {&o, argc, argv};

@@ -107,6 +107,20 @@ weft_result_t weft_comm_count(weft_comm_t comm, int *count);
 weft_result_t weft_comm_device_memory(weft_comm_t comm, size_t *bytes);
 weft_result_t weft_comm_rank(weft_comm_t comm, int *rank);
 
+/* ---- symmetric windows (device communicators) ----
+ * Collective: every rank registers a device buffer of its own (any part of a cudaMalloc
+ * allocation, the same size on every rank) and every rank maps every peer's. With
+ * WEFT_CE_MIN_BYTES set, an allgather or alltoall whose recvbuf lies in a window of comm
+ * copies straight into its peers' recvbufs with cudaMemcpyAsync once each peer's block
+ * reaches that size (not in place for alltoall); the ranks must then pass buffers at the
+ * same offset from their windows' starts, since a rank writes to the peer's window at its
+ * own offset. Off by default: between processes it measured slower than the kernels. */
+typedef struct weft_window *weft_window_t;
+weft_result_t weft_window_register(weft_comm_t comm, void *buf, size_t bytes, weft_window_t *win);
+/* Collective. Waits for comm's work on the GPU; when it returns on a rank, no peer maps
+ * that rank's buffer any more, which may then be freed. */
+weft_result_t weft_window_deregister(weft_comm_t comm, weft_window_t win);
+
 /* ---- host streams ----
  * A host stream orders asynchronous operations issued by one thread: the call returns
  * once the operation is queued, and the caller may compute while the progress thread

@@ -4,7 +4,8 @@
 # one process driving both GPUs, and 2-3 ranks sharing one GPU; the same through host-staged
 # regions (WEFT_P2P_DISABLE=1, on every rank or on rank 1 alone); a rank SIGKILLed mid-kernel;
 # graph capture, concurrent communicators, a send/recv group cut into several launches
-# (also with WEFT_P2P_SETS=1), failures), and compute-sanitizer memcheck and
+# (also with WEFT_P2P_SETS=1), allgather and alltoall into registered windows through the
+# copy engines, failures), and compute-sanitizer memcheck and
 # racecheck over a short collbench run of every collective and over the oracle matrix.
 # usage: scripts/device_gpu_suite.sh OUT [BUILD]   (BUILD: a build dir made with -Dcuda=enabled)
 set -uo pipefail
@@ -33,6 +34,21 @@ run() { # name, command...
 run dev_comm_2 "$b/tests/gpu/test_dev_comm" 2
 WEFT_P2P_SETS=1 run dev_comm_2_sets1 "$b/tests/gpu/test_dev_comm" 2
 run dev_comm_3_share "$b/tests/gpu/test_dev_comm" 3 --share
+# Windows with the copy-engine path on (off by default): the allgather and alltoall into
+# registered buffers must really take it (each rank logs it once).
+ce_check() { # log, test args...
+  local log=$1
+  shift
+  WEFT_DEBUG=INFO "$@" > "$log" 2>&1
+  local rc=$? n
+  n=$(grep -c 'through the copy engines' "$log")
+  tail -2 "$log"
+  echo "copy-engine ranks: $n"
+  [ "$rc" -eq 0 ] && [ "$n" -ge 2 ]
+}
+export -f ce_check
+WEFT_CE_MIN_BYTES=16777216 run dev_comm_2_windows bash -c 'ce_check "$@"' _ "$out/windows_2.txt" \
+  "$b/tests/gpu/test_dev_comm" 2
 run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
 WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2
 run one_process "$b/tests/gpu/test_one_process"
@@ -77,5 +93,6 @@ done
 echo "gpu suite: $pass passed, $fail failed" | tee -a "$rep"
 echo "--- report ($rep):"
 cat "$rep"
-tar -czf "$out/gpu_suite_logs.tgz" -C "$out" $(cd "$out" && ls *.log hoststaged_*.txt) 2> /dev/null && rm -f "$out"/*.log "$out"/hoststaged_*.txt
+tar -czf "$out/gpu_suite_logs.tgz" -C "$out" $(cd "$out" && ls *.log hoststaged_*.txt windows_*.txt) 2> /dev/null &&
+  rm -f "$out"/*.log "$out"/hoststaged_*.txt "$out"/windows_*.txt
 [ "$fail" -eq 0 ]

@@ -60,7 +60,8 @@ struct weft_comm {
   int yield;      /* more local ranks than cores: yield instead of pausing while spinning */
   int full_check; /* WEFT_CHECK=1 */
 
-  struct weft_dev *dev; /* device communicators only (dev_comm.c) */
+  struct weft_dev *dev;     /* device communicators only (dev_comm.c) */
+  struct weft_winset *wins; /* registered windows (window.c), NULL until the first */
 
   /* transports */
   const weft_transport_t *tr[WEFT_TR_COUNT];

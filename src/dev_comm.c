@@ -11,6 +11,7 @@
 
 #include "dev.h"
 #include "dev_plan.h"
+#include "window.h"
 #include "dtype.h"
 #include "err.h"
 #include "failure.h"
@@ -263,6 +264,7 @@ void weft_dev_free(weft_comm_t c) {
    * since their kernels may still write into our region: those of this process here, the
    * others (only where they mapped our region over IPC) at a barrier. */
   if (d->launched) cudaEventSynchronize(d->order);
+  weft_window_free_all(c);
   pthread_mutex_lock(&c->mu);
   int healthy = c->async_error == WEFT_SUCCESS && !atomic_load(&c->aborted);
   pthread_mutex_unlock(&c->mu);
@@ -281,6 +283,12 @@ size_t weft_dev_memory(const struct weft_comm *c) {
 
 void *weft_dev_scratch(const struct weft_comm *c) {
   return c->dev ? (char *)c->dev->counters + SCRATCH_OFF : NULL;
+}
+
+const weft_p2p_t *weft_dev_p2p(const struct weft_comm *c) { return c->dev ? &c->dev->p2p : NULL; }
+
+void weft_dev_idle(weft_comm_t c) {
+  if (c->dev && c->dev->launched) cudaEventSynchronize(c->dev->order);
 }
 
 void weft_dev_abort(weft_comm_t c) {
@@ -446,6 +454,14 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   int llk = ll_kind(c, tasks, ntasks), ll = llk >= 0, more = 0;
   uint8_t placed[WEFT_DEV_MAX_GROUP];
   rc = check_buffers(c, tasks, ntasks);
+  if (rc == WEFT_SUCCESS && ntasks == 1 && c->wins) { /* into a window: copy engines */
+    int taken = 0;
+    weft_result_t wrc = weft_window_try(c, tasks, stream, &taken);
+    if (taken) {
+      leave_device(d->device, saved);
+      return wrc;
+    }
+  }
   if (rc == WEFT_SUCCESS && ntasks > WEFT_DEV_MAX_GROUP)
     rc = weft_set_error(WEFT_ERR_UNSUPPORTED,
                         "a group on a device communicator holds at most %d operations (%d given)",

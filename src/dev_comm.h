@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "comm.h"
+#include "p2p.h"
 
 /* Collective: binds c to device and maps every peer's staging region. */
 weft_result_t weft_dev_setup(struct weft_comm *c, int device);
@@ -26,5 +27,9 @@ void weft_dev_abort(struct weft_comm *c);
 size_t weft_dev_memory(const struct weft_comm *c);
 /* 256 bytes of device memory for weft_barrier. */
 void *weft_dev_scratch(const struct weft_comm *c);
+/* The peer mappings (which ranks share this process, host-staged or not); NULL on host comms. */
+const weft_p2p_t *weft_dev_p2p(const struct weft_comm *c);
+/* Waits until c's last launch on the GPU has finished. */
+void weft_dev_idle(struct weft_comm *c);
 
 #endif

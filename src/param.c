@@ -44,6 +44,9 @@ static const struct {
     {"WEFT_P2P_SETS", "2",
      "device send/recv: a group holds this many messages per peer and direction (1, 2, 4, 8); "
      "each gets 32 / N channels"},
+    {"WEFT_CE_MIN_BYTES", "0",
+     "device allgather/alltoall on registered windows: copy engines from this many bytes per "
+     "peer block (0: never; between two processes they measured slower than the kernels)"},
     {"WEFT_P2P_DISABLE", "0",
      "device: 1 stages through host shared memory even where GPUs could map each other"},
     {"WEFT_CHECK", "0", "1: compare every rank's call before each collective (debugging aid)"},

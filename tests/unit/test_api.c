@@ -58,6 +58,14 @@ static void bad_arguments_change_nothing(void **st) {
   EXPECT_INVALID(weft_alltoallv(s, c, d, r, c2, d, WEFT_F32, comm, NULL), "self block");
   EXPECT_INVALID(weft_group_end(), "weft_group_end");
   EXPECT_INVALID(weft_barrier(NULL, NULL), "weft_barrier");
+  weft_window_t win = (weft_window_t)1;
+  EXPECT_INVALID(weft_window_register(NULL, r, sizeof r, &win), "weft_window_register");
+  assert_null(win);
+  EXPECT_INVALID(weft_window_deregister(comm, NULL), "weft_window_deregister");
+  /* a host communicator has no windows: a clear refusal */
+  assert_int_equal(weft_window_register(comm, r, sizeof r, &win), WEFT_ERR_UNSUPPORTED);
+  assert_non_null(strstr(weft_get_last_error(NULL), "device communicator"));
+  assert_null(win);
   assert_memory_equal(r, keep, sizeof r);
   for (int i = 0; i < 64; i++)
     assert_true(s[i] == (float)i);

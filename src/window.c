@@ -1,0 +1,291 @@
+/* Symmetric windows of device communicators: every rank registers a buffer, every rank maps
+ * every peer's (a CUDA IPC handle of its allocation, or the pointer itself within one
+ * process), and an allgather or alltoall whose recvbuf lies in a window copies straight into
+ * the peers' recvbufs with the copy engines, between two barrier kernels: the first lets no
+ * copy land before the peer is done with its buffer, the second lets no rank go on before
+ * every copy into it has landed. */
+#include "window.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dev_comm.h"
+#include "dtype.h"
+#include "err.h"
+#include "param.h"
+
+struct weft_window {
+  struct weft_window *next;
+  char *buf;
+  size_t bytes;
+  char *peer[WEFT_DEV_MAX_RANKS];   /* every rank's buffer as mapped here */
+  char *opened[WEFT_DEV_MAX_RANKS]; /* IPC mappings (of the allocations) to close */
+};
+
+struct weft_winset {
+  struct weft_window *head;
+  cudaStream_t side; /* the own block's local copy, beside the peers' */
+  cudaEvent_t fork, join;
+  int logged;
+};
+
+typedef struct {
+  cudaIpcMemHandle_t handle;
+  uint64_t base, offset, bytes;
+  int32_t pid, ok;
+} wcard_t;
+
+#define CUDA_ERR(call, what)                                                                       \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess)                                                                         \
+      return weft_set_error(WEFT_ERR_SYSTEM, "%s: %s", what, cudaGetErrorString(e_));              \
+  } while (0)
+
+/* The allocation holding p (cuMemGetAddressRange, reached through the runtime so that weft
+ * needs no link to the driver library). */
+typedef int (*range_fn_t)(unsigned long long *base, size_t *size, unsigned long long ptr);
+static weft_result_t alloc_range(const void *p, char **base, size_t *size) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &q) !=
+          cudaSuccess ||
+      !fn || q != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return weft_set_error(WEFT_ERR_UNSUPPORTED, "weft_window_register: the CUDA driver offers "
+                                                "no cuMemGetAddressRange");
+  }
+  unsigned long long b = 0;
+  if (((range_fn_t)fn)(&b, size, (unsigned long long)(uintptr_t)p) != 0)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_register: %p is not device memory", p);
+  *base = (char *)(uintptr_t)b;
+  return WEFT_SUCCESS;
+}
+
+static weft_result_t winset(weft_comm_t c) {
+  if (c->wins) return WEFT_SUCCESS;
+  struct weft_winset *ws = calloc(1, sizeof *ws);
+  if (!ws) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_window_register: out of memory");
+  if (cudaStreamCreateWithFlags(&ws->side, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaEventCreateWithFlags(&ws->fork, cudaEventDisableTiming) != cudaSuccess ||
+      cudaEventCreateWithFlags(&ws->join, cudaEventDisableTiming) != cudaSuccess) {
+    cudaGetLastError();
+    if (ws->side) cudaStreamDestroy(ws->side);
+    if (ws->fork) cudaEventDestroy(ws->fork);
+    free(ws);
+    return weft_set_error(WEFT_ERR_SYSTEM, "weft_window_register: no CUDA stream or event");
+  }
+  c->wins = ws;
+  return WEFT_SUCCESS;
+}
+
+static void unmap_window(struct weft_window *w) {
+  for (int p = 0; p < WEFT_DEV_MAX_RANKS; p++)
+    if (w->opened[p]) cudaIpcCloseMemHandle(w->opened[p]);
+  free(w);
+}
+
+/* Maps every peer's buffer; 0 (with the error set) where one does not open. */
+static int map_window(weft_comm_t c, const weft_p2p_t *p2p, const wcard_t *cards,
+                      struct weft_window *w) {
+  for (int p = 0; p < c->nranks; p++) {
+    if (p == c->rank) {
+      w->peer[p] = w->buf;
+    } else if (p2p->local_dev[p] >= 0) { /* same process: its pointer, peer access is on */
+      w->peer[p] = (char *)(uintptr_t)(cards[p].base + cards[p].offset);
+    } else {
+      void *ptr = NULL;
+      cudaError_t e = cudaIpcOpenMemHandle(&ptr, cards[p].handle, cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        weft_set_error(WEFT_ERR_SYSTEM,
+                       "weft_window_register: rank %d cannot map rank %d's buffer: %s", c->rank, p,
+                       cudaGetErrorString(e));
+        return 0;
+      }
+      w->opened[p] = ptr;
+      w->peer[p] = (char *)ptr + cards[p].offset;
+    }
+  }
+  return 1;
+}
+
+weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_window_t *win) {
+  if (win) *win = NULL;
+  if (!c || !win)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_register: NULL argument");
+  const weft_p2p_t *p2p = weft_dev_p2p(c);
+  if (!p2p)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_window_register: windows need a device communicator");
+  if (p2p->host)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_window_register: this communicator stages through host memory "
+                          "(its GPUs cannot map each other), so it has no windows");
+  if (!buf || !bytes)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_register: buffer %p of %zu bytes", buf,
+                          bytes);
+  int saved = -1;
+  if (cudaGetDevice(&saved) != cudaSuccess || cudaSetDevice(p2p->device) != cudaSuccess)
+    return weft_set_error(WEFT_ERR_SYSTEM, "weft_window_register: cannot make GPU %d current",
+                          p2p->device);
+  weft_result_t rc = WEFT_SUCCESS;
+  struct weft_window *w = NULL;
+  wcard_t *cards = calloc((size_t)c->nranks, sizeof *cards);
+  int32_t *ok = calloc((size_t)c->nranks, sizeof *ok);
+  if (!cards || !ok) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "weft_window_register: out of memory");
+  /* this rank's card: ok stays 0 (with the reason kept) where its buffer cannot be shared */
+  wcard_t *me = &cards[c->rank];
+  char *base = NULL;
+  size_t size = 0;
+  struct cudaPointerAttributes a;
+  weft_result_t mine = WEFT_SUCCESS;
+  char why[256] = "";
+  if (cudaPointerGetAttributes(&a, buf) != cudaSuccess || a.type != cudaMemoryTypeDevice ||
+      a.device != p2p->device) {
+    cudaGetLastError();
+    mine = weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "weft_window_register: %p is not device memory of this communicator's "
+                          "GPU %d",
+                          buf, p2p->device);
+  } else if ((mine = alloc_range(buf, &base, &size)) == WEFT_SUCCESS &&
+             (char *)buf + bytes > base + size) {
+    mine = weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "weft_window_register: %zu bytes from %p pass the end of its allocation",
+                          bytes, buf);
+  } else if (mine == WEFT_SUCCESS && cudaIpcGetMemHandle(&me->handle, base) != cudaSuccess) {
+    cudaGetLastError();
+    mine = weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_window_register: %p cannot be shared with other processes (memory "
+                          "from cudaMalloc can; pools and virtual memory cannot)",
+                          buf);
+  }
+  if (mine != WEFT_SUCCESS) snprintf(why, sizeof why, "%s", weft_thread_error());
+  me->ok = mine == WEFT_SUCCESS;
+  me->base = (uint64_t)(uintptr_t)base;
+  me->offset = (uint64_t)((char *)buf - base);
+  me->bytes = bytes;
+  me->pid = (int32_t)getpid();
+  CHECK_GOTO(weft_bootstrap_allgather(c->boot, cards, sizeof *cards), rc, out);
+  for (int p = 0; p < c->nranks; p++) /* a rank writes at its own offset into every peer's */
+    if (cards[p].ok && cards[p].bytes != bytes)
+      ERR_GOTO(rc, out, WEFT_ERR_INVALID_ARG,
+               "weft_window_register: rank %d registers %llu bytes and rank %d %zu: windows are "
+               "the same size on every rank",
+               p, (unsigned long long)cards[p].bytes, c->rank, bytes);
+  for (int p = 0; p < c->nranks; p++)
+    if (!cards[p].ok)
+      ERR_GOTO(rc, out, mine != WEFT_SUCCESS ? mine : WEFT_ERR_INVALID_ARG, "%s",
+               mine != WEFT_SUCCESS ? why
+                                    : "weft_window_register: another rank's buffer was refused");
+  CHECK_GOTO(winset(c), rc, out);
+  w = calloc(1, sizeof *w);
+  if (!w) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "weft_window_register: out of memory");
+  w->buf = buf;
+  w->bytes = bytes;
+  ok[c->rank] = map_window(c, p2p, cards, w);
+  if (!ok[c->rank]) snprintf(why, sizeof why, "%s", weft_thread_error());
+  CHECK_GOTO(weft_bootstrap_allgather(c->boot, ok, sizeof *ok), rc, out);
+  for (int p = 0; p < c->nranks; p++)
+    if (!ok[p])
+      ERR_GOTO(rc, out, WEFT_ERR_SYSTEM, "%s",
+               !ok[c->rank] ? why : "weft_window_register: another rank could not map a buffer");
+  w->next = c->wins->head;
+  c->wins->head = w;
+  *win = w;
+  w = NULL;
+  WEFT_INFO(WEFT_SUB_INIT, "rank %d: window of %zu bytes at %p registered", c->rank, bytes, buf);
+out:
+  if (w) unmap_window(w);
+  free(cards);
+  free(ok);
+  if (saved >= 0) cudaSetDevice(saved);
+  return rc;
+}
+
+weft_result_t weft_window_deregister(weft_comm_t c, weft_window_t win) {
+  if (!c || !win)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_deregister: NULL argument");
+  struct weft_window **at = c->wins ? &c->wins->head : NULL;
+  while (at && *at && *at != win)
+    at = &(*at)->next;
+  if (!at || !*at)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "weft_window_deregister: %p is not a window of this communicator",
+                          (void *)win);
+  *at = win->next;
+  /* no copy of ours into a peer may still run when its owner frees the buffer */
+  weft_dev_idle(c);
+  cudaStreamSynchronize(c->wins->side);
+  unmap_window(win);
+  return weft_bootstrap_barrier(c->boot);
+}
+
+void weft_window_free_all(weft_comm_t c) {
+  struct weft_winset *ws = c->wins;
+  if (!ws) return;
+  cudaStreamSynchronize(ws->side);
+  while (ws->head) {
+    struct weft_window *w = ws->head;
+    ws->head = w->next;
+    unmap_window(w);
+  }
+  cudaStreamDestroy(ws->side);
+  cudaEventDestroy(ws->fork);
+  cudaEventDestroy(ws->join);
+  free(ws);
+  c->wins = NULL;
+}
+
+/* The window holding [p, p + bytes), or NULL. */
+static struct weft_window *find(const struct weft_winset *ws, const void *p, size_t bytes) {
+  for (struct weft_window *w = ws->head; w; w = w->next)
+    if ((const char *)p >= w->buf && (const char *)p + bytes <= w->buf + w->bytes) return w;
+  return NULL;
+}
+
+weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t stream,
+                              int *taken) {
+  *taken = 0;
+  struct weft_winset *ws = c->wins;
+  weft_coll_t k = t->args.coll;
+  if (!ws || !ws->head || (k != WEFT_COLL_ALLGATHER && k != WEFT_COLL_ALLTOALL))
+    return WEFT_SUCCESS;
+  uint64_t min = (uint64_t)weft_param_int("WEFT_CE_MIN_BYTES");
+  size_t n = (size_t)c->nranks, me = (size_t)c->rank;
+  size_t blk = t->args.count * weft_dtype_size(t->dtype);
+  if (min == 0 || blk < min) return WEFT_SUCCESS;
+  const char *send = t->sendbuf;
+  char *recv = t->recvbuf;
+  struct weft_window *w = find(ws, recv, blk * n);
+  /* in place, an alltoall's peers would overwrite blocks it has yet to send */
+  if (!w || (k == WEFT_COLL_ALLTOALL && send < recv + blk * n && recv < send + blk * n))
+    return WEFT_SUCCESS;
+  *taken = 1;
+  cudaStream_t s = (cudaStream_t)(void *)stream;
+  size_t off = (size_t)(recv - w->buf);
+  CHECK(weft_barrier(c, stream));
+  CUDA_ERR(cudaEventRecord(ws->fork, s), "window: cudaEventRecord");
+  CUDA_ERR(cudaStreamWaitEvent(ws->side, ws->fork, 0), "window: cudaStreamWaitEvent");
+  const char *own = k == WEFT_COLL_ALLGATHER ? send : send + me * blk;
+  if (own != recv + me * blk)
+    CUDA_ERR(cudaMemcpyAsync(recv + me * blk, own, blk, cudaMemcpyDeviceToDevice, ws->side),
+             "window: the own block's copy");
+  for (size_t d = 1; d < n; d++) {
+    size_t p = (me + d) % n;
+    const char *src = k == WEFT_COLL_ALLGATHER ? send : send + p * blk;
+    CUDA_ERR(cudaMemcpyAsync(w->peer[p] + off + me * blk, src, blk, cudaMemcpyDeviceToDevice, s),
+             "window: a copy into a peer");
+  }
+  CUDA_ERR(cudaEventRecord(ws->join, ws->side), "window: cudaEventRecord");
+  CUDA_ERR(cudaStreamWaitEvent(s, ws->join, 0), "window: cudaStreamWaitEvent");
+  if (!ws->logged) {
+    ws->logged = 1;
+    WEFT_INFO(WEFT_SUB_COLL, "rank %d: %s of %zu bytes per rank through the copy engines", c->rank,
+              k == WEFT_COLL_ALLGATHER ? "allgather" : "alltoall", blk);
+  }
+  return weft_barrier(c, stream);
+}
