@@ -31,23 +31,26 @@ run() { # name, command...
   fi
   tail -3 "$out/$name.log" >> "$rep"
 }
+# Runs a test with WEFT_DEBUG=INFO into LOG; passes when the test passed and at least two
+# ranks logged PATTERN, i.e. the path under test was really taken.
+logged_twice() { # pattern, log, test args...
+  local pat=$1 log=$2 rc n
+  shift 2
+  WEFT_DEBUG=INFO "$@" > "$log" 2>&1
+  rc=$?
+  n=$(grep -c "$pat" "$log")
+  tail -2 "$log"
+  echo "ranks that logged '$pat': $n"
+  [ "$rc" -eq 0 ] && [ "$n" -ge 2 ]
+}
+export -f logged_twice
 run dev_comm_2 "$b/tests/gpu/test_dev_comm" 2
 WEFT_P2P_SETS=1 run dev_comm_2_sets1 "$b/tests/gpu/test_dev_comm" 2
 run dev_comm_3_share "$b/tests/gpu/test_dev_comm" 3 --share
 # Windows with the copy-engine path on (off by default): the allgather and alltoall into
 # registered buffers must really take it (each rank logs it once).
-ce_check() { # log, test args...
-  local log=$1
-  shift
-  WEFT_DEBUG=INFO "$@" > "$log" 2>&1
-  local rc=$? n
-  n=$(grep -c 'through the copy engines' "$log")
-  tail -2 "$log"
-  echo "copy-engine ranks: $n"
-  [ "$rc" -eq 0 ] && [ "$n" -ge 2 ]
-}
-export -f ce_check
-WEFT_CE_MIN_BYTES=16777216 run dev_comm_2_windows bash -c 'ce_check "$@"' _ "$out/windows_2.txt" \
+WEFT_CE_MIN_BYTES=16777216 run dev_comm_2_windows bash -c 'logged_twice "$@"' _ \
+  'through the copy engines' "$out/windows_2.txt" \
   "$b/tests/gpu/test_dev_comm" 2
 run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
 WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2
@@ -71,18 +74,8 @@ run collectives_2_share_hoststaged bash -c 'host_matrix "$@"' _ "$out/hoststaged
   "$b/tests/gpu/test_collectives_gpu" 2 --share
 run one_process_hoststaged bash -c 'host_matrix "$@"' _ "$out/hoststaged_1p.txt" "$b/tests/gpu/test_one_process"
 # Only rank 1 asks for host staging: rank 0 must follow it (both log the choice).
-mixed_matrix() { # log, test args...
-  local log=$1
-  shift
-  WEFT_DEBUG=INFO "$@" > "$log" 2>&1
-  local rc=$? n
-  n=$(grep -c 'stages through host memory' "$log")
-  tail -3 "$log"
-  echo "host-staged inits: $n"
-  [ "$rc" -eq 0 ] && [ "$n" -ge 2 ]
-}
-export -f mixed_matrix
-run collectives_2_hoststaged_rank1 bash -c 'mixed_matrix "$@"' _ "$out/hoststaged_mixed.txt" \
+run collectives_2_hoststaged_rank1 bash -c 'logged_twice "$@"' _ 'stages through host memory' \
+  "$out/hoststaged_mixed.txt" \
   "$b/tests/gpu/test_collectives_gpu" 2 --host-staged-on=1
 for tool in memcheck racecheck; do
   run "sanitizer_$tool" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 9 \
