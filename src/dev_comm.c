@@ -47,13 +47,6 @@ struct weft_dev {
 #define PROGRESS_OFF  (SCRATCH_OFF + 256)
 #define PRIVATE_BYTES (PROGRESS_OFF + WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
 
-#define CUDA_CHECK(call, what)                                                                     \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess)                                                                         \
-      return weft_set_error(WEFT_ERR_SYSTEM, "%s: %s", what, cudaGetErrorString(e_));              \
-  } while (0)
-
 /* Runs with c's device current, restoring the caller's afterwards. */
 static int enter_device(int device, int *saved) {
   if (cudaGetDevice(saved) != cudaSuccess) *saved = -1;

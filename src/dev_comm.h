@@ -10,6 +10,14 @@
 #include "comm.h"
 #include "p2p.h"
 
+/* In CUDA code: a failed call returns WEFT_ERR_SYSTEM with what and CUDA's reason. */
+#define CUDA_CHECK(call, what)                                                                     \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess)                                                                         \
+      return weft_set_error(WEFT_ERR_SYSTEM, "%s: %s", what, cudaGetErrorString(e_));              \
+  } while (0)
+
 /* Collective: binds c to device and maps every peer's staging region. */
 weft_result_t weft_dev_setup(struct weft_comm *c, int device);
 /* Waits for c's last operation, then (if c is healthy) for the peers, and frees. */

@@ -38,13 +38,6 @@ typedef struct {
   int32_t pid, ok;
 } wcard_t;
 
-#define CUDA_ERR(call, what)                                                                       \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess)                                                                         \
-      return weft_set_error(WEFT_ERR_SYSTEM, "%s: %s", what, cudaGetErrorString(e_));              \
-  } while (0)
-
 /* The allocation holding p (cuMemGetAddressRange, reached through the runtime so that weft
  * needs no link to the driver library). */
 typedef int (*range_fn_t)(unsigned long long *base, size_t *size, unsigned long long ptr);
@@ -268,20 +261,20 @@ weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t
   cudaStream_t s = (cudaStream_t)(void *)stream;
   size_t off = (size_t)(recv - w->buf);
   CHECK(weft_barrier(c, stream));
-  CUDA_ERR(cudaEventRecord(ws->fork, s), "window: cudaEventRecord");
-  CUDA_ERR(cudaStreamWaitEvent(ws->side, ws->fork, 0), "window: cudaStreamWaitEvent");
+  CUDA_CHECK(cudaEventRecord(ws->fork, s), "window: cudaEventRecord");
+  CUDA_CHECK(cudaStreamWaitEvent(ws->side, ws->fork, 0), "window: cudaStreamWaitEvent");
   const char *own = k == WEFT_COLL_ALLGATHER ? send : send + me * blk;
   if (own != recv + me * blk)
-    CUDA_ERR(cudaMemcpyAsync(recv + me * blk, own, blk, cudaMemcpyDeviceToDevice, ws->side),
-             "window: the own block's copy");
+    CUDA_CHECK(cudaMemcpyAsync(recv + me * blk, own, blk, cudaMemcpyDeviceToDevice, ws->side),
+               "window: the own block's copy");
   for (size_t d = 1; d < n; d++) {
     size_t p = (me + d) % n;
     const char *src = k == WEFT_COLL_ALLGATHER ? send : send + p * blk;
-    CUDA_ERR(cudaMemcpyAsync(w->peer[p] + off + me * blk, src, blk, cudaMemcpyDeviceToDevice, s),
-             "window: a copy into a peer");
+    CUDA_CHECK(cudaMemcpyAsync(w->peer[p] + off + me * blk, src, blk, cudaMemcpyDeviceToDevice, s),
+               "window: a copy into a peer");
   }
-  CUDA_ERR(cudaEventRecord(ws->join, ws->side), "window: cudaEventRecord");
-  CUDA_ERR(cudaStreamWaitEvent(s, ws->join, 0), "window: cudaStreamWaitEvent");
+  CUDA_CHECK(cudaEventRecord(ws->join, ws->side), "window: cudaEventRecord");
+  CUDA_CHECK(cudaStreamWaitEvent(s, ws->join, 0), "window: cudaStreamWaitEvent");
   if (!ws->logged) {
     ws->logged = 1;
     WEFT_INFO(WEFT_SUB_COLL, "rank %d: %s of %zu bytes per rank through the copy engines", c->rank,
