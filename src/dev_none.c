@@ -33,13 +33,18 @@ const weft_p2p_t *weft_dev_p2p(const struct weft_comm *c) {
 }
 void weft_dev_idle(struct weft_comm *c) { (void)c; }
 weft_result_t weft_window_register(weft_comm_t comm, void *buf, size_t bytes, weft_window_t *win) {
-  (void)comm, (void)buf, (void)bytes;
+  (void)buf, (void)bytes;
   if (win) *win = NULL;
-  return weft_set_error(WEFT_ERR_UNSUPPORTED, "weft_window_register: windows need a CUDA build");
+  if (!comm || !win)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_register: NULL argument");
+  return weft_set_error(WEFT_ERR_UNSUPPORTED, "weft_window_register: windows need a device "
+                                              "communicator, and this weft was built without CUDA");
 }
 weft_result_t weft_window_deregister(weft_comm_t comm, weft_window_t win) {
-  (void)comm, (void)win;
-  return weft_set_error(WEFT_ERR_UNSUPPORTED, "weft_window_deregister: windows need a CUDA build");
+  if (!comm || !win)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_deregister: NULL argument");
+  return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                        "weft_window_deregister: this weft was built without CUDA");
 }
 weft_result_t weft_window_try(struct weft_comm *c, const weft_task_t *t, weft_stream_t stream,
                               int *taken) {
