@@ -459,11 +459,12 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
     rc = weft_set_error(WEFT_ERR_UNSUPPORTED,
                         "a group on a device communicator holds at most %d operations (%d given)",
                         WEFT_DEV_MAX_GROUP, ntasks);
-  memset(placed, 0, sizeof placed);
-  if (rc == WEFT_SUCCESS && ll)
+  if (rc == WEFT_SUCCESS && ll) {
     nblocks = prepare_ll(d, tasks, llk);
-  else if (rc == WEFT_SUCCESS)
+  } else if (rc == WEFT_SUCCESS) {
+    memset(placed, 0, (size_t)ntasks); /* only the group's part: this is every call's path */
     rc = weft_dev_plan(&d->plan, tasks, ntasks, placed, &d->launch, &nblocks, &more);
+  }
   /* Operations of one comm run in issue order even across streams (their channels are
    * shared); a stream being captured into a graph orders itself. */
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;

@@ -1,7 +1,6 @@
 /* Device communicators in a build without CUDA: refused with a clear error. */
 #include "dev_comm.h"
 #include "err.h"
-#include "window.h"
 
 weft_result_t weft_dev_setup(struct weft_comm *c, int device) {
   (void)c;
@@ -27,11 +26,6 @@ size_t weft_dev_memory(const struct weft_comm *c) {
   (void)c;
   return 0;
 }
-const weft_p2p_t *weft_dev_p2p(const struct weft_comm *c) {
-  (void)c;
-  return NULL;
-}
-void weft_dev_idle(struct weft_comm *c) { (void)c; }
 weft_result_t weft_window_register(weft_comm_t comm, void *buf, size_t bytes, weft_window_t *win) {
   (void)buf, (void)bytes;
   if (win) *win = NULL;
@@ -46,10 +40,3 @@ weft_result_t weft_window_deregister(weft_comm_t comm, weft_window_t win) {
   return weft_set_error(WEFT_ERR_UNSUPPORTED,
                         "weft_window_deregister: this weft was built without CUDA");
 }
-weft_result_t weft_window_try(struct weft_comm *c, const weft_task_t *t, weft_stream_t stream,
-                              int *taken) {
-  (void)c, (void)t, (void)stream;
-  *taken = 0;
-  return WEFT_SUCCESS;
-}
-void weft_window_free_all(struct weft_comm *c) { (void)c; }

@@ -184,9 +184,12 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
   *more = 0;
   for (int i = 0; i < ntasks && first; i++)
     first = !placed[i];
-  CHECK(check_group(d, tasks, ntasks, &ncoll));
-  if (d->p2p_sets < 1 || d->p2p_sets > WEFT_DEV_P2P_MAX_SETS || WEFT_DEV_P2P_CHANNELS % d->p2p_sets)
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "device planner: %d send/recv sets", d->p2p_sets);
+  if (first) { /* later launches of the group passed these already; ncoll serves the first */
+    CHECK(check_group(d, tasks, ntasks, &ncoll));
+    if (d->p2p_sets < 1 || d->p2p_sets > WEFT_DEV_P2P_MAX_SETS ||
+        WEFT_DEV_P2P_CHANNELS % d->p2p_sets)
+      return weft_set_error(WEFT_ERR_INVALID_ARG, "device planner: %d send/recv sets", d->p2p_sets);
+  }
   memset(taken, 0, sizeof taken);
   int sets = d->p2p_sets, per_coll = ncoll ? d->max_channels / ncoll : 0;
   /* Messages of one (peer, direction) this launch takes. A group that fits takes all at
