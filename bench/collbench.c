@@ -101,7 +101,8 @@ static void usage(FILE *f) {
           "      --trace           GPU: per timed loop and rank, host clock stamps and event\n"
           "                        times on stderr (to see which rank started late)\n"
           "      --window          GPU: register both buffers as windows (weft_window_register),\n"
-          "                        so large allgather and alltoall use the copy engines\n"
+          "                        so allgather and alltoall write straight into the peers'\n"
+          "                        buffers; NCCL's get ncclCommRegister\n"
 
           "      --params          print every WEFT_* variable and exit\n"
           "  -h, --help\n");
@@ -247,6 +248,16 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
     free_bufs(o, sbuf, rbuf);
     return 1;
   }
+  /* NCCL gets the same chance: its buffers registered as well (what it does with them is
+   * its business), or the header says why not */
+  char nreg_why[160] = "registered (ncclCommRegister)";
+#ifdef WEFT_HAVE_CUDA
+  void *nregs[2] = {NULL, NULL};
+  if (o->window && pr->nccl &&
+      (bench_nccl_register(pr->nccl, sbuf, bytes, &nregs[0], nreg_why, sizeof nreg_why) != 0 ||
+       bench_nccl_register(pr->nccl, rbuf, bytes, &nregs[1], nreg_why, sizeof nreg_why) != 0))
+    fprintf(stderr, "collbench: rank %d: NCCL's buffers not registered: %s\n", rank, nreg_why);
+#endif
   size_t devmem = 0;
   weft_comm_device_memory(comm, &devmem);
   sbuf_t js = {0};
@@ -265,9 +276,9 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
     if (o->gpu)
       printf("# on GPUs: one per rank, %s; weft holds %.1f MiB of device memory per rank%s\n",
              o->graph ? "CUDA-graph replays (-G)" : "stream launches", devmem / 1048576.0,
-             o->window ? "; buffers registered as windows (copy engines from WEFT_CE_MIN_BYTES)"
-                       : "");
+             o->window ? "; buffers registered as windows (weft_window_register)" : "");
     if (comparing) printf("# peer: %s %s, same buffers, same run\n", pr->name, pr->version);
+    if (comparing && o->window && pr->nccl) printf("# peer's buffers: %s\n", nreg_why);
     print_params(stdout, 1);
     sb_printf(&js,
               "{\n  \"tool\": \"collbench\",\n  \"weft_version\": \"%d.%d.%d\",\n  \"host\": "
@@ -435,8 +446,12 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
   }
   free(js.buf);
   free(pts);
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++) {
     if (wins[i]) weft_window_deregister(comm, wins[i]);
+#ifdef WEFT_HAVE_CUDA
+    bench_nccl_deregister(pr->nccl, nregs[i]);
+#endif
+  }
   free_bufs(o, sbuf, rbuf);
   return failed ? 1 : 0;
 }

@@ -40,6 +40,8 @@ typedef struct {
   int (*group_end)(void);
   const char *(*error_string)(int);
   int (*get_version)(int *);
+  int (*reg)(ncomm_t, void *, size_t, void **); /* optional: NCCL 2.19 on */
+  int (*dereg)(ncomm_t, void *);
 } nccl_t;
 
 static const int DTYPE[WEFT_DTYPE_COUNT] = {
@@ -83,6 +85,8 @@ void *bench_nccl_open(weft_comm_t ctl, int rank, int nranks, char *version, size
       goto fail;
     }
   }
+  p->reg = (int (*)(ncomm_t, void *, size_t, void **))dlsym(p->lib, "ncclCommRegister");
+  p->dereg = (int (*)(ncomm_t, void *))dlsym(p->lib, "ncclCommDeregister");
   int v = 0;
   p->get_version(&v);
   snprintf(version, len, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
@@ -112,6 +116,27 @@ void bench_nccl_close(void *peer) {
   p->destroy(p->comm);
   dlclose(p->lib);
   free(p);
+}
+
+int bench_nccl_register(void *peer, void *buf, size_t bytes, void **handle, char *why, size_t len) {
+  nccl_t *p = peer;
+  *handle = NULL;
+  if (!p->reg || !p->dereg) {
+    snprintf(why, len, "this libnccl.so.2 has no ncclCommRegister");
+    return -1;
+  }
+  int e = p->reg(p->comm, buf, bytes, handle);
+  if (e != 0) {
+    snprintf(why, len, "ncclCommRegister: %s", p->error_string(e));
+    *handle = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+void bench_nccl_deregister(void *peer, void *handle) {
+  nccl_t *p = peer;
+  if (p && handle) p->dereg(p->comm, handle);
 }
 
 weft_result_t bench_nccl_call(void *peer, int coll, const void *s, void *r, size_t count,

@@ -5,9 +5,8 @@
 # oracle; the four largest are timed only (their host-side check would take most of a lease).
 # Then small allreduces as CUDA-graph replays against NCCL's (sweep-graph-allreduce.*), and
 # host-staged regions against NCCL's shared-memory transport (sweep-hoststaged.*), and
-# sendrecv, broadcast and reduce, f32, 8 B-4 GiB (sweep-rooted-p2p.*), and allgather and
-# alltoall into registered windows with the copy-engine path on (WEFT_CE_MIN_BYTES=16 MiB),
-# 1 MiB-4 GiB (sweep-windows.*).
+# sendrecv, broadcast and reduce, f32, 8 B-4 GiB (sweep-rooted-p2p.*), and the collectives
+# on registered windows (scripts/device_window_bench.sh, sweep-direct*).
 # usage: scripts/device_gpu_bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
 set -uo pipefail
 out=${1:?usage: device_gpu_bench.sh OUT [BUILD]}
@@ -34,10 +33,6 @@ WEFT_P2P_DISABLE=1 NCCL_P2P_DISABLE=1 "$b/bench/collbench" -C $colls -b 8 -e 256
 "$b/bench/collbench" -C sendrecv,broadcast,reduce -b 1G -e 4G -f 4 -n "${ITERS:-20}" -w 3 -c 0 \
   --compare nccl --json "$out/sweep-rooted-p2p-large.json" >> "$out/sweep-rooted-p2p.txt" 2>&1 ||
   rc=1
-WEFT_CE_MIN_BYTES=16777216 "$b/bench/collbench" -C allgather,alltoall -b 1M -e 256M -f 4 \
-  -n "${ITERS:-20}" -w 3 --window \
-  --compare nccl --json "$out/sweep-windows-small.json" > "$out/sweep-windows.txt" 2>&1 || rc=1
-WEFT_CE_MIN_BYTES=16777216 "$b/bench/collbench" -C allgather,alltoall -b 1G -e 4G -f 4 \
-  -n "${ITERS:-20}" -w 3 -c 0 --window --compare nccl --json "$out/sweep-windows-large.json" >> "$out/sweep-windows.txt" 2>&1 || rc=1
+"$(dirname "$0")/device_window_bench.sh" "$out" "$b" || rc=1
 grep -h "WRONG\|failed" "$out"/sweep-*.txt
 exit $rc

@@ -4,9 +4,11 @@
 # one process driving both GPUs, and 2-3 ranks sharing one GPU; the same through host-staged
 # regions (WEFT_P2P_DISABLE=1, on every rank or on rank 1 alone); a rank SIGKILLed mid-kernel;
 # graph capture, concurrent communicators, a send/recv group cut into several launches
-# (also with WEFT_P2P_SETS=1), allgather and alltoall into registered windows through the
-# copy engines, failures), and compute-sanitizer memcheck and
-# racecheck over a short collbench run of every collective and over the oracle matrix.
+# (also with WEFT_P2P_SETS=1), failures; allgather and alltoall into registered windows,
+# written by the kernels straight into the peers (also 3 ranks on one GPU) or by the copy
+# engines, and their misuse), and compute-sanitizer memcheck and
+# racecheck over a short collbench run of every collective and over the oracle matrix
+# (memcheck over the windows test too).
 # usage: scripts/device_gpu_suite.sh OUT [BUILD]   (BUILD: a build dir made with -Dcuda=enabled)
 set -uo pipefail
 out=${1:?usage: device_gpu_suite.sh OUT [BUILD]}
@@ -49,9 +51,13 @@ WEFT_P2P_SETS=1 run dev_comm_2_sets1 "$b/tests/gpu/test_dev_comm" 2
 run dev_comm_3_share "$b/tests/gpu/test_dev_comm" 3 --share
 # Windows with the copy-engine path on (off by default): the allgather and alltoall into
 # registered buffers must really take it (each rank logs it once).
-WEFT_CE_MIN_BYTES=16777216 run dev_comm_2_windows bash -c 'logged_twice "$@"' _ \
-  'through the copy engines' "$out/windows_2.txt" \
-  "$b/tests/gpu/test_dev_comm" 2
+run window_2 bash -c 'logged_twice "$@"' _ 'straight into the peers' "$out/windows_2.txt" \
+  "$b/tests/gpu/test_window" 2
+run window_3_share "$b/tests/gpu/test_window" 3 --share
+WEFT_P2P_SPLIT=0 run window_2_nosplit "$b/tests/gpu/test_window" 2
+WEFT_CE_MIN_BYTES=16777216 run window_2_copy_engines bash -c 'logged_twice "$@"' _ \
+  'through the copy engines' "$out/windows_2_ce.txt" \
+  "$b/tests/gpu/test_window" 2
 run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
 WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2
 run one_process "$b/tests/gpu/test_one_process"
@@ -83,6 +89,8 @@ for tool in memcheck racecheck; do
   run "sanitizer_${tool}_matrix" compute-sanitizer --tool "$tool" --target-processes all \
     --error-exitcode 9 "$b/tests/gpu/test_collectives_gpu" 2
 done
+run sanitizer_memcheck_window compute-sanitizer --tool memcheck --target-processes all \
+  --error-exitcode 9 "$b/tests/gpu/test_window" 2
 echo "gpu suite: $pass passed, $fail failed" | tee -a "$rep"
 echo "--- report ($rep):"
 cat "$rep"

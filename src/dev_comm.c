@@ -40,12 +40,13 @@ struct weft_dev {
 };
 
 /* Channel counters, the low-latency kernel's sequence numbers, a few bytes for weft_barrier's
- * one-byte allreduce, then the in-place rounds' progress. */
+ * one-byte allreduce, the in-place rounds' progress, then the direct operations' counts. */
 #define COUNTER_BYTES (sizeof(uint64_t) * WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS * 2)
 #define LLSEQ_OFF     COUNTER_BYTES
 #define SCRATCH_OFF   (LLSEQ_OFF + sizeof(uint64_t) * WEFT_DEV_LL_CHANNELS)
 #define PROGRESS_OFF  (SCRATCH_OFF + 256)
-#define PRIVATE_BYTES (PROGRESS_OFF + WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
+#define DSEQ_OFF      (PROGRESS_OFF + WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
+#define PRIVATE_BYTES (DSEQ_OFF + WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
 
 /* Runs with c's device current, restoring the caller's afterwards. */
 static int enter_device(int device, int *saved) {
@@ -230,6 +231,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
     L->region[r] = P->region[r] = d->p2p.region[r];
   L->counters = d->counters;
   L->progress = (uint64_t *)((char *)d->counters + PROGRESS_OFF);
+  L->dseq = (uint64_t *)((char *)d->counters + DSEQ_OFF);
   L->abort_flag = P->abort_flag = d->abort_d;
   L->error = P->error = d->err_d;
   L->rank = P->rank = c->rank;
@@ -304,17 +306,34 @@ static void poll_kernel_error(weft_comm_t c) {
   volatile weft_dev_error_t *e = d->err_h;
   if (e->code != WEFT_DEV_ERR_NONE) {
     char msg[512];
-    uint32_t k = e->kind, ll = k >= WEFT_DEV_KIND_COUNT; /* the low-latency kernel's */
+    uint32_t k = e->kind, direct = (k & WEFT_DEV_DIRECT_KIND) != 0;
+    k &= ~WEFT_DEV_DIRECT_KIND;
+    uint32_t ll = k >= WEFT_DEV_KIND_COUNT; /* the low-latency kernel's */
     if (ll) k -= WEFT_DEV_KIND_COUNT;
-    snprintf(msg, sizeof msg,
-             "rank %d: the %sdevice kernel of a %s (channel %d) waited more than %lld ms for "
-             "rank %d: that rank is hung, dead, or called a different operation",
-             c->rank, ll ? "low-latency " : "", k < WEFT_DEV_KIND_COUNT ? kinds[k] : "?",
-             e->channel, (long long)c->timeout_ms, e->peer);
+    const char *what = k < WEFT_DEV_KIND_COUNT ? kinds[k] : "?";
+    /* a rank writing into windows against one that is not waits on flags of its own */
+    const char *hint = direct ? " (into a window: did every rank pass a window buffer, at the "
+                                "same offset?)"
+                              : "";
+    weft_result_t code = WEFT_ERR_TIMEOUT;
+    if (e->code == WEFT_DEV_ERR_MISMATCH) {
+      code = WEFT_ERR_INVALID_ARG;
+      snprintf(msg, sizeof msg,
+               "rank %d: a %s into a window found rank %d's recvbuf at another window or offset, "
+               "or of another size (channel %d); nothing was written into it: every rank must "
+               "pass the same offset in the same window",
+               c->rank, what, e->peer, e->channel);
+    } else {
+      snprintf(msg, sizeof msg,
+               "rank %d: the %sdevice kernel of a %s%s (channel %d) waited more than %lld ms for "
+               "rank %d: that rank is hung, dead, or called a different operation",
+               c->rank, ll ? "low-latency " : "", what, hint, e->channel, (long long)c->timeout_ms,
+               e->peer);
+    }
     pthread_mutex_lock(&c->mu);
     uint64_t seq = c->seq;
     pthread_mutex_unlock(&c->mu);
-    weft_comm_fail(c, WEFT_ERR_TIMEOUT, msg, seq);
+    weft_comm_fail(c, code, msg, seq);
   }
 }
 
@@ -431,6 +450,25 @@ static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind) {
   return (int)((bytes + per - 1) / per);
 }
 
+/* The lone item of a launch made direct (window.c chose it). Allreduce runs two-shot on
+ * windows whatever the tuner chose: in place, one-shot would overwrite what the peers read.
+ * Reductions keep one role (a second would have nothing to do), on as many channels as
+ * their segment asks, up to every collective channel. */
+static void direct_item(struct weft_dev *d, const weft_task_t *t) {
+  weft_dev_item_t *it = &d->launch.items[0];
+  it->direct = 1;
+  if (t->args.coll != WEFT_COLL_ALLREDUCE && t->args.coll != WEFT_COLL_REDUCE_SCATTER) return;
+  uint64_t n = (uint64_t)d->plan.nranks, bytes = t->args.count * weft_dtype_size(t->dtype);
+  uint64_t seg = t->args.coll == WEFT_COLL_ALLREDUCE ? (bytes + n - 1) / n : bytes;
+  uint64_t want = (seg + d->plan.block_bytes - 1) / d->plan.block_bytes;
+  if (want < 1) want = 1;
+  if (want > (uint64_t)d->plan.max_channels) want = (uint64_t)d->plan.max_channels;
+  it->kind = t->args.coll == WEFT_COLL_ALLREDUCE ? WEFT_DEV_ALLREDUCE_TWOSHOT : it->kind;
+  it->roles = 1;
+  it->chan1 = it->chan0;
+  it->nblocks = (uint16_t)want;
+}
+
 weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream) {
   struct weft_dev *d = c->dev;
   cudaStream_t s = (cudaStream_t)(void *)stream;
@@ -444,7 +482,7 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   int saved = -1, nblocks = 0;
   if (enter_device(d->device, &saved) != 0)
     return weft_set_error(WEFT_ERR_SYSTEM, "cannot make GPU %d current", d->device);
-  int llk = ll_kind(c, tasks, ntasks), ll = llk >= 0, more = 0;
+  int llk = ll_kind(c, tasks, ntasks), ll = llk >= 0, more = 0, direct = 0;
   uint8_t placed[WEFT_DEV_MAX_GROUP];
   rc = check_buffers(c, tasks, ntasks);
   if (rc == WEFT_SUCCESS && ntasks == 1 && c->wins) { /* into a window: copy engines */
@@ -454,6 +492,8 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
       leave_device(d->device, saved);
       return wrc;
     }
+    /* or kernels writing into it, where the low-latency kernel, faster there, does not run */
+    direct = !ll && weft_window_direct(c, tasks, &d->launch);
   }
   if (rc == WEFT_SUCCESS && ntasks > WEFT_DEV_MAX_GROUP)
     rc = weft_set_error(WEFT_ERR_UNSUPPORTED,
@@ -464,6 +504,10 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   } else if (rc == WEFT_SUCCESS) {
     memset(placed, 0, (size_t)ntasks); /* only the group's part: this is every call's path */
     rc = weft_dev_plan(&d->plan, tasks, ntasks, placed, &d->launch, &nblocks, &more);
+    if (rc == WEFT_SUCCESS && direct && d->launch.nitems == 1) {
+      direct_item(d, tasks);
+      nblocks = d->launch.items[0].nblocks;
+    }
   }
   /* Operations of one comm run in issue order even across streams (their channels are
    * shared); a stream being captured into a graph orders itself. */

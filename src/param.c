@@ -47,6 +47,13 @@ static const struct {
     {"WEFT_CE_MIN_BYTES", "0",
      "device allgather/alltoall on registered windows: copy engines from this many bytes per "
      "peer block (0: never; between two processes they measured slower than the kernels)"},
+    {"WEFT_DIRECT_MIN_BYTES", "1",
+     "device allgather/alltoall/reduce_scatter on registered windows: kernels write into the "
+     "peers' recvbufs (read their sendbufs) from this many bytes per block where the "
+     "low-latency kernel does not run (0: never)"},
+    {"WEFT_DIRECT_READ_MAX_BYTES", "33554432",
+     "device reduce_scatter on registered windows: reads the peers' sendbufs up to this many "
+     "bytes per block, stages past it"},
     {"WEFT_P2P_DISABLE", "0",
      "device: 1 stages through host shared memory even where GPUs could map each other"},
     {"WEFT_CHECK", "0", "1: compare every rank's call before each collective (debugging aid)"},

@@ -1,9 +1,10 @@
 /* Symmetric windows of device communicators: every rank registers a buffer, every rank maps
  * every peer's (a CUDA IPC handle of its allocation, or the pointer itself within one
- * process), and an allgather or alltoall whose recvbuf lies in a window copies straight into
- * the peers' recvbufs with the copy engines, between two barrier kernels: the first lets no
- * copy land before the peer is done with its buffer, the second lets no rank go on before
- * every copy into it has landed. */
+ * process). An allgather or alltoall whose recvbuf lies in a window is written straight into
+ * the peers' recvbufs: by the kernels (weft_dev_item_t.direct), or, when WEFT_CE_MIN_BYTES
+ * asks, by the copy engines between two barrier kernels: the first lets no copy land before
+ * the peer is done with its buffer, the second lets no rank go on before every copy into it
+ * has landed. */
 #include "window.h"
 
 #include <cuda_runtime_api.h>
@@ -21,6 +22,7 @@ struct weft_window {
   struct weft_window *next;
   char *buf;
   size_t bytes;
+  uint64_t serial;                  /* registrations of the comm through this one */
   char *peer[WEFT_DEV_MAX_RANKS];   /* every rank's buffer as mapped here */
   char *opened[WEFT_DEV_MAX_RANKS]; /* IPC mappings (of the allocations) to close */
 };
@@ -29,7 +31,8 @@ struct weft_winset {
   struct weft_window *head;
   cudaStream_t side; /* the own block's local copy, beside the peers' */
   cudaEvent_t fork, join;
-  int logged;
+  uint64_t registered; /* the same on every rank: registration is collective */
+  int logged, logged_direct;
 };
 
 typedef struct {
@@ -186,6 +189,7 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
     if (!ok[p])
       ERR_GOTO(rc, out, WEFT_ERR_SYSTEM, "%s",
                !ok[c->rank] ? why : "weft_window_register: another rank could not map a buffer");
+  w->serial = ++c->wins->registered;
   w->next = c->wins->head;
   c->wins->head = w;
   *win = w;
@@ -238,6 +242,63 @@ static struct weft_window *find(const struct weft_winset *ws, const void *p, siz
   for (struct weft_window *w = ws->head; w; w = w->next)
     if ((const char *)p >= w->buf && (const char *)p + bytes <= w->buf + w->bytes) return w;
   return NULL;
+}
+
+/* Fills L's table of the window holding [p, p + bytes) on every rank; 0 where none does. */
+static int direct_table(const struct weft_winset *ws, const void *p, size_t bytes, int n,
+                        char **table, uint64_t *where) {
+  const struct weft_window *w = find(ws, p, bytes);
+  if (!w) return 0;
+  size_t off = (size_t)((const char *)p - w->buf);
+  for (int r = 0; r < n; r++)
+    table[r] = w->peer[r] + off;
+  *where = w->serial << 48 | (uint64_t)off;
+  return 1;
+}
+
+int weft_window_direct(struct weft_comm *c, const weft_task_t *t, weft_dev_launch_t *L) {
+  struct weft_winset *ws = c->wins;
+  weft_coll_t k = t->args.coll;
+  if (!ws || !ws->head) return 0;
+  size_t n = (size_t)c->nranks, blk = t->args.count * weft_dtype_size(t->dtype);
+  uint64_t min = (uint64_t)weft_param_int("WEFT_DIRECT_MIN_BYTES");
+  if (min == 0 || blk < min || blk == 0) return 0;
+  /* NVLink reads fell behind the staged writes past it (reduce_scatter of 4 GiB: 315 GB/s
+   * against 358, bench/results/2026-11-30-h200x2-direct.txt): bytes read from each peer */
+  uint64_t read = k == WEFT_COLL_REDUCE_SCATTER ? blk
+                  : k == WEFT_COLL_ALLREDUCE    ? (blk + n - 1) / n
+                                                : 0;
+  if (read > (uint64_t)weft_param_int("WEFT_DIRECT_READ_MAX_BYTES")) return 0;
+  const char *send = t->sendbuf;
+  char *recv = t->recvbuf;
+  int ok = 0;
+  L->direct_where_send = 0;
+  switch (k) {
+  case WEFT_COLL_ALLGATHER:
+    ok = direct_table(ws, recv, blk * n, (int)n, L->direct, &L->direct_where);
+    break;
+  case WEFT_COLL_ALLTOALL: /* in place, peers would overwrite blocks not yet sent */
+    ok = !(send < recv + blk * n && recv < send + blk * n) &&
+         direct_table(ws, recv, blk * n, (int)n, L->direct, &L->direct_where);
+    break;
+  case WEFT_COLL_REDUCE_SCATTER:
+    ok = direct_table(ws, send, blk * n, (int)n, L->direct, &L->direct_where);
+    break;
+  case WEFT_COLL_ALLREDUCE:
+    ok = direct_table(ws, recv, blk, (int)n, L->direct, &L->direct_where) &&
+         direct_table(ws, send, blk, (int)n, L->direct_send, &L->direct_where_send);
+    break;
+  default: break;
+  }
+  if (!ok) return 0;
+  L->direct_bytes = (uint64_t)(k == WEFT_COLL_ALLREDUCE ? blk : blk * n);
+  if (!ws->logged_direct) {
+    ws->logged_direct = 1;
+    WEFT_INFO(WEFT_SUB_COLL,
+              "rank %d: %s of %zu bytes per rank straight into (or from) the peers' windows",
+              c->rank, weft_coll_name(k), blk);
+  }
+  return 1;
 }
 
 weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t stream,

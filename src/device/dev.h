@@ -25,12 +25,20 @@ enum {
 /* Region of rank r, mapped by every peer:
  *   ready[ch][src]  posted chunk count from src (written by src)
  *   done[ch][dst]   chunks of ours that dst has consumed (written by dst)
+ *   din[ch][src]    direct operations src has entered on collective channel ch: src may be
+ *                   written into or read (written by src, with its windows' offsets and the
+ *                   size beside)
+ *   dout[ch][src]   direct operations src has finished writing into us (written by src)
  *   stage[ch][src slot][stage]  chunk_bytes each, written by src */
 #define WEFT_DEV_READY_OFF(ch, peer)                                                               \
   ((uint64_t)((ch)*WEFT_DEV_MAX_RANKS + (peer)) * WEFT_DEV_FLAG_STRIDE)
 #define WEFT_DEV_DONE_OFF(ch, peer)                                                                \
   (WEFT_DEV_READY_OFF(WEFT_DEV_MAX_CHANNELS, 0) + WEFT_DEV_READY_OFF(ch, peer))
-#define WEFT_DEV_STAGE_OFF (2 * WEFT_DEV_READY_OFF(WEFT_DEV_MAX_CHANNELS, 0))
+#define WEFT_DEV_DIN_OFF(ch, peer)                                                                 \
+  (2 * WEFT_DEV_READY_OFF(WEFT_DEV_MAX_CHANNELS, 0) + WEFT_DEV_READY_OFF(ch, peer))
+#define WEFT_DEV_DOUT_OFF(ch, peer)                                                                \
+  (WEFT_DEV_DIN_OFF(WEFT_DEV_COLL_CHANNELS, 0) + WEFT_DEV_READY_OFF(ch, peer))
+#define WEFT_DEV_STAGE_OFF WEFT_DEV_DOUT_OFF(WEFT_DEV_COLL_CHANNELS, 0)
 
 typedef enum {
   WEFT_DEV_ALLREDUCE_ONESHOT = 0,
@@ -53,7 +61,10 @@ typedef enum {
  * whole once its first block is resident. */
 typedef struct {
   uint8_t kind, dtype, op;
-  uint8_t roles;    /* 1, 2 (send + gather | receive) or 3 (send | receive | gather) */
+  uint8_t roles;  /* 1, 2 (send + gather | receive) or 3 (send | receive | gather) */
+  uint8_t direct; /* allgather/alltoall into a window: written straight into the peers' recvbufs
+                     (weft_dev_launch_t.direct); a second role copies our own block */
+  uint8_t pad_[3];
   int16_t root;     /* broadcast/reduce root; send/recv peer */
   int16_t a2av;     /* index into the launch's alltoallv table */
   uint16_t block0;  /* first block of this item */
@@ -78,13 +89,21 @@ typedef struct {
   uint32_t kind;
 } weft_dev_error_t;
 
-enum { WEFT_DEV_ERR_NONE = 0, WEFT_DEV_ERR_TIMEOUT = 1, WEFT_DEV_ERR_ABORTED = 2 };
+/* MISMATCH: a peer's recvbuf of a direct operation lies at another window offset, or holds
+ * another size, than ours (nothing was written into it). */
+enum {
+  WEFT_DEV_ERR_NONE = 0,
+  WEFT_DEV_ERR_TIMEOUT = 1,
+  WEFT_DEV_ERR_ABORTED = 2,
+  WEFT_DEV_ERR_MISMATCH = 3
+};
 
 typedef struct {
   char *region[WEFT_DEV_MAX_RANKS]; /* every rank's region as mapped here (own included) */
   uint64_t *counters;               /* private: [ch][peer][2] sent, received */
   uint64_t *progress; /* private: per collective channel, rounds its sender finished in this
                          launch (in-place items), one per WEFT_DEV_FLAG_STRIDE bytes */
+  uint64_t *dseq;     /* private: per collective channel, direct operations so far */
   volatile int32_t *abort_flag; /* host-mapped; nonzero: give up */
   weft_dev_error_t *error;      /* host-mapped */
   int32_t rank, nranks;
@@ -95,6 +114,11 @@ typedef struct {
   int32_t coll_channels; /* collective channels with staging; send/recv sets follow them */
   weft_dev_item_t items[WEFT_DEV_MAX_ITEMS];
   weft_dev_a2av_t a2av[WEFT_DEV_MAX_A2AV];
+  /* The direct item's recvbuf (reduce_scatter: sendbuf) on every rank, as mapped here, an
+   * allreduce's sendbuf too, and what each rank checks of its peers' before touching them:
+   * (window serial << 48 | offset in the window) of both, and bytes. */
+  char *direct[WEFT_DEV_MAX_RANKS], *direct_send[WEFT_DEV_MAX_RANKS];
+  uint64_t direct_where, direct_where_send, direct_bytes;
 } weft_dev_launch_t;
 
 /* The low-latency kernel (small allreduce, allgather, alltoall, reduce_scatter): every 8
@@ -116,6 +140,9 @@ typedef struct {
   uint8_t dtype, op;
   uint8_t kind; /* WEFT_DEV_ALLREDUCE_ONESHOT, _ALLGATHER, _ALLTOALL or _REDUCE_SCATTER */
 } weft_dev_ll_t;
+
+/* What a direct item (weft_dev_item_t.direct) records as weft_dev_error_t.kind, or'd in. */
+#define WEFT_DEV_DIRECT_KIND 0x100u
 
 /* What a low-latency kernel records as weft_dev_error_t.kind. */
 #define WEFT_DEV_LL_KIND(k) (WEFT_DEV_KIND_COUNT + (k))

@@ -1,9 +1,9 @@
 /* Device communicators beyond the oracle matrix (tests/gpu, 2+ ranks): device buffers
  * only, CUDA-graph capture and replay, several communicators and streams in flight at
  * once, a group of collectives as one launch, a group of sends and receives too large for
- * one launch, allgather and alltoall into registered windows (copy engines), the device memory
- * report, and failures: a rank that never joins gives WEFT_ERR_TIMEOUT on both sides, and
- * weft_comm_abort ends a waiting kernel at once. usage: test_dev_comm RANKS [--share] */
+ * one launch, the device memory report, and failures: a rank that never joins gives
+ * WEFT_ERR_TIMEOUT on both sides, and weft_comm_abort ends a waiting kernel at once. usage:
+ * test_dev_comm RANKS [--share] */
 #include <cuda_runtime_api.h>
 #include <execinfo.h>
 #include <signal.h>
@@ -210,72 +210,6 @@ static int check_p2p_group(int rank, int n, weft_comm_t c, cudaStream_t s) {
   return 0;
 }
 
-/* Windows: allgather and alltoall of 16 MiB blocks into a registered buffer, at the same
- * offset on every rank, go through the copy engines (the suite checks the INFO line) and
- * must match the oracle; in-place allgather too; in-place alltoall falls back to the kernels.
- * Bad registrations are refused on every rank; after deregistration the kernels serve. */
-static float win_val(int from, int to, size_t i) {
-  return (float)(from * 1000000 + to * 10000 + (int)(i % 9973));
-}
-
-static int check_windows(int rank, int n, weft_comm_t c, cudaStream_t s) {
-  const size_t cnt = (size_t)4 << 20, blk = cnt * 4, off = 4096; /* 16 MiB blocks */
-  char *sb = NULL, *rb = NULL;
-  float *h = malloc(blk * n);
-  if (!h || cudaMalloc((void **)&sb, blk * n + off) != cudaSuccess ||
-      cudaMalloc((void **)&rb, blk * n + off) != cudaSuccess)
-    FAIL("windows: allocation failed");
-  weft_window_t ws = NULL, wr = NULL, bad = NULL;
-  float host[4];
-  if (weft_window_register(c, host, sizeof host, &bad) != WEFT_ERR_INVALID_ARG || bad)
-    FAIL("windows: host memory accepted");
-  if (weft_window_register(c, rb + off, blk * n + 1, &bad) != WEFT_ERR_INVALID_ARG || bad)
-    FAIL("windows: a window past its allocation accepted");
-  if (weft_window_register(c, sb, blk * n + off, &ws) ||
-      weft_window_register(c, rb, blk * n + off, &wr))
-    FAIL("windows: register failed: %s", weft_get_last_error(c));
-  float *send = (float *)(sb + off), *recv = (float *)(rb + off);
-  for (int pass = 0; pass < 3; pass++) { /* allgather, alltoall, allgather in place */
-    int a2a = pass == 1, inplace = pass == 2;
-    for (int p = 0; p < n; p++)
-      for (size_t i = 0; i < cnt; i++)
-        h[p * cnt + i] = win_val(rank, a2a ? p : rank, i);
-    float *src = inplace ? recv + rank * cnt : send;
-    h2d(src, a2a ? h : h + rank * cnt, a2a ? blk * n : blk);
-    if (!inplace) cudaMemset(recv, 0xff, blk * n);
-    cudaDeviceSynchronize();
-    weft_result_t rc = a2a ? weft_alltoall(src, recv, cnt, WEFT_F32, c, (weft_stream_t)s)
-                           : weft_allgather(src, recv, cnt, WEFT_F32, c, (weft_stream_t)s);
-    if (rc || settle(c, s)) FAIL("windows: pass %d failed: %s", pass, weft_get_last_error(c));
-    cudaMemcpy(h, recv, blk * n, cudaMemcpyDeviceToHost);
-    for (int q = 0; q < n; q++)
-      for (size_t i = 0; i < cnt; i++)
-        if (h[q * cnt + i] != win_val(q, a2a ? rank : q, i))
-          FAIL("windows: pass %d: block %d wrong at %zu", pass, q, i);
-  }
-  /* alltoall in place: the kernels (peers would overwrite blocks not yet sent) */
-  for (int p = 0; p < n; p++)
-    for (size_t i = 0; i < cnt; i++)
-      h[p * cnt + i] = win_val(rank, p, i);
-  h2d(recv, h, blk * n);
-  if (weft_alltoall(recv, recv, cnt, WEFT_F32, c, (weft_stream_t)s) || settle(c, s))
-    FAIL("windows: alltoall in place failed");
-  cudaMemcpy(h, recv, blk * n, cudaMemcpyDeviceToHost);
-  for (int q = 0; q < n; q++)
-    if (h[q * cnt + 5] != win_val(q, rank, 5)) FAIL("windows: alltoall in place wrong");
-  if (weft_window_deregister(c, ws) || weft_window_deregister(c, wr))
-    FAIL("windows: deregister failed: %s", weft_get_last_error(c));
-  if (weft_window_deregister(c, wr) != WEFT_ERR_INVALID_ARG)
-    FAIL("windows: a window deregistered twice");
-  h2d(send, h, blk);
-  if (weft_allgather(send, recv, cnt, WEFT_F32, c, (weft_stream_t)s) || settle(c, s))
-    FAIL("windows: allgather after deregistration failed");
-  cudaFree(sb);
-  cudaFree(rb);
-  free(h);
-  return 0;
-}
-
 typedef struct {
   weft_comm_t c;
   double delay;
@@ -398,7 +332,6 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   if (check_graph(rank, n, a, s)) return 1;
   if (check_concurrent(rank, n, a, b)) return 1;
   if (check_p2p_group(rank, n, a, s)) return 1;
-  if (check_windows(rank, n, a, s)) return 1;
   weft_comm_destroy(a);
   weft_comm_destroy(b);
   if (check_failures(rank, dev, world, s)) return 1;
