@@ -51,7 +51,7 @@ WEFT_P2P_SETS=1 run dev_comm_2_sets1 "$b/tests/gpu/test_dev_comm" 2
 run dev_comm_3_share "$b/tests/gpu/test_dev_comm" 3 --share
 # Windows with the copy-engine path on (off by default): the allgather and alltoall into
 # registered buffers must really take it (each rank logs it once).
-run window_2 bash -c 'logged_twice "$@"' _ 'straight into the peers' "$out/windows_2.txt" \
+run window_2 bash -c 'logged_twice "$@"' _ 'straight into (or from) the peers' "$out/windows_2.txt" \
   "$b/tests/gpu/test_window" 2
 run window_3_share "$b/tests/gpu/test_window" 3 --share
 WEFT_P2P_SPLIT=0 run window_2_nosplit "$b/tests/gpu/test_window" 2
