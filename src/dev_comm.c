@@ -312,20 +312,20 @@ static void poll_kernel_error(weft_comm_t c) {
     if (ll) k -= WEFT_DEV_KIND_COUNT;
     const char *what = k < WEFT_DEV_KIND_COUNT ? kinds[k] : "?";
     /* a rank writing into windows against one that is not waits on flags of its own */
-    const char *hint = direct ? " (into a window: did every rank pass a window buffer, at the "
-                                "same offset?)"
+    const char *hint = direct ? " (on windows: did every rank pass window buffers, at the same "
+                                "offsets?)"
                               : "";
     weft_result_t code = WEFT_ERR_TIMEOUT;
     if (e->code == WEFT_DEV_ERR_MISMATCH) {
       code = WEFT_ERR_INVALID_ARG;
       snprintf(msg, sizeof msg,
-               "rank %d: a %s into a window found rank %d's recvbuf at another window or offset, "
-               "or of another size (channel %d); nothing was written into it: every rank must "
-               "pass the same offset in the same window",
+               "rank %d: the %s on windows found rank %d's buffer at another window or offset, "
+               "or of another size (channel %d); it was neither read nor written: every rank "
+               "must pass the same offset in the same window",
                c->rank, what, e->peer, e->channel);
     } else {
       snprintf(msg, sizeof msg,
-               "rank %d: the %sdevice kernel of a %s%s (channel %d) waited more than %lld ms for "
+               "rank %d: the %sdevice kernel of the %s%s (channel %d) waited more than %lld ms for "
                "rank %d: that rank is hung, dead, or called a different operation",
                c->rank, ll ? "low-latency " : "", what, hint, e->channel, (long long)c->timeout_ms,
                e->peer);

@@ -14,18 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "launch.h"
+#include "gpu_test.h"
 #include "rank_check.h"
 #include "weft.h"
 
 static int share;
-
-/* Synchronised: a pageable cudaMemcpy may return before its copy lands, and the test's
- * streams do not wait for the legacy stream. */
-static void h2d(void *dst, const void *src, size_t bytes) {
-  cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
-  cudaDeviceSynchronize();
-}
 
 static void on_fault(int sig) {
   void *frames[32];
@@ -33,12 +26,6 @@ static void on_fault(int sig) {
   fprintf(stderr, "signal %d, backtrace:\n", sig);
   backtrace_symbols_fd(frames, n, 2);
   _exit(3);
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* in[i] = rank * 1000 + i % 977 + salt: sums are exact in f32 */
@@ -280,13 +267,9 @@ static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s) 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
   signal(SIGSEGV, on_fault);
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  int ngpu = 0;
-  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 1) FAIL("no GPU");
-  int dev = share ? 0 : rank % ngpu;
-  cudaSetDevice(dev);
+  int dev = 0;
   cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (gpu_rank_setup(rank, share, &dev, &s)) FAIL("no GPU or no stream");
   weft_comm_t world, a, b;
   weft_config_t cfg = WEFT_CONFIG_INIT;
   cfg.timeout_ms = 60000;
@@ -341,13 +324,5 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
 }
 
 int main(int argc, char **argv) {
-  int n = argc > 1 ? atoi(argv[1]) : 2;
-  share = argc > 2 && strcmp(argv[2], "--share") == 0;
-  if (n < 2) {
-    fprintf(stderr, "usage: %s RANKS [--share]\n", argv[0]);
-    return 2;
-  }
-  int rc = launch_local(n, rank_main, NULL, 300);
-  printf("test_dev_comm: %d ranks%s: %s\n", n, share ? " on one GPU" : "", rc ? "FAILED" : "ok");
-  return rc;
+  return gpu_test_main(argc, argv, "test_dev_comm", rank_main, &share);
 }

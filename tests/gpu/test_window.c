@@ -13,24 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "launch.h"
+#include "gpu_test.h"
 #include "rank_check.h"
 #include "weft.h"
 
 static int share;
-
-/* Synchronised: a pageable cudaMemcpy may return before its copy lands, and the test's
- * streams do not wait for the legacy stream. */
-static void h2d(void *dst, const void *src, size_t bytes) {
-  cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
-  cudaDeviceSynchronize();
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* The stream's work done, then the comm's verdict; a kernel that gave up is reported by the
  * comm's watch (every 100 ms), so a failure is awaited up to `wait` seconds. */
@@ -223,13 +210,9 @@ static int check_misuse(int rank, int n, int dev, weft_comm_t world, cudaStream_
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  int ngpu = 0;
-  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 1) FAIL("no GPU");
-  int dev = share ? 0 : rank % ngpu;
-  cudaSetDevice(dev);
+  int dev = 0;
   cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (gpu_rank_setup(rank, share, &dev, &s)) FAIL("no GPU or no stream");
   weft_comm_t world, c;
   weft_config_t cfg = WEFT_CONFIG_INIT;
   cfg.timeout_ms = 60000;
@@ -245,16 +228,8 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
 }
 
 int main(int argc, char **argv) {
-  int n = argc > 1 ? atoi(argv[1]) : 2;
-  share = argc > 2 && strcmp(argv[2], "--share") == 0;
-  if (n < 2) {
-    fprintf(stderr, "usage: %s RANKS [--share]\n", argv[0]);
-    return 2;
-  }
   /* the low-latency kernel, which keeps blocks up to 1-2 MiB from the window paths, takes
    * none of this test's */
   setenv("WEFT_LL_MAX_BYTES", "16", 1);
-  int rc = launch_local(n, rank_main, NULL, 300);
-  printf("test_window: %d ranks%s: %s\n", n, share ? " on one GPU" : "", rc ? "FAILED" : "ok");
-  return rc;
+  return gpu_test_main(argc, argv, "test_window", rank_main, &share);
 }
