@@ -46,7 +46,7 @@ struct weft_dev {
 #define SCRATCH_OFF   (LLSEQ_OFF + sizeof(uint64_t) * WEFT_DEV_LL_CHANNELS)
 #define PROGRESS_OFF  (SCRATCH_OFF + 256)
 #define DSEQ_OFF      (PROGRESS_OFF + WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
-#define PRIVATE_BYTES (DSEQ_OFF + WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
+#define PRIVATE_BYTES (DSEQ_OFF + WEFT_DEV_DIRECT_CHANNELS * WEFT_DEV_FLAG_STRIDE)
 
 /* Runs with c's device current, restoring the caller's afterwards. */
 static int enter_device(int device, int *saved) {
@@ -453,7 +453,9 @@ static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind) {
 /* The lone item of a launch made direct (window.c chose it). Allreduce runs two-shot on
  * windows whatever the tuner chose: in place, one-shot would overwrite what the peers read.
  * Reductions keep one role (a second would have nothing to do), on as many channels as
- * their segment asks, up to every collective channel. */
+ * their segment asks, up to WEFT_DIRECT_CHANNELS: reads want more requests in flight than
+ * writes (4 GiB reduce_scatter 290 GB/s on 64 channels, 329 on 128, no more on 192 or 256;
+ * bench/results/2026-11-30-h200x2-tuning-16.txt). */
 static void direct_item(struct weft_dev *d, const weft_task_t *t) {
   weft_dev_item_t *it = &d->launch.items[0];
   it->direct = 1;
@@ -461,8 +463,10 @@ static void direct_item(struct weft_dev *d, const weft_task_t *t) {
   uint64_t n = (uint64_t)d->plan.nranks, bytes = t->args.count * weft_dtype_size(t->dtype);
   uint64_t seg = t->args.coll == WEFT_COLL_ALLREDUCE ? (bytes + n - 1) / n : bytes;
   uint64_t want = (seg + d->plan.block_bytes - 1) / d->plan.block_bytes;
+  uint64_t most = (uint64_t)weft_param_int("WEFT_DIRECT_CHANNELS");
+  if (most < 1 || most > WEFT_DEV_DIRECT_CHANNELS) most = WEFT_DEV_DIRECT_CHANNELS;
   if (want < 1) want = 1;
-  if (want > (uint64_t)d->plan.max_channels) want = (uint64_t)d->plan.max_channels;
+  if (want > most) want = most;
   it->kind = t->args.coll == WEFT_COLL_ALLREDUCE ? WEFT_DEV_ALLREDUCE_TWOSHOT : it->kind;
   it->roles = 1;
   it->chan1 = it->chan0;

@@ -51,7 +51,9 @@ static const struct {
      "device allgather/alltoall/reduce_scatter on registered windows: kernels write into the "
      "peers' recvbufs (read their sendbufs) from this many bytes per block where the "
      "low-latency kernel does not run (0: never)"},
-    {"WEFT_DIRECT_READ_MAX_BYTES", "33554432",
+    {"WEFT_DIRECT_CHANNELS", "128",
+     "device reduce_scatter and allreduce on windows: most channels (one block each), 1-128"},
+    {"WEFT_DIRECT_READ_MAX_BYTES", "67108864",
      "device reduce_scatter on registered windows: reads the peers' sendbufs up to this many "
      "bytes per block, stages past it"},
     {"WEFT_P2P_DISABLE", "0",

@@ -263,8 +263,8 @@ int weft_window_direct(struct weft_comm *c, const weft_task_t *t, weft_dev_launc
   size_t n = (size_t)c->nranks, blk = t->args.count * weft_dtype_size(t->dtype);
   uint64_t min = (uint64_t)weft_param_int("WEFT_DIRECT_MIN_BYTES");
   if (min == 0 || blk < min || blk == 0) return 0;
-  /* NVLink reads fell behind the staged writes past it (reduce_scatter of 4 GiB: 292 GB/s
-   * against 355, bench/results/2026-11-30-h200x2-direct-reads.txt): bytes read per peer */
+  /* NVLink reads fell behind the staged writes past it (on 128 channels: 256 MiB allreduce
+   * 819 us against 803, bench/results/2026-11-30-h200x2-tuning-16.txt): bytes read per peer */
   uint64_t read = k == WEFT_COLL_REDUCE_SCATTER ? blk
                   : k == WEFT_COLL_ALLREDUCE    ? (blk + n - 1) / n
                                                 : 0;

@@ -12,6 +12,7 @@ enum {
   WEFT_DEV_P2P_CHANNELS = 32,  /* channels 64..95: send/recv, in WEFT_P2P_SETS equal sets */
   WEFT_DEV_P2P_MAX_SETS = 8,
   WEFT_DEV_MAX_CHANNELS = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_CHANNELS,
+  WEFT_DEV_DIRECT_CHANNELS = 128, /* channels of an operation on windows (alone in its launch) */
   WEFT_DEV_MAX_ITEMS = 16, /* work items (group members) in one launch */
   WEFT_DEV_MAX_A2AV = 2,   /* alltoallv items in one launch */
   WEFT_DEV_THREADS = 512,
@@ -25,7 +26,7 @@ enum {
 /* Region of rank r, mapped by every peer:
  *   ready[ch][src]  posted chunk count from src (written by src)
  *   done[ch][dst]   chunks of ours that dst has consumed (written by dst)
- *   din[ch][src]    direct operations src has entered on collective channel ch: src may be
+ *   din[ch][src]    direct operations src has entered on direct channel ch: src may be
  *                   written into or read (written by src, with its windows' offsets and the
  *                   size beside)
  *   dout[ch][src]   direct operations src has finished writing into us (written by src)
@@ -37,8 +38,8 @@ enum {
 #define WEFT_DEV_DIN_OFF(ch, peer)                                                                 \
   (2 * WEFT_DEV_READY_OFF(WEFT_DEV_MAX_CHANNELS, 0) + WEFT_DEV_READY_OFF(ch, peer))
 #define WEFT_DEV_DOUT_OFF(ch, peer)                                                                \
-  (WEFT_DEV_DIN_OFF(WEFT_DEV_COLL_CHANNELS, 0) + WEFT_DEV_READY_OFF(ch, peer))
-#define WEFT_DEV_STAGE_OFF WEFT_DEV_DOUT_OFF(WEFT_DEV_COLL_CHANNELS, 0)
+  (WEFT_DEV_DIN_OFF(WEFT_DEV_DIRECT_CHANNELS, 0) + WEFT_DEV_READY_OFF(ch, peer))
+#define WEFT_DEV_STAGE_OFF WEFT_DEV_DOUT_OFF(WEFT_DEV_DIRECT_CHANNELS, 0)
 
 typedef enum {
   WEFT_DEV_ALLREDUCE_ONESHOT = 0,
@@ -103,7 +104,7 @@ typedef struct {
   uint64_t *counters;               /* private: [ch][peer][2] sent, received */
   uint64_t *progress; /* private: per collective channel, rounds its sender finished in this
                          launch (in-place items), one per WEFT_DEV_FLAG_STRIDE bytes */
-  uint64_t *dseq;     /* private: per collective channel, direct operations so far */
+  uint64_t *dseq;     /* private: per direct channel, direct operations so far */
   volatile int32_t *abort_flag; /* host-mapped; nonzero: give up */
   weft_dev_error_t *error;      /* host-mapped */
   int32_t rank, nranks;

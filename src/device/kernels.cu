@@ -539,7 +539,8 @@ __device__ inline Chan open_chan(const weft_dev_launch_t &L, int ch, ChanState *
                                  uint32_t kind) {
   Chan c = {&L, ch, L.rank, L.nranks, s->sent, s->recvd, bail, kind};
   const uint64_t *ctr = L.counters + (uint64_t)ch * WEFT_DEV_MAX_RANKS * 2;
-  if (threadIdx.x < WEFT_DEV_MAX_RANKS) {
+  /* a direct item's channels past the staged ones have no staging counters (nor use them) */
+  if (threadIdx.x < WEFT_DEV_MAX_RANKS && ch < WEFT_DEV_MAX_CHANNELS) {
     s->sent[threadIdx.x] = s->sent0[threadIdx.x] = ctr[threadIdx.x * 2];
     s->recvd[threadIdx.x] = s->recvd0[threadIdx.x] = ctr[threadIdx.x * 2 + 1];
   }
@@ -549,7 +550,7 @@ __device__ inline Chan open_chan(const weft_dev_launch_t &L, int ch, ChanState *
 __device__ inline void close_chan(const weft_dev_launch_t &L, int ch, const ChanState *s) {
   uint64_t *ctr = L.counters + (uint64_t)ch * WEFT_DEV_MAX_RANKS * 2;
   int t = threadIdx.x;
-  if (t < WEFT_DEV_MAX_RANKS) {
+  if (t < WEFT_DEV_MAX_RANKS && ch < WEFT_DEV_MAX_CHANNELS) {
     if (s->sent[t] != s->sent0[t]) ctr[t * 2] = s->sent[t];
     if (s->recvd[t] != s->recvd0[t]) ctr[t * 2 + 1] = s->recvd[t];
   }
