@@ -29,7 +29,8 @@ enum {
  *   din[ch][src]    direct operations src has entered on direct channel ch: src may be
  *                   written into or read (written by src, with its windows' offsets and the
  *                   size beside)
- *   dout[ch][src]   direct operations src has finished writing into us (written by src)
+ *   dout[ch][src]   direct operations src has finished writing into us or reading from us
+ *                   (written by src)
  *   stage[ch][src slot][stage]  chunk_bytes each, written by src */
 #define WEFT_DEV_READY_OFF(ch, peer)                                                               \
   ((uint64_t)((ch)*WEFT_DEV_MAX_RANKS + (peer)) * WEFT_DEV_FLAG_STRIDE)
@@ -63,8 +64,8 @@ typedef enum {
 typedef struct {
   uint8_t kind, dtype, op;
   uint8_t roles;  /* 1, 2 (send + gather | receive) or 3 (send | receive | gather) */
-  uint8_t direct; /* allgather/alltoall into a window: written straight into the peers' recvbufs
-                     (weft_dev_launch_t.direct); a second role copies our own block */
+  uint8_t direct; /* on windows: straight between the peers' buffers (weft_dev_launch_t.direct);
+                     an allgather's or alltoall's second role copies our own block */
   uint8_t pad_[3];
   int16_t root;     /* broadcast/reduce root; send/recv peer */
   int16_t a2av;     /* index into the launch's alltoallv table */
@@ -90,8 +91,8 @@ typedef struct {
   uint32_t kind;
 } weft_dev_error_t;
 
-/* MISMATCH: a peer's recvbuf of a direct operation lies at another window offset, or holds
- * another size, than ours (nothing was written into it). */
+/* MISMATCH: a peer's buffer of a direct operation lies in another window or at another offset,
+ * or holds another size, than ours (it was neither read nor written). */
 enum {
   WEFT_DEV_ERR_NONE = 0,
   WEFT_DEV_ERR_TIMEOUT = 1,
