@@ -13,8 +13,8 @@ enum {
   WEFT_DEV_P2P_MAX_SETS = 8,
   WEFT_DEV_MAX_CHANNELS = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_CHANNELS,
   WEFT_DEV_DIRECT_CHANNELS = 128, /* channels of an operation on windows (alone in its launch) */
-  WEFT_DEV_MAX_ITEMS = 16, /* work items (group members) in one launch */
-  WEFT_DEV_MAX_A2AV = 2,   /* alltoallv items in one launch */
+  WEFT_DEV_MAX_ITEMS = 16,        /* work items (group members) in one launch */
+  WEFT_DEV_MAX_A2AV = 2,          /* alltoallv items in one launch */
   WEFT_DEV_THREADS = 512,
   WEFT_DEV_LL_CHANNELS = 128,     /* most blocks of the low-latency kernel */
   WEFT_DEV_LL_SLOT_BYTES = 32768, /* per channel, parity and source: 16 KiB of payload */

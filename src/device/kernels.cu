@@ -264,8 +264,8 @@ __device__ void exchange(const Chan &c, const Item &w, uint64_t count, const cha
 /* Operations on windows (weft_dev_item_t.direct): an allgather or alltoall writes its blocks
  * straight into the peers' recvbufs, a reduce_scatter reads its block straight from the
  * peers' sendbufs, an allreduce does both, so the bytes cross HBM once on each side instead
- * of going through staging. Each channel first posts din to every peer (our buffer may now be written, or
- * read: our stream is past whatever used it before), with our window offset and size
+ * of going through staging. Each channel first posts din to every peer (our buffer may now be
+ * written, or read: our stream is past whatever used it before), with our window offset and size
  * beside it, and waits for theirs; a peer whose offset or size differ from ours is touched
  * not at all. When every access of ours is fenced it posts dout; the operation ends when
  * every peer's dout has come. Flags and counters are apart from the staging protocol's, so
