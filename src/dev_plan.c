@@ -250,3 +250,18 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
   *nblocks = blocks;
   return WEFT_SUCCESS;
 }
+
+int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, uint64_t read_max) {
+  uint64_t n = (uint64_t)nranks, blk = t->args.count * weft_dtype_size(t->dtype);
+  const char *send = t->sendbuf, *recv = t->recvbuf;
+  if (min_bytes == 0 || blk == 0 || blk < min_bytes) return 0;
+  switch (t->args.coll) {
+  case WEFT_COLL_ALLGATHER: return WEFT_DEV_DIRECT_RECV;
+  case WEFT_COLL_ALLTOALL:
+    return send < recv + blk * n && recv < send + blk * n ? 0 : WEFT_DEV_DIRECT_RECV;
+  case WEFT_COLL_REDUCE_SCATTER: return blk > read_max ? 0 : WEFT_DEV_DIRECT_SEND;
+  case WEFT_COLL_ALLREDUCE: /* two-shot: a segment read from each peer */
+    return (blk + n - 1) / n > read_max ? 0 : WEFT_DEV_DIRECT_RECV | WEFT_DEV_DIRECT_SEND;
+  default: return 0;
+  }
+}

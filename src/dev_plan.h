@@ -23,6 +23,13 @@ typedef struct {
 
 /* Bytes of sendbuf and recvbuf the task touches on this rank. */
 void weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, size_t *out);
+/* Which of t's buffers an operation on windows reads or writes in its peers: recvbuf
+ * (allgather, alltoall), sendbuf (reduce_scatter) or both (allreduce); 0 where the staged
+ * kernels run: another collective, an in-place alltoall (its peers would overwrite blocks
+ * not yet sent), nothing to move, blocks under min_bytes (0: never), or more than read_max
+ * bytes to read from each peer. */
+enum { WEFT_DEV_DIRECT_RECV = 1, WEFT_DEV_DIRECT_SEND = 2 };
+int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, uint64_t read_max);
 /* Fills L's items (and alltoallv table) and *nblocks for one launch of a call or group.
  * placed[i] (zeroed by the caller before the first launch) marks the tasks already given a
  * launch: the first takes every collective and the sends and receives that fit; *more says

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "dev_comm.h"
+#include "dev_plan.h"
 #include "dtype.h"
 #include "err.h"
 #include "param.h"
@@ -258,40 +259,26 @@ static int direct_table(const struct weft_winset *ws, const void *p, size_t byte
 
 int weft_window_direct(struct weft_comm *c, const weft_task_t *t, weft_dev_launch_t *L) {
   struct weft_winset *ws = c->wins;
-  weft_coll_t k = t->args.coll;
   if (!ws || !ws->head) return 0;
+  /* NVLink reads fell behind the staged writes past the cap (on 128 channels: 256 MiB
+   * allreduce 819 us against 803, bench/results/2026-11-30-h200x2-tuning-16.txt) */
+  int needs = weft_dev_direct_needs(t, c->nranks, (uint64_t)weft_param_int("WEFT_DIRECT_MIN_BYTES"),
+                                    (uint64_t)weft_param_int("WEFT_DIRECT_READ_MAX_BYTES"));
+  if (!needs) return 0;
+  weft_coll_t k = t->args.coll;
   size_t n = (size_t)c->nranks, blk = t->args.count * weft_dtype_size(t->dtype);
-  uint64_t min = (uint64_t)weft_param_int("WEFT_DIRECT_MIN_BYTES");
-  if (min == 0 || blk < min || blk == 0) return 0;
-  /* NVLink reads fell behind the staged writes past it (on 128 channels: 256 MiB allreduce
-   * 819 us against 803, bench/results/2026-11-30-h200x2-tuning-16.txt): bytes read per peer */
-  uint64_t read = k == WEFT_COLL_REDUCE_SCATTER ? blk
-                  : k == WEFT_COLL_ALLREDUCE    ? (blk + n - 1) / n
-                                                : 0;
-  if (read > (uint64_t)weft_param_int("WEFT_DIRECT_READ_MAX_BYTES")) return 0;
-  const char *send = t->sendbuf;
-  char *recv = t->recvbuf;
-  int ok = 0;
-  L->direct_where_send = 0;
-  switch (k) {
-  case WEFT_COLL_ALLGATHER:
-    ok = direct_table(ws, recv, blk * n, (int)n, L->direct, &L->direct_where);
-    break;
-  case WEFT_COLL_ALLTOALL: /* in place, peers would overwrite blocks not yet sent */
-    ok = !(send < recv + blk * n && recv < send + blk * n) &&
-         direct_table(ws, recv, blk * n, (int)n, L->direct, &L->direct_where);
-    break;
-  case WEFT_COLL_REDUCE_SCATTER:
-    ok = direct_table(ws, send, blk * n, (int)n, L->direct, &L->direct_where);
-    break;
-  case WEFT_COLL_ALLREDUCE:
-    ok = direct_table(ws, recv, blk, (int)n, L->direct, &L->direct_where) &&
-         direct_table(ws, send, blk, (int)n, L->direct_send, &L->direct_where_send);
-    break;
-  default: break;
+  /* a block per rank on both sides, but for allreduce's whole buffers */
+  size_t span = k == WEFT_COLL_ALLREDUCE ? blk : blk * n;
+  L->direct_where = L->direct_where_send = 0;
+  if (k == WEFT_COLL_REDUCE_SCATTER) { /* its table holds the peers' sendbufs */
+    if (!direct_table(ws, t->sendbuf, span, (int)n, L->direct, &L->direct_where)) return 0;
+  } else {
+    if (!direct_table(ws, t->recvbuf, span, (int)n, L->direct, &L->direct_where)) return 0;
+    if ((needs & WEFT_DEV_DIRECT_SEND) &&
+        !direct_table(ws, t->sendbuf, span, (int)n, L->direct_send, &L->direct_where_send))
+      return 0;
   }
-  if (!ok) return 0;
-  L->direct_bytes = (uint64_t)(k == WEFT_COLL_ALLREDUCE ? blk : blk * n);
+  L->direct_bytes = (uint64_t)span;
   if (!ws->logged_direct) {
     ws->logged_direct = 1;
     WEFT_INFO(WEFT_SUB_COLL,

@@ -2,7 +2,8 @@
  * must land on the same channels whatever the grouping on each side, alltoallv must agree
  * on its blocks although each rank sees other sizes, a group's collectives get disjoint
  * channels (with and without split roles), groups too large for one launch continue in
- * further ones, and a refused group changes nothing. */
+ * further ones, a refused group changes nothing, and which operations on windows run
+ * straight between the peers' buffers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -375,6 +376,51 @@ static void refusals_change_nothing(void **st) {
   assert_memory_equal(&p, &before, sizeof p);
 }
 
+static weft_task_t coll(weft_coll_t k, uint64_t count, uintptr_t send, uintptr_t recv) {
+  weft_task_t t = {.args = {.coll = k, .count = count},
+                   .dtype = WEFT_F32,
+                   .sendbuf = (void *)send,
+                   .recvbuf = (void *)recv};
+  return t;
+}
+
+/* Which buffers an operation on windows touches in its peers, and when it stays staged. */
+static void direct_rules(void **st) {
+  (void)st;
+  const uint64_t M = 1 << 20, cap = 64 * M, blk = M / 4; /* 1 MiB blocks of f32 */
+  const uintptr_t a = 1 << 30, b = 2u << 30;
+  weft_task_t t = coll(WEFT_COLL_ALLGATHER, blk, a, b);
+  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), WEFT_DEV_DIRECT_RECV);
+  assert_int_equal(weft_dev_direct_needs(&t, 2, 0, cap), 0);     /* off */
+  assert_int_equal(weft_dev_direct_needs(&t, 2, M + 1, cap), 0); /* under the threshold */
+  assert_int_equal(weft_dev_direct_needs(&t, 2, M, cap), WEFT_DEV_DIRECT_RECV);
+  t = coll(WEFT_COLL_ALLGATHER, 0, a, b);
+  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), 0); /* nothing moves */
+  t = coll(WEFT_COLL_ALLTOALL, blk, a, b);
+  assert_int_equal(weft_dev_direct_needs(&t, 4, 1, cap), WEFT_DEV_DIRECT_RECV);
+  t = coll(WEFT_COLL_ALLTOALL, blk, a, a);
+  assert_int_equal(weft_dev_direct_needs(&t, 4, 1, cap), 0); /* in place */
+  t = coll(WEFT_COLL_ALLTOALL, blk, a, a + 4 * M - 16);
+  assert_int_equal(weft_dev_direct_needs(&t, 4, 1, cap), 0); /* overlapping by 16 bytes */
+  t = coll(WEFT_COLL_ALLTOALL, blk, a, a + 4 * M);
+  assert_int_equal(weft_dev_direct_needs(&t, 4, 1, cap), WEFT_DEV_DIRECT_RECV);
+  t = coll(WEFT_COLL_REDUCE_SCATTER, 64 * blk, a, b); /* 64 MiB read a peer */
+  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), WEFT_DEV_DIRECT_SEND);
+  t = coll(WEFT_COLL_REDUCE_SCATTER, 64 * blk + 4, a, b);
+  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), 0);
+  t = coll(WEFT_COLL_ALLREDUCE, 128 * blk, a, a); /* in place, 64 MiB a peer */
+  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap),
+                   WEFT_DEV_DIRECT_RECV | WEFT_DEV_DIRECT_SEND);
+  t = coll(WEFT_COLL_ALLREDUCE, 128 * blk + 4, a, b);
+  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), 0);
+  assert_int_equal(weft_dev_direct_needs(&t, 4, 1, cap),
+                   WEFT_DEV_DIRECT_RECV | WEFT_DEV_DIRECT_SEND);
+  t = coll(WEFT_COLL_BROADCAST, blk, a, b);
+  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), 0);
+  t = coll(WEFT_COLL_ALLTOALLV, blk, a, b);
+  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(p2p_ends_agree),
@@ -384,6 +430,7 @@ int main(void) {
       cmocka_unit_test(groups_split_into_launches),
       cmocka_unit_test(matching_groups_cut_alike),
       cmocka_unit_test(refusals_change_nothing),
+      cmocka_unit_test(direct_rules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
