@@ -60,7 +60,8 @@ WEFT_CE_MIN_BYTES=16777216 run window_2_copy_engines bash -c 'logged_twice "$@"'
   "$b/tests/gpu/test_window" 2
 run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
 WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2
-run one_process "$b/tests/gpu/test_one_process"
+run one_process bash -c 'logged_twice "$@"' _ 'straight into (or from)' "$out/windows_1p.txt" \
+  "$b/tests/gpu/test_one_process"
 run gpu_fault "$b/tests/gpu/test_gpu_fault"
 run collectives_2_share "$b/tests/gpu/test_collectives_gpu" 2 --share
 run collectives_3_share "$b/tests/gpu/test_collectives_gpu" 3 --share

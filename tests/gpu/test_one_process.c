@@ -1,8 +1,9 @@
 /* One process driving every GPU (tests/gpu): one device communicator per GPU, initialised
  * from one thread each, then collectives issued by the main thread, inside a group and
  * one communicator after another, small (low-latency kernel) and large (general kernel),
- * and a ring of sends and receives in a group. Ranks reach each other's staging through
- * plain pointers with peer access, not IPC handles. usage: test_one_process */
+ * a ring of sends and receives in a group, and collectives on registered windows. Ranks
+ * reach each other's staging and windows through plain pointers with peer access, not IPC
+ * handles. usage: test_one_process */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -133,6 +134,90 @@ static int run(size_t count) {
   return 0;
 }
 
+/* reduce_scatter of count / n per rank: rank r's block of every rank's input, summed */
+static float want_scatter(int r, size_t i, size_t per) {
+  float s = 0;
+  for (int k = 0; k < n; k++)
+    s += val(k, (size_t)r * per + i);
+  return s;
+}
+
+/* Registration and deregistration are collective: one thread per communicator. */
+static float *win_buf[MAXG][2];
+static size_t win_bytes;
+static weft_window_t wins[MAXG][2];
+static int win_dereg;
+static void *window_rank(void *arg) {
+  int r = (int)(intptr_t)arg;
+  cudaSetDevice(r);
+  weft_result_t rc = WEFT_SUCCESS;
+  for (int b = 0; b < 2 && rc == WEFT_SUCCESS; b++)
+    rc = win_dereg ? weft_window_deregister(comms[r], wins[r][b])
+                   : weft_window_register(comms[r], win_buf[r][b], win_bytes, &wins[r][b]);
+  init_rc[r] = rc;
+  return NULL;
+}
+static void on_every_rank(int dereg) {
+  pthread_t th[MAXG];
+  win_dereg = dereg;
+  for (int r = 0; r < n; r++)
+    pthread_create(&th[r], NULL, window_rank, (void *)(intptr_t)r);
+  for (int r = 0; r < n; r++)
+    pthread_join(th[r], NULL);
+}
+
+/* Windows within one process map the peers' buffers as plain pointers: allreduce (in a
+ * group), allgather and reduce_scatter of count floats run straight between the GPUs'
+ * buffers. Host-staged communicators (WEFT_P2P_DISABLE=1) have none: every rank is
+ * refused. */
+static int run_windows(size_t count) {
+  const char *off = getenv("WEFT_P2P_DISABLE");
+  int staged = off && strcmp(off, "1") == 0;
+  size_t per = count / (size_t)n;
+  win_bytes = count * sizeof(float);
+  for (int r = 0; r < n; r++) {
+    cudaSetDevice(r);
+    for (int b = 0; b < 2; b++)
+      if (cudaMalloc((void **)&win_buf[r][b], win_bytes) != cudaSuccess)
+        FAIL("cudaMalloc of %zu floats", count);
+    if (fill(win_buf[r][0], count, r)) FAIL("fill");
+  }
+  on_every_rank(0);
+  for (int r = 0; r < n; r++)
+    if (init_rc[r] != (staged ? WEFT_ERR_UNSUPPORTED : WEFT_SUCCESS))
+      FAIL("rank %d: window registration gave %s", r, weft_result_string(init_rc[r]));
+  if (!staged) {
+    float *out[MAXG];
+    for (int r = 0; r < n; r++)
+      out[r] = win_buf[r][1];
+    if (weft_group_start()) FAIL("group_start");
+    for (int r = 0; r < n; r++)
+      if (weft_allreduce(win_buf[r][0], out[r], count, WEFT_F32, WEFT_SUM, comms[r],
+                         (weft_stream_t)streams[r]))
+        FAIL("allreduce on windows: %s", weft_get_last_error(NULL));
+    if (weft_group_end()) FAIL("group_end: %s", weft_get_last_error(NULL));
+    if (check(out, count, want_sum)) FAIL("allreduce on windows of %zu floats wrong", count);
+    for (int r = 0; r < n; r++)
+      if (weft_allgather(win_buf[r][0], out[r], per, WEFT_F32, comms[r], (weft_stream_t)streams[r]))
+        FAIL("allgather on windows: %s", weft_get_last_error(NULL));
+    if (check(out, per * (size_t)n, want_gather)) FAIL("allgather on windows wrong");
+    for (int r = 0; r < n; r++)
+      if (weft_reduce_scatter(win_buf[r][0], out[r], per, WEFT_F32, WEFT_SUM, comms[r],
+                              (weft_stream_t)streams[r]))
+        FAIL("reduce_scatter on windows: %s", weft_get_last_error(NULL));
+    if (check(out, per, want_scatter)) FAIL("reduce_scatter on windows wrong");
+    on_every_rank(1);
+    for (int r = 0; r < n; r++)
+      if (init_rc[r]) FAIL("rank %d: deregistration: %s", r, weft_result_string(init_rc[r]));
+  }
+  for (int r = 0; r < n; r++) {
+    cudaSetDevice(r);
+    cudaFree(win_buf[r][0]);
+    cudaFree(win_buf[r][1]);
+  }
+  return 0;
+}
+
 int main(void) {
   int ngpu = 0;
   if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 2) {
@@ -155,6 +240,7 @@ int main(void) {
   size_t counts[] = {1000, (size_t)3 << 20};
   for (int i = 0; i < 2; i++)
     if (run(counts[i])) return 1;
+  if (run_windows(counts[1])) return 1;
   for (int r = 0; r < n; r++) {
     weft_comm_destroy(comms[r]);
     cudaSetDevice(r);
