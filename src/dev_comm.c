@@ -450,29 +450,6 @@ static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind) {
   return (int)((bytes + per - 1) / per);
 }
 
-/* The lone item of a launch made direct (window.c chose it). Allreduce runs two-shot on
- * windows whatever the tuner chose: in place, one-shot would overwrite what the peers read.
- * Reductions keep one role (a second would have nothing to do), on as many channels as
- * their segment asks, up to WEFT_DIRECT_CHANNELS: reads want more requests in flight than
- * writes (4 GiB reduce_scatter 290 GB/s on 64 channels, 329 on 128, no more on 192 or 256;
- * bench/results/2026-11-30-h200x2-tuning-16.txt). */
-static void direct_item(struct weft_dev *d, const weft_task_t *t) {
-  weft_dev_item_t *it = &d->launch.items[0];
-  it->direct = 1;
-  if (t->args.coll != WEFT_COLL_ALLREDUCE && t->args.coll != WEFT_COLL_REDUCE_SCATTER) return;
-  uint64_t n = (uint64_t)d->plan.nranks, bytes = t->args.count * weft_dtype_size(t->dtype);
-  uint64_t seg = t->args.coll == WEFT_COLL_ALLREDUCE ? (bytes + n - 1) / n : bytes;
-  uint64_t want = (seg + d->plan.block_bytes - 1) / d->plan.block_bytes;
-  uint64_t most = (uint64_t)weft_param_int("WEFT_DIRECT_CHANNELS");
-  if (most < 1 || most > WEFT_DEV_DIRECT_CHANNELS) most = WEFT_DEV_DIRECT_CHANNELS;
-  if (want < 1) want = 1;
-  if (want > most) want = most;
-  it->kind = t->args.coll == WEFT_COLL_ALLREDUCE ? WEFT_DEV_ALLREDUCE_TWOSHOT : it->kind;
-  it->roles = 1;
-  it->chan1 = it->chan0;
-  it->nblocks = (uint16_t)want;
-}
-
 weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream) {
   struct weft_dev *d = c->dev;
   cudaStream_t s = (cudaStream_t)(void *)stream;
@@ -508,10 +485,9 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   } else if (rc == WEFT_SUCCESS) {
     memset(placed, 0, (size_t)ntasks); /* only the group's part: this is every call's path */
     rc = weft_dev_plan(&d->plan, tasks, ntasks, placed, &d->launch, &nblocks, &more);
-    if (rc == WEFT_SUCCESS && direct && d->launch.nitems == 1) {
-      direct_item(d, tasks);
-      nblocks = d->launch.items[0].nblocks;
-    }
+    if (rc == WEFT_SUCCESS && direct && d->launch.nitems == 1)
+      nblocks = weft_dev_place_direct(&d->plan, tasks, (int)weft_param_int("WEFT_DIRECT_CHANNELS"),
+                                      &d->launch.items[0]);
   }
   /* Operations of one comm run in issue order even across streams (their channels are
    * shared); a stream being captured into a graph orders itself. */

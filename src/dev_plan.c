@@ -265,3 +265,23 @@ int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, 
   default: return 0;
   }
 }
+
+/* Reads want more requests in flight than writes: 4 GiB reduce_scatter ran at 290 GB/s on 64
+ * channels, 329 on 128, no more on 192 or 256 (bench/results/2026-11-30-h200x2-tuning-16.txt). */
+int weft_dev_place_direct(const weft_dev_planner_t *d, const weft_task_t *t, int64_t most,
+                          weft_dev_item_t *it) {
+  it->direct = 1;
+  weft_coll_t k = t->args.coll;
+  if (k != WEFT_COLL_ALLREDUCE && k != WEFT_COLL_REDUCE_SCATTER) return it->nblocks;
+  uint64_t n = (uint64_t)d->nranks, bytes = t->args.count * weft_dtype_size(t->dtype);
+  uint64_t seg = k == WEFT_COLL_ALLREDUCE ? (bytes + n - 1) / n : bytes;
+  uint64_t want = (seg + d->block_bytes - 1) / d->block_bytes;
+  if (most < 1 || most > WEFT_DEV_DIRECT_CHANNELS) most = WEFT_DEV_DIRECT_CHANNELS;
+  if (want < 1) want = 1;
+  if (want > (uint64_t)most) want = (uint64_t)most;
+  if (k == WEFT_COLL_ALLREDUCE) it->kind = WEFT_DEV_ALLREDUCE_TWOSHOT;
+  it->roles = 1;
+  it->chan1 = it->chan0;
+  it->nblocks = (uint16_t)want;
+  return it->nblocks;
+}

@@ -30,6 +30,13 @@ void weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, si
  * bytes to read from each peer. */
 enum { WEFT_DEV_DIRECT_RECV = 1, WEFT_DEV_DIRECT_SEND = 2 };
 int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, uint64_t read_max);
+/* Makes it, the planner's item for t, run on windows (window.c found them), and returns its
+ * blocks. Allreduce runs two-shot there whatever the tuner chose: in place, one-shot would
+ * overwrite what the peers read. Reductions keep one role (a second would have nothing to
+ * do), on as many channels as their segment asks, up to most (1 to WEFT_DEV_DIRECT_CHANNELS,
+ * else that). */
+int weft_dev_place_direct(const weft_dev_planner_t *d, const weft_task_t *t, int64_t most,
+                          weft_dev_item_t *it);
 /* Fills L's items (and alltoallv table) and *nblocks for one launch of a call or group.
  * placed[i] (zeroed by the caller before the first launch) marks the tasks already given a
  * launch: the first takes every collective and the sends and receives that fit; *more says

@@ -295,19 +295,19 @@ weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t
   weft_coll_t k = t->args.coll;
   if (!ws || !ws->head || (k != WEFT_COLL_ALLGATHER && k != WEFT_COLL_ALLTOALL))
     return WEFT_SUCCESS;
-  uint64_t min = (uint64_t)weft_param_int("WEFT_CE_MIN_BYTES");
+  /* the kernels' rule for writing into the peers (in-place alltoall stays staged), with
+   * WEFT_CE_MIN_BYTES for threshold; copies read nothing of the peers */
   size_t n = (size_t)c->nranks, me = (size_t)c->rank;
   size_t blk = t->args.count * weft_dtype_size(t->dtype);
-  if (min == 0 || blk < min) return WEFT_SUCCESS;
-  const char *send = t->sendbuf;
-  char *recv = t->recvbuf;
-  struct weft_window *w = find(ws, recv, blk * n);
-  /* in place, an alltoall's peers would overwrite blocks it has yet to send */
-  if (!w || (k == WEFT_COLL_ALLTOALL && send < recv + blk * n && recv < send + blk * n))
+  if (!weft_dev_direct_needs(t, c->nranks, (uint64_t)weft_param_int("WEFT_CE_MIN_BYTES"),
+                             UINT64_MAX))
     return WEFT_SUCCESS;
+  const char *send = t->sendbuf;
+  char *recv = t->recvbuf, *peer[WEFT_DEV_MAX_RANKS];
+  uint64_t where = 0;
+  if (!direct_table(ws, recv, blk * n, c->nranks, peer, &where)) return WEFT_SUCCESS;
   *taken = 1;
   cudaStream_t s = (cudaStream_t)(void *)stream;
-  size_t off = (size_t)(recv - w->buf);
   CHECK(weft_barrier(c, stream));
   CUDA_CHECK(cudaEventRecord(ws->fork, s), "window: cudaEventRecord");
   CUDA_CHECK(cudaStreamWaitEvent(ws->side, ws->fork, 0), "window: cudaStreamWaitEvent");
@@ -318,7 +318,7 @@ weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t
   for (size_t d = 1; d < n; d++) {
     size_t p = (me + d) % n;
     const char *src = k == WEFT_COLL_ALLGATHER ? send : send + p * blk;
-    CUDA_CHECK(cudaMemcpyAsync(w->peer[p] + off + me * blk, src, blk, cudaMemcpyDeviceToDevice, s),
+    CUDA_CHECK(cudaMemcpyAsync(peer[p] + me * blk, src, blk, cudaMemcpyDeviceToDevice, s),
                "window: a copy into a peer");
   }
   CUDA_CHECK(cudaEventRecord(ws->join, ws->side), "window: cudaEventRecord");

@@ -421,6 +421,41 @@ static void direct_rules(void **st) {
   assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), 0);
 }
 
+/* What running on windows changes of the planner's item: reductions get one role and channels
+ * by their segment up to the cap, allreduce becomes two-shot, copies only the mark. */
+static void direct_placement(void **st) {
+  (void)st;
+  weft_dev_planner_t p = planner(0, 2);
+  p.split = 1;
+  weft_dev_launch_t L;
+  int nb = 0;
+  weft_task_t t = coll(WEFT_COLL_ALLGATHER, 1 << 20, 1 << 30, 2u << 30);
+  assert_int_equal(plan1(&p, &t, 1, &L, &nb), WEFT_SUCCESS);
+  weft_dev_item_t before = L.items[0];
+  assert_int_equal(weft_dev_place_direct(&p, &t, 128, &L.items[0]), nb);
+  assert_int_equal(L.items[0].direct, 1);
+  assert_int_equal(L.items[0].roles, before.roles);
+  assert_int_equal(L.items[0].nblocks, before.nblocks);
+  t = coll(WEFT_COLL_REDUCE_SCATTER, 16 << 20, 1 << 30, 2u << 30); /* 64 MiB blocks */
+  assert_int_equal(plan1(&p, &t, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(weft_dev_place_direct(&p, &t, 128, &L.items[0]), 128);
+  assert_int_equal(L.items[0].roles, 1);
+  assert_int_equal(L.items[0].nblocks, 128);
+  assert_int_equal(weft_dev_place_direct(&p, &t, 16, &L.items[0]), 16);
+  assert_int_equal(weft_dev_place_direct(&p, &t, 0, &L.items[0]), WEFT_DEV_DIRECT_CHANNELS);
+  assert_int_equal(weft_dev_place_direct(&p, &t, 1000, &L.items[0]), WEFT_DEV_DIRECT_CHANNELS);
+  t = coll(WEFT_COLL_REDUCE_SCATTER, 1, 1 << 30, 2u << 30); /* 4 bytes: one channel */
+  assert_int_equal(plan1(&p, &t, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(weft_dev_place_direct(&p, &t, 128, &L.items[0]), 1);
+  t = coll(WEFT_COLL_ALLREDUCE, 1 << 20, 1 << 30, 1 << 30); /* 4 MiB: 2 MiB a segment */
+  t.algo = WEFT_ALGO_ONESHOT;
+  assert_int_equal(plan1(&p, &t, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(L.items[0].kind, WEFT_DEV_ALLREDUCE_ONESHOT);
+  assert_int_equal(weft_dev_place_direct(&p, &t, 128, &L.items[0]), 64); /* 2 MiB / 32 KiB */
+  assert_int_equal(L.items[0].kind, WEFT_DEV_ALLREDUCE_TWOSHOT);
+  assert_int_equal(L.items[0].chan1, L.items[0].chan0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(p2p_ends_agree),
@@ -431,6 +466,7 @@ int main(void) {
       cmocka_unit_test(matching_groups_cut_alike),
       cmocka_unit_test(refusals_change_nothing),
       cmocka_unit_test(direct_rules),
+      cmocka_unit_test(direct_placement),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
