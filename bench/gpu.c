@@ -16,8 +16,13 @@ static int cuda_ok(cudaError_t e, const char *what) {
   return 0;
 }
 
+/* Whole 2 MiB pages, as PyTorch's caching allocator hands out: copy-engine writes into a peer's
+ * CUDA IPC mapping of an allocation of any other size ran at 282-296 GB/s each way instead of
+ * 392 (bench/results/2026-11-30-h200x2-ipc-probe.txt), which would measure that, not weft. */
 int bench_gpu_alloc(size_t bytes, void **s, void **r) {
   *s = *r = NULL;
+  const size_t page = (size_t)2 << 20;
+  bytes = (bytes + page - 1) / page * page;
   if (!cuda_ok(cudaMalloc(s, bytes), "cudaMalloc") || !cuda_ok(cudaMalloc(r, bytes), "cudaMalloc"))
     return -1;
   cudaMemset(*s, 0, bytes);

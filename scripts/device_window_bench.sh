@@ -4,7 +4,9 @@
 # allreduce, allgather, reduce_scatter and alltoall, f32 and bf16, 8 B-4 GiB (sizes up to
 # 256 MiB checked against the oracle), with the defaults; then reduce_scatter and allreduce
 # of 512 MiB-4 GiB with the peers' buffers read at every size (WEFT_DIRECT_READ_MAX_BYTES=4G),
-# which is why the default stops reading at 32 MiB. Tables in OUT/sweep-direct*.txt, rows in
+# which is why the default stops reading at 64 MiB; and allgather and alltoall of 16 MiB-4 GiB
+# on the kernels alone (WEFT_CE_MIN_BYTES=0), against which the copy engines' default (from
+# 64 MiB blocks on 2 GPUs) was chosen. Tables in OUT/sweep-direct*.txt, rows in
 # OUT/sweep-direct-*.json.
 # usage: scripts/device_window_bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
 set -uo pipefail
@@ -25,5 +27,8 @@ done
 WEFT_DIRECT_READ_MAX_BYTES=4294967296 "$b/bench/collbench" -C allreduce,reduce_scatter -b 512M \
   -e 4G -n 10 -w 3 -c 0 --window --compare nccl --json "$out/sweep-direct-reads.json" \
   > "$out/sweep-direct-reads.txt" 2>&1 || rc=1
+WEFT_CE_MIN_BYTES=0 "$b/bench/collbench" -C allgather,alltoall -b 16M -e 4G -f 2 -n 10 -w 3 \
+  -c 0 --window --compare nccl --json "$out/sweep-direct-kernels.json" \
+  > "$out/sweep-direct-kernels.txt" 2>&1 || rc=1
 grep -h "WRONG\|failed" "$out"/sweep-direct*.txt
 exit $rc

@@ -3,6 +3,7 @@
  * knows alone, and tests/unit/test_dev_plan.c checks that without a GPU. */
 #include "dev_plan.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtype.h"
@@ -264,6 +265,17 @@ int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, 
     return (blk + n - 1) / n > read_max ? 0 : WEFT_DEV_DIRECT_RECV | WEFT_DEV_DIRECT_SEND;
   default: return 0;
   }
+}
+
+uint64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared) {
+  if (param && param[0] && strcmp(param, "auto") != 0) {
+    char *end = NULL;
+    unsigned long long v = strtoull(param, &end, 0);
+    if (end != param && *end == 0 && param[0] != '-') return (uint64_t)v;
+    WEFT_WARN(WEFT_SUB_TUNE, "WEFT_CE_MIN_BYTES=%s is neither a byte count nor auto; using auto",
+              param);
+  }
+  return nranks == 2 && !gpu_shared ? WEFT_DEV_CE_AUTO_BYTES : 0;
 }
 
 /* Reads want more requests in flight than writes: 4 GiB reduce_scatter ran at 290 GB/s on 64

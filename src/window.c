@@ -1,10 +1,10 @@
 /* Symmetric windows of device communicators: every rank registers a buffer, every rank maps
  * every peer's (a CUDA IPC handle of its allocation, or the pointer itself within one
  * process). An allgather or alltoall whose recvbuf lies in a window is written straight into
- * the peers' recvbufs: by the kernels (weft_dev_item_t.direct), or, when WEFT_CE_MIN_BYTES
- * asks, by the copy engines between two barrier kernels: the first lets no copy land before
- * the peer is done with its buffer, the second lets no rank go on before every copy into it
- * has landed. */
+ * the peers' recvbufs: by the kernels (weft_dev_item_t.direct), or, from WEFT_CE_MIN_BYTES
+ * per block, by the copy engines between two barrier kernels: the first lets no copy land
+ * before the peer is done with its buffer, the second lets no rank go on before every copy
+ * into it has landed. */
 #include "window.h"
 
 #include <cuda_runtime_api.h>
@@ -19,26 +19,30 @@
 #include "err.h"
 #include "param.h"
 
+#define WEFT_WINDOW_PAGE ((uint64_t)2 << 20)
+
 struct weft_window {
   struct weft_window *next;
   char *buf;
   size_t bytes;
-  uint64_t serial;                  /* registrations of the comm through this one */
+  uint64_t serial; /* registrations of the comm through this one */
+  int pages; /* every rank's allocation is whole 2 MiB pages: copy engines write into it fast */
   char *peer[WEFT_DEV_MAX_RANKS];   /* every rank's buffer as mapped here */
   char *opened[WEFT_DEV_MAX_RANKS]; /* IPC mappings (of the allocations) to close */
 };
 
 struct weft_winset {
   struct weft_window *head;
+  uint64_t ce_min;   /* WEFT_CE_MIN_BYTES, resolved (weft_dev_ce_min) */
   cudaStream_t side; /* the own block's local copy, beside the peers' */
   cudaEvent_t fork, join;
   uint64_t registered; /* the same on every rank: registration is collective */
-  int logged, logged_direct;
+  int logged, logged_direct, logged_pages;
 };
 
 typedef struct {
   cudaIpcMemHandle_t handle;
-  uint64_t base, offset, bytes;
+  uint64_t base, offset, bytes, alloc;
   int32_t pid, ok;
 } wcard_t;
 
@@ -165,6 +169,7 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
   me->base = (uint64_t)(uintptr_t)base;
   me->offset = (uint64_t)((char *)buf - base);
   me->bytes = bytes;
+  me->alloc = (uint64_t)size;
   me->pid = (int32_t)getpid();
   CHECK_GOTO(weft_bootstrap_allgather(c->boot, cards, sizeof *cards), rc, out);
   for (int p = 0; p < c->nranks; p++) /* a rank writes at its own offset into every peer's */
@@ -183,6 +188,12 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
   if (!w) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "weft_window_register: out of memory");
   w->buf = buf;
   w->bytes = bytes;
+  /* Copy-engine writes into a peer's IPC mapping of an allocation that is not whole 2 MiB
+   * pages ran at 282-296 GB/s each way against 392 (SM writes: 365 either way;
+   * bench/results/2026-11-30-h200x2-ipc-probe.txt). */
+  w->pages = 1;
+  for (int p = 0; p < c->nranks; p++)
+    w->pages &= cards[p].alloc % WEFT_WINDOW_PAGE == 0;
   ok[c->rank] = map_window(c, p2p, cards, w);
   if (!ok[c->rank]) snprintf(why, sizeof why, "%s", weft_thread_error());
   CHECK_GOTO(weft_bootstrap_allgather(c->boot, ok, sizeof *ok), rc, out);
@@ -245,16 +256,17 @@ static struct weft_window *find(const struct weft_winset *ws, const void *p, siz
   return NULL;
 }
 
-/* Fills L's table of the window holding [p, p + bytes) on every rank; 0 where none does. */
-static int direct_table(const struct weft_winset *ws, const void *p, size_t bytes, int n,
-                        char **table, uint64_t *where) {
+/* Fills a table of where [p, p + bytes) lies on every rank; the window, or NULL where none
+ * holds it. */
+static const struct weft_window *direct_table(const struct weft_winset *ws, const void *p,
+                                              size_t bytes, int n, char **table, uint64_t *where) {
   const struct weft_window *w = find(ws, p, bytes);
-  if (!w) return 0;
+  if (!w) return NULL;
   size_t off = (size_t)((const char *)p - w->buf);
   for (int r = 0; r < n; r++)
     table[r] = w->peer[r] + off;
   *where = w->serial << 48 | (uint64_t)off;
-  return 1;
+  return w;
 }
 
 int weft_window_direct(struct weft_comm *c, const weft_task_t *t, weft_dev_launch_t *L) {
@@ -299,13 +311,24 @@ weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t
    * WEFT_CE_MIN_BYTES for threshold; copies read nothing of the peers */
   size_t n = (size_t)c->nranks, me = (size_t)c->rank;
   size_t blk = t->args.count * weft_dtype_size(t->dtype);
-  if (!weft_dev_direct_needs(t, c->nranks, (uint64_t)weft_param_int("WEFT_CE_MIN_BYTES"),
-                             UINT64_MAX))
-    return WEFT_SUCCESS;
+  uint64_t ce_min =
+      weft_dev_ce_min(weft_param_str("WEFT_CE_MIN_BYTES"), c->nranks, weft_dev_p2p(c)->gpu_shared);
+  if (!weft_dev_direct_needs(t, c->nranks, ce_min, UINT64_MAX)) return WEFT_SUCCESS;
   const char *send = t->sendbuf;
   char *recv = t->recvbuf, *peer[WEFT_DEV_MAX_RANKS];
   uint64_t where = 0;
-  if (!direct_table(ws, recv, blk * n, c->nranks, peer, &where)) return WEFT_SUCCESS;
+  const struct weft_window *w = direct_table(ws, recv, blk * n, c->nranks, peer, &where);
+  if (!w) return WEFT_SUCCESS;
+  if (!w->pages) {
+    if (!ws->logged_pages) {
+      ws->logged_pages = 1;
+      WEFT_INFO(WEFT_SUB_COLL,
+                "rank %d: %s of %zu bytes per rank by the kernels, not the copy engines: some "
+                "rank's window lies in an allocation that is not whole 2 MiB pages",
+                c->rank, weft_coll_name(k), blk);
+    }
+    return WEFT_SUCCESS;
+  }
   *taken = 1;
   cudaStream_t s = (cudaStream_t)(void *)stream;
   CHECK(weft_barrier(c, stream));

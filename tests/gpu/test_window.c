@@ -1,11 +1,11 @@
 /* Symmetric windows (src/window.c) on device communicators, 2+ ranks: allgather and alltoall
- * into registered buffers (the kernels writing straight into the peers' recvbufs by default,
- * the copy engines with WEFT_CE_MIN_BYTES), reduce_scatter from them (reading the peers'
- * sendbufs) and allreduce (both), against the oracle, at 16 MiB and odd sizes, a
- * chain of operations where each reads what a peer's next one overwrites, graph replays,
- * refused registrations, and misuse: ranks at different window offsets get
- * WEFT_ERR_INVALID_ARG with nothing written, a rank outside any window a timeout that names
- * windows. usage: test_window RANKS [--share] */
+ * into registered buffers (the kernels writing straight into the peers' recvbufs, the copy
+ * engines from WEFT_CE_MIN_BYTES where allocations are whole 2 MiB pages), reduce_scatter from them
+ * (reading the peers' sendbufs) and allreduce (both), against the oracle, at 16 MiB and odd sizes,
+ * a chain of operations where each reads what a peer's next one overwrites, graph replays, refused
+ * registrations, and misuse: ranks at different window offsets get WEFT_ERR_INVALID_ARG with
+ * nothing written, a rank outside any window a timeout that names windows. usage: test_window RANKS
+ * [--share] */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,17 +134,25 @@ static int check_chain(int rank, int n, weft_comm_t c, cudaStream_t s, char *win
   return 0;
 }
 
+/* Bytes rounded up to whole 2 MiB pages: only windows in such allocations take the copy
+ * engines (src/window.c). */
+static size_t pages(size_t bytes) {
+  const size_t pg = (size_t)2 << 20;
+  return (bytes + pg - 1) / pg * pg;
+}
+
 static int check_windows(int rank, int n, weft_comm_t c, cudaStream_t s) {
   const size_t cnt = (size_t)4 << 20, blk = cnt * 4, off = 4096; /* 16 MiB blocks */
+  const size_t alloc = pages(blk * n + off);
   char *sb = NULL, *rb = NULL;
-  if (cudaMalloc((void **)&sb, blk * n + off) != cudaSuccess ||
-      cudaMalloc((void **)&rb, blk * n + off) != cudaSuccess)
+  if (cudaMalloc((void **)&sb, alloc) != cudaSuccess ||
+      cudaMalloc((void **)&rb, alloc) != cudaSuccess)
     FAIL("allocation failed");
   weft_window_t ws = NULL, wr = NULL, bad = NULL;
   float host[4];
   if (weft_window_register(c, host, sizeof host, &bad) != WEFT_ERR_INVALID_ARG || bad)
     FAIL("host memory accepted");
-  if (weft_window_register(c, rb + off, blk * n + 1, &bad) != WEFT_ERR_INVALID_ARG || bad)
+  if (weft_window_register(c, rb + off, alloc - off + 1, &bad) != WEFT_ERR_INVALID_ARG || bad)
     FAIL("a window past its allocation accepted");
   if (weft_window_register(c, sb, blk * n + off, &ws) ||
       weft_window_register(c, rb, blk * n + off, &wr))
@@ -158,6 +166,18 @@ static int check_windows(int rank, int n, weft_comm_t c, cudaStream_t s) {
   if (weft_window_deregister(c, wr) != WEFT_ERR_INVALID_ARG) FAIL("a window deregistered twice");
   if (weft_allgather(sb, rb, cnt, WEFT_F32, c, (weft_stream_t)s) || settle(c, s, 0))
     FAIL("allgather after deregistration failed");
+  cudaFree(sb);
+  cudaFree(rb);
+  /* windows in allocations of 64 bytes past whole pages: the kernels write into them even
+   * where the copy engines would (each rank logs that once) */
+  if (cudaMalloc((void **)&sb, alloc + 64) != cudaSuccess ||
+      cudaMalloc((void **)&rb, alloc + 64) != cudaSuccess)
+    FAIL("allocation failed");
+  if (weft_window_register(c, sb, alloc + 64, &ws) || weft_window_register(c, rb, alloc + 64, &wr))
+    FAIL("register failed: %s", weft_get_last_error(c));
+  if (check_ops(rank, n, c, s, sb, rb, cnt)) return 1;
+  if (weft_window_deregister(c, ws) || weft_window_deregister(c, wr))
+    FAIL("deregister failed: %s", weft_get_last_error(c));
   cudaFree(sb);
   cudaFree(rb);
   return 0;

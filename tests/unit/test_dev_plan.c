@@ -456,6 +456,25 @@ static void direct_placement(void **st) {
   assert_int_equal(L.items[0].chan1, L.items[0].chan0);
 }
 
+/* WEFT_CE_MIN_BYTES: a byte count as given, auto (or unset) only where it was measured (2
+ * ranks on 2 GPUs), anything else read as auto. */
+static void ce_threshold(void **st) {
+  (void)st;
+  const uint64_t a = WEFT_DEV_CE_AUTO_BYTES;
+  assert_int_equal(weft_dev_ce_min(NULL, 2, 0), a);
+  assert_int_equal(weft_dev_ce_min("", 2, 0), a);
+  assert_int_equal(weft_dev_ce_min("auto", 2, 0), a);
+  assert_int_equal(weft_dev_ce_min("auto", 3, 0), 0);
+  assert_int_equal(weft_dev_ce_min("auto", 8, 0), 0);
+  assert_int_equal(weft_dev_ce_min("auto", 2, 1), 0);
+  assert_int_equal(weft_dev_ce_min("0", 2, 0), 0);
+  assert_int_equal(weft_dev_ce_min("1048576", 4, 1), 1048576);
+  assert_int_equal(weft_dev_ce_min("0x100", 2, 0), 256);
+  assert_int_equal(weft_dev_ce_min("-5", 2, 0), a);
+  assert_int_equal(weft_dev_ce_min("12abc", 2, 0), a);
+  assert_int_equal(weft_dev_ce_min("many", 3, 0), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(p2p_ends_agree),
@@ -467,6 +486,7 @@ int main(void) {
       cmocka_unit_test(refusals_change_nothing),
       cmocka_unit_test(direct_rules),
       cmocka_unit_test(direct_placement),
+      cmocka_unit_test(ce_threshold),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
