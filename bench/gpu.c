@@ -17,7 +17,7 @@ static int cuda_ok(cudaError_t e, const char *what) {
 }
 
 /* Whole 2 MiB pages, as PyTorch's caching allocator hands out: copy-engine writes into a peer's
- * CUDA IPC mapping of an allocation of any other size ran at 282-296 GB/s each way instead of
+ * CUDA IPC mapping of an allocation of any other size ran at 272-296 GB/s each way instead of
  * 392 (bench/results/2026-11-30-h200x2-ipc-probe.txt), which would measure that, not weft. */
 int bench_gpu_alloc(size_t bytes, void **s, void **r) {
   *s = *r = NULL;

@@ -189,7 +189,7 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
   w->buf = buf;
   w->bytes = bytes;
   /* Copy-engine writes into a peer's IPC mapping of an allocation that is not whole 2 MiB
-   * pages ran at 282-296 GB/s each way against 392 (SM writes: 365 either way;
+   * pages ran at 272-296 GB/s each way against 392 (SM writes: 365 either way;
    * bench/results/2026-11-30-h200x2-ipc-probe.txt). */
   w->pages = 1;
   for (int p = 0; p < c->nranks; p++)
