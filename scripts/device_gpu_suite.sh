@@ -55,11 +55,14 @@ run window_2 bash -c 'logged_twice "$@"' _ 'straight into (or from) the peers' "
   "$b/tests/gpu/test_window" 2
 run window_3_share "$b/tests/gpu/test_window" 3 --share
 WEFT_P2P_SPLIT=0 run window_2_nosplit "$b/tests/gpu/test_window" 2
-# From 16 MiB blocks the copy engines write into whole-page windows; into windows of allocations
-# that are not whole 2 MiB pages the kernels do, and each rank says why.
-WEFT_CE_MIN_BYTES=16777216 run window_2_copy_engines bash -c \
-  'logged_twice "$@" && [ "$(grep -c "not whole 2 MiB pages" "$2")" -ge 2 ]' _ \
-  'through the copy engines' "$out/windows_2_ce.txt" \
+# From 4 MiB blocks the copy engines write into whole-page windows (allgather and alltoall of
+# 16 and 4 MiB blocks, the latter in graph replays; a 16 MiB allreduce as a reduce_scatter, then
+# an allgather of its 8 MiB segments); into windows of allocations that are not whole 2 MiB
+# pages the kernels do. Each rank logs each of the three once.
+WEFT_CE_MIN_BYTES=4194304 run window_2_copy_engines bash -c \
+  'logged_twice "$@" && [ "$(grep -c "not whole 2 MiB pages" "$2")" -ge 2 ] &&
+   [ "$(grep -c "then an allgather through the copy engines" "$2")" -ge 2 ]' _ \
+  'per rank through the copy engines' "$out/windows_2_ce.txt" \
   "$b/tests/gpu/test_window" 2
 run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
 WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2

@@ -466,6 +466,13 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   int llk = ll_kind(c, tasks, ntasks), ll = llk >= 0, more = 0, direct = 0;
   uint8_t placed[WEFT_DEV_MAX_GROUP];
   rc = check_buffers(c, tasks, ntasks);
+  weft_task_t parts[2];
+  if (rc == WEFT_SUCCESS && ntasks == 1 && c->wins &&
+      weft_window_split_allreduce(c, tasks, parts)) {
+    leave_device(d->device, saved);
+    rc = weft_dev_submit(c, &parts[0], 1, stream);
+    return rc != WEFT_SUCCESS ? rc : weft_dev_submit(c, &parts[1], 1, stream);
+  }
   if (rc == WEFT_SUCCESS && ntasks == 1 && c->wins) { /* into a window: copy engines */
     int taken = 0;
     weft_result_t wrc = weft_window_try(c, tasks, stream, &taken);

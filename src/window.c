@@ -37,7 +37,7 @@ struct weft_winset {
   cudaStream_t side; /* the own block's local copy, beside the peers' */
   cudaEvent_t fork, join;
   uint64_t registered; /* the same on every rank: registration is collective */
-  int logged, logged_direct, logged_pages;
+  int logged, logged_direct, logged_pages, logged_split;
 };
 
 typedef struct {
@@ -249,6 +249,12 @@ void weft_window_free_all(weft_comm_t c) {
   c->wins = NULL;
 }
 
+/* WEFT_CE_MIN_BYTES as it applies to c (read when an operation is issued, as all are). */
+static uint64_t ce_min(weft_comm_t c) {
+  return weft_dev_ce_min(weft_param_str("WEFT_CE_MIN_BYTES"), c->nranks,
+                         weft_dev_p2p(c)->gpu_shared);
+}
+
 /* The window holding [p, p + bytes), or NULL. */
 static struct weft_window *find(const struct weft_winset *ws, const void *p, size_t bytes) {
   for (struct weft_window *w = ws->head; w; w = w->next)
@@ -300,26 +306,19 @@ int weft_window_direct(struct weft_comm *c, const weft_task_t *t, weft_dev_launc
   return 1;
 }
 
-weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t stream,
-                              int *taken) {
-  *taken = 0;
+/* Where the copy engines take t: an allgather or alltoall into a window of whole pages on
+ * every rank, from WEFT_CE_MIN_BYTES per block, by the kernels' rule for writing into the peers
+ * (an in-place alltoall stays staged); peer gets the peers' recvbufs. */
+static const struct weft_window *ce_window(weft_comm_t c, const weft_task_t *t, char **peer) {
   struct weft_winset *ws = c->wins;
   weft_coll_t k = t->args.coll;
-  if (!ws || !ws->head || (k != WEFT_COLL_ALLGATHER && k != WEFT_COLL_ALLTOALL))
-    return WEFT_SUCCESS;
-  /* the kernels' rule for writing into the peers (in-place alltoall stays staged), with
-   * WEFT_CE_MIN_BYTES for threshold; copies read nothing of the peers */
-  size_t n = (size_t)c->nranks, me = (size_t)c->rank;
+  if (!ws || !ws->head || (k != WEFT_COLL_ALLGATHER && k != WEFT_COLL_ALLTOALL)) return NULL;
   size_t blk = t->args.count * weft_dtype_size(t->dtype);
-  uint64_t ce_min =
-      weft_dev_ce_min(weft_param_str("WEFT_CE_MIN_BYTES"), c->nranks, weft_dev_p2p(c)->gpu_shared);
-  if (!weft_dev_direct_needs(t, c->nranks, ce_min, UINT64_MAX)) return WEFT_SUCCESS;
-  const char *send = t->sendbuf;
-  char *recv = t->recvbuf, *peer[WEFT_DEV_MAX_RANKS];
+  if (!weft_dev_direct_needs(t, c->nranks, ce_min(c), UINT64_MAX)) return NULL;
   uint64_t where = 0;
-  const struct weft_window *w = direct_table(ws, recv, blk * n, c->nranks, peer, &where);
-  if (!w) return WEFT_SUCCESS;
-  if (!w->pages) {
+  const struct weft_window *w =
+      direct_table(ws, t->recvbuf, blk * (size_t)c->nranks, c->nranks, peer, &where);
+  if (w && !w->pages) {
     if (!ws->logged_pages) {
       ws->logged_pages = 1;
       WEFT_INFO(WEFT_SUB_COLL,
@@ -327,8 +326,56 @@ weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t
                 "rank's window lies in an allocation that is not whole 2 MiB pages",
                 c->rank, weft_coll_name(k), blk);
     }
-    return WEFT_SUCCESS;
+    return NULL;
   }
+  return w;
+}
+
+int weft_window_split_allreduce(weft_comm_t c, const weft_task_t *t, weft_task_t parts[2]) {
+  struct weft_winset *ws = c->wins;
+  uint64_t n = (uint64_t)c->nranks, es = weft_dtype_size(t->dtype);
+  if (!ws || !ws->head || t->args.coll != WEFT_COLL_ALLREDUCE || t->args.count % n) return 0;
+  uint64_t seg = t->args.count / n, min = ce_min(c);
+  /* two launches and a barrier pay off only on larger segments than the copy engines' own
+   * threshold (bench/results/2026-11-30-h200x2-ce-allreduce.txt) */
+  if (min == 0 || seg * es < 2 * min) return 0;
+  char *mine = (char *)t->recvbuf + (uint64_t)c->rank * seg * es, *peer[WEFT_DEV_MAX_RANKS];
+  weft_task_t ag = *t, rs = *t;
+  ag.args.coll = WEFT_COLL_ALLGATHER;
+  ag.args.count = seg;
+  ag.args.in_place = 1;
+  ag.sendbuf = mine;
+  ag.algo = WEFT_ALGO_DIRECT;
+  ag.owned = NULL;
+  if (!ce_window(c, &ag, peer)) return 0;
+  rs.args.coll = WEFT_COLL_REDUCE_SCATTER;
+  rs.args.count = seg;
+  rs.args.in_place = t->sendbuf == t->recvbuf; /* then mine is sendbuf + rank * seg */
+  rs.recvbuf = mine;
+  rs.algo = WEFT_ALGO_DIRECT;
+  rs.owned = NULL;
+  parts[0] = rs;
+  parts[1] = ag;
+  if (!ws->logged_split) {
+    ws->logged_split = 1;
+    WEFT_INFO(WEFT_SUB_COLL,
+              "rank %d: allreduce of %llu bytes as a reduce_scatter by the kernels, then an "
+              "allgather through the copy engines",
+              c->rank, (unsigned long long)(t->args.count * es));
+  }
+  return 1;
+}
+
+weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t stream,
+                              int *taken) {
+  *taken = 0;
+  struct weft_winset *ws = c->wins;
+  weft_coll_t k = t->args.coll;
+  size_t n = (size_t)c->nranks, me = (size_t)c->rank;
+  size_t blk = t->args.count * weft_dtype_size(t->dtype);
+  const char *send = t->sendbuf;
+  char *recv = t->recvbuf, *peer[WEFT_DEV_MAX_RANKS];
+  if (!ce_window(c, t, peer)) return WEFT_SUCCESS;
   *taken = 1;
   cudaStream_t s = (cudaStream_t)(void *)stream;
   CHECK(weft_barrier(c, stream));

@@ -1,6 +1,6 @@
 /* Symmetric windows of device communicators (window.c): collective registration, and the
- * paths an allgather or alltoall takes when its recvbuf lies in a window (the kernels or the
- * copy engines writing straight into the peers' recvbufs). */
+ * paths an operation takes when its buffers lie in windows (the kernels or the copy engines
+ * writing straight into the peers' recvbufs, the kernels reading their sendbufs). */
 #ifndef WEFT_WINDOW_H
 #define WEFT_WINDOW_H
 
@@ -11,6 +11,11 @@
  * says whether it did (then the result is the operation's). */
 weft_result_t weft_window_try(struct weft_comm *c, const weft_task_t *t, weft_stream_t stream,
                               int *taken);
+/* Whether t (one operation, not a group's) is an allreduce into a window that runs faster as
+ * a reduce_scatter by the kernels then an allgather of the reduced segments through the copy
+ * engines: its segments hold at least twice WEFT_CE_MIN_BYTES, the counts divide evenly,
+ * and the copy engines take that allgather. Then parts holds the two, to submit in order. */
+int weft_window_split_allreduce(struct weft_comm *c, const weft_task_t *t, weft_task_t parts[2]);
 /* Whether t (one operation, not a group's) is an allgather or out-of-place alltoall whose
  * recvbuf lies in a window, or a reduce_scatter whose sendbuf does, from
  * WEFT_DIRECT_MIN_BYTES per block: then the kernel writes straight into the peers' recvbufs
