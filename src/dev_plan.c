@@ -278,6 +278,13 @@ uint64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared) {
   return nranks == 2 && !gpu_shared ? WEFT_DEV_CE_AUTO_BYTES : 0;
 }
 
+uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min) {
+  uint64_t n = (uint64_t)nranks, es = weft_dtype_size(t->dtype);
+  if (t->args.coll != WEFT_COLL_ALLREDUCE || n < 2 || ce_min == 0 || t->args.count % n) return 0;
+  uint64_t seg = t->args.count / n;
+  return seg * es / 2 >= ce_min ? seg : 0;
+}
+
 /* Reads want more requests in flight than writes: 4 GiB reduce_scatter ran at 290 GB/s on 64
  * channels, 329 on 128, no more on 192 or 256 (bench/results/2026-11-30-h200x2-tuning-16.txt). */
 int weft_dev_place_direct(const weft_dev_planner_t *d, const weft_task_t *t, int64_t most,

@@ -36,6 +36,11 @@ int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, 
  * on more ranks or ranks sharing a GPU. */
 #define WEFT_DEV_CE_AUTO_BYTES ((uint64_t)64 << 20)
 uint64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared);
+/* The segment (elements) of an allreduce that runs as a reduce_scatter by the kernels, then an
+ * allgather of the segments through the copy engines: count / nranks where that divides
+ * evenly and holds at least twice ce_min bytes (two launches and a barrier lose to the
+ * two-shot kernels below, bench/results/2026-11-30-h200x2-ce-allreduce.txt); else 0. */
+uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min);
 /* Makes it, the planner's item for t, run on windows (window.c found them), and returns its
  * blocks. Allreduce runs two-shot there whatever the tuner chose: in place, one-shot would
  * overwrite what the peers read. Reductions keep one role (a second would have nothing to

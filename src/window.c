@@ -333,12 +333,8 @@ static const struct weft_window *ce_window(weft_comm_t c, const weft_task_t *t, 
 
 int weft_window_split_allreduce(weft_comm_t c, const weft_task_t *t, weft_task_t parts[2]) {
   struct weft_winset *ws = c->wins;
-  uint64_t n = (uint64_t)c->nranks, es = weft_dtype_size(t->dtype);
-  if (!ws || !ws->head || t->args.coll != WEFT_COLL_ALLREDUCE || t->args.count % n) return 0;
-  uint64_t seg = t->args.count / n, min = ce_min(c);
-  /* two launches and a barrier pay off only on larger segments than the copy engines' own
-   * threshold (bench/results/2026-11-30-h200x2-ce-allreduce.txt) */
-  if (min == 0 || seg * es < 2 * min) return 0;
+  uint64_t es = weft_dtype_size(t->dtype), seg = 0;
+  if (!ws || !ws->head || !(seg = weft_dev_ce_split(t, c->nranks, ce_min(c)))) return 0;
   char *mine = (char *)t->recvbuf + (uint64_t)c->rank * seg * es, *peer[WEFT_DEV_MAX_RANKS];
   weft_task_t ag = *t, rs = *t;
   ag.args.coll = WEFT_COLL_ALLGATHER;

@@ -13,8 +13,8 @@ weft_result_t weft_window_try(struct weft_comm *c, const weft_task_t *t, weft_st
                               int *taken);
 /* Whether t (one operation, not a group's) is an allreduce into a window that runs faster as
  * a reduce_scatter by the kernels then an allgather of the reduced segments through the copy
- * engines: its segments hold at least twice WEFT_CE_MIN_BYTES, the counts divide evenly,
- * and the copy engines take that allgather. Then parts holds the two, to submit in order. */
+ * engines (weft_dev_ce_split says when), and the copy engines take that allgather. Then parts holds
+ * the two, to submit in order. */
 int weft_window_split_allreduce(struct weft_comm *c, const weft_task_t *t, weft_task_t parts[2]);
 /* Whether t (one operation, not a group's) is an allgather or out-of-place alltoall whose
  * recvbuf lies in a window, or a reduce_scatter whose sendbuf does, from

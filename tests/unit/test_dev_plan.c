@@ -475,6 +475,29 @@ static void ce_threshold(void **st) {
   assert_int_equal(weft_dev_ce_min("many", 3, 0), 0);
 }
 
+/* An allreduce splits into reduce_scatter + copy-engine allgather only with even segments of
+ * at least twice the copy engines' threshold. */
+static void ce_allreduce_split(void **st) {
+  (void)st;
+  const uint64_t m = (uint64_t)64 << 20; /* bytes */
+  weft_task_t t = {.args = {.coll = WEFT_COLL_ALLREDUCE, .count = (4 * m) / 4},
+                   .dtype = WEFT_F32,
+                   .op = WEFT_SUM};
+  assert_int_equal(weft_dev_ce_split(&t, 2, m), m / 2); /* 128 MiB segments of f32 */
+  assert_int_equal(weft_dev_ce_split(&t, 2, 0), 0);     /* copy engines off */
+  assert_int_equal(weft_dev_ce_split(&t, 4, m), 0);     /* 64 MiB segments: not twice m */
+  assert_int_equal(weft_dev_ce_split(&t, 1, m), 0);
+  t.args.count = (4 * m) / 4 + 1; /* uneven */
+  assert_int_equal(weft_dev_ce_split(&t, 2, m), 0);
+  t.args.count = (4 * m) / 4;
+  t.dtype = WEFT_BF16; /* the same count holds half the bytes: 64 MiB segments */
+  assert_int_equal(weft_dev_ce_split(&t, 2, m), 0);
+  assert_int_equal(weft_dev_ce_split(&t, 2, m / 2), m / 2);
+  assert_int_equal(weft_dev_ce_split(&t, 2, m / 2 + 1), 0);
+  t.args.coll = WEFT_COLL_ALLGATHER;
+  assert_int_equal(weft_dev_ce_split(&t, 2, 1), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(p2p_ends_agree),
@@ -487,6 +510,7 @@ int main(void) {
       cmocka_unit_test(direct_rules),
       cmocka_unit_test(direct_placement),
       cmocka_unit_test(ce_threshold),
+      cmocka_unit_test(ce_allreduce_split),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
