@@ -1,49 +1,30 @@
 // Copy-engine peer copies between two processes, one per GPU, through CUDA IPC mappings (as
 // weft's windows map their peers): one way, both ways at once, pulls, and both ways on two
-// streams each; the single-process numbers are in device_ce_probe.cu. The question: does a
-// copy into a peer's IPC-mapped buffer run as fast as one within a process (391 GB/s each
-// way there)?
+// streams each; the single-process numbers are in device_ce_probe.cu. Answers: such copies
+// run at 392 GB/s each way as within a process, but at 272-296 into allocations that are not
+// whole 2 MiB pages (plus64), and at half that beside a kernel polling host memory (hostspin);
+// the SMs' stores (sm) reach 365 either way (bench/results/2026-11-30-h200x2-ipc-probe.txt).
 // usage: nvcc -O2 -gencode arch=compute_90,code=sm_90 -o ce_ipc_probe device_ce_ipc_probe.cu
-//        && ./ce_ipc_probe
-#include <cstdio>
+//        && ./ce_ipc_probe [peer] [spin|hostspin] [random] [plus64] [sm]
+//        (the CUDA build also makes it: build/device_ce_ipc_probe)
 #include <cstring>
-#include <cuda_runtime.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    cudaError_t e = (x);                                                                           \
-    if (e != cudaSuccess) {                                                                        \
-      fprintf(stderr, "rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e));                       \
-      return 1;                                                                                    \
-    }                                                                                              \
-  } while (0)
+#include "device_probe.cuh"
 
 static const size_t BYTES = (size_t)1 << 30;
-static int spin_mode;
-static int random_fill;
-static size_t extra;
-static int sm_copies; /* the SMs' 16-byte stores (or loads) instead of the copy engines */
+static int spin_mode;   /* 1: a kernel polls local memory during the copies, 2: host memory */
+static int random_fill; /* src holds varied bytes instead of one repeated byte */
+static size_t extra;    /* bytes allocated past BYTES (collbench allocated max + 64) */
+static int sm_copies;   /* the SMs' 16-byte stores (or loads) instead of the copy engines */
 
 __global__ void sm_copy(uint4 *dst, const uint4 *src, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
     dst[i] = src[i];
 }
-/* bytes allocated past BYTES (collbench allocates max + 64) */ /* src holds varied bytes
-                                                                   instead of one repeated byte
-                                                                 */
-
-__global__ void fill(unsigned *p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    unsigned x = (unsigned)i * 2654435761u ^ seed;
-    x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
-    p[i] = x;
-  }
-} /* 1: a kernel polls local memory during the copies, 2: host memory */
 
 /* What a waiting weft kernel does beside the copies: one block polls a line for `ns`. */
 __global__ void spin(const volatile unsigned *line, unsigned long long ns) {
@@ -123,6 +104,7 @@ static int test(int rank, int fd, const char *name, bool active, bool pull, int 
 }
 
 static int rank_main(int rank, int fd, bool peer) {
+  probe_who = rank ? "rank 1: " : "rank 0: ";
   CK(cudaSetDevice(rank));
   if (peer) CK(cudaDeviceEnablePeerAccess(1 - rank, 0));
   char *src, *dst, *peer_src = nullptr, *peer_dst = nullptr;

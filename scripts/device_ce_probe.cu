@@ -4,17 +4,7 @@
 // alltoall of 4 GiB done the way a path on registered buffers would: each GPU copies its
 // peer's block into the peer's output and, on a second stream, its own block locally.
 // usage: nvcc -O2 -gencode arch=compute_90,code=sm_90 -o ce_probe device_ce_probe.cu && ./ce_probe
-#include <cstdio>
-#include <cuda_runtime.h>
-
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    cudaError_t e = (x);                                                                           \
-    if (e != cudaSuccess) {                                                                        \
-      fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));                                      \
-      return 1;                                                                                    \
-    }                                                                                              \
-  } while (0)
+#include "device_probe.cuh"
 
 static const size_t BYTES = (size_t)1 << 30;
 

@@ -5,25 +5,18 @@
 // engines (cudaMemcpyAsync), for the question whether anything but the copy engines passes
 // the ~364 GB/s weft's kernels reach.
 // usage: nvcc -O2 -gencode arch=compute_90,code=sm_90 -o nvlink_probe device_nvlink_probe.cu
-//        && ./nvlink_probe
+//        && ./nvlink_probe [random] [plus64]   (the CUDA build also makes
+//        build/device_nvlink_probe)
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <cuda_runtime.h>
 
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    cudaError_t e = (x);                                                                           \
-    if (e != cudaSuccess) {                                                                        \
-      fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));                                      \
-      return 1;                                                                                    \
-    }                                                                                              \
-  } while (0)
+#include "device_probe.cuh"
 
 static const size_t BYTES = (size_t)1 << 30;
 
-__global__ void sm_stride(uint4 *dst, const uint4 *src, size_t n) {
-  size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x, nt = (size_t)gridDim.x * blockDim.x;
+/* n vectors from src to dst by threads t, t + nt, ..., four loads in flight per thread */
+__device__ __forceinline__ void copy_vecs(uint4 *dst, const uint4 *src, size_t n, size_t t,
+                                          size_t nt) {
   size_t i = t;
   for (; i + 3 * nt < n; i += 4 * nt) {
     uint4 a = src[i], b = src[i + nt], c = src[i + 2 * nt], d = src[i + 3 * nt];
@@ -33,21 +26,16 @@ __global__ void sm_stride(uint4 *dst, const uint4 *src, size_t n) {
     dst[i] = src[i];
 }
 
+__global__ void sm_stride(uint4 *dst, const uint4 *src, size_t n) {
+  copy_vecs(dst, src, n, blockIdx.x * (size_t)blockDim.x + threadIdx.x,
+            (size_t)gridDim.x * blockDim.x);
+}
+
 /* Each block copies pieces of `piece` bytes, piece b, b + grid, ... as a channel would. */
 __global__ void sm_pieces(uint4 *dst, const uint4 *src, size_t n, size_t piece) {
   size_t pv = piece / 16, np = n / pv;
-  const int t = threadIdx.x, nt = blockDim.x;
-  for (size_t p = blockIdx.x; p < np; p += gridDim.x) {
-    const uint4 *s = src + p * pv;
-    uint4 *d = dst + p * pv;
-    size_t i = t;
-    for (; i + 3 * nt < pv; i += 4 * nt) {
-      uint4 a = s[i], b = s[i + nt], c = s[i + 2 * nt], e = s[i + 3 * nt];
-      d[i] = a, d[i + nt] = b, d[i + 2 * nt] = c, d[i + 3 * nt] = e;
-    }
-    for (; i < pv; i += nt)
-      d[i] = s[i];
-  }
+  for (size_t p = blockIdx.x; p < np; p += gridDim.x)
+    copy_vecs(dst + p * pv, src + p * pv, pv, threadIdx.x, blockDim.x);
 }
 
 __device__ __forceinline__ uint32_t sh(const void *p) {
@@ -103,15 +91,6 @@ __global__ void bulk_push(char *dst, const char *src, size_t bytes, uint32_t pie
     load(k + S);
   }
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-__global__ void fill(unsigned *p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    unsigned x = (unsigned)i * 2654435761u ^ seed;
-    x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
-    p[i] = x;
-  }
 }
 
 enum { SM_STRIDE, SM_PIECES, SM_PULL, BULK, CE };
