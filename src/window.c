@@ -33,7 +33,6 @@ struct weft_window {
 
 struct weft_winset {
   struct weft_window *head;
-  uint64_t ce_min;   /* WEFT_CE_MIN_BYTES, resolved (weft_dev_ce_min) */
   cudaStream_t side; /* the own block's local copy, beside the peers' */
   cudaEvent_t fork, join;
   uint64_t registered; /* the same on every rank: registration is collective */
