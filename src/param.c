@@ -46,7 +46,8 @@ static const struct {
      "each gets 32 / N channels"},
     {"WEFT_CE_MIN_BYTES", "auto",
      "device allgather/alltoall on registered windows: copy engines from this many bytes per "
-     "peer block (0: never; auto: 64 MiB on 2 ranks on 2 GPUs, else never)"},
+     "peer block, allreduce from segments of twice this (0: never; auto: 64 MiB on 2 ranks on "
+     "2 GPUs, else never)"},
     {"WEFT_DIRECT_MIN_BYTES", "1",
      "device allgather/alltoall/reduce_scatter on registered windows: kernels write into the "
      "peers' recvbufs (read their sendbufs) from this many bytes per block where the "
