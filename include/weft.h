@@ -109,12 +109,16 @@ weft_result_t weft_comm_rank(weft_comm_t comm, int *rank);
 
 /* ---- symmetric windows (device communicators) ----
  * Collective: every rank registers a device buffer of its own (any part of a cudaMalloc
- * allocation, the same size on every rank) and every rank maps every peer's. With
- * WEFT_CE_MIN_BYTES set, an allgather or alltoall whose recvbuf lies in a window of comm
- * copies straight into its peers' recvbufs with cudaMemcpyAsync once each peer's block
- * reaches that size (not in place for alltoall); the ranks must then pass buffers at the
- * same offset from their windows' starts, since a rank writes to the peer's window at its
- * own offset. Off by default: between processes it measured slower than the kernels. */
+ * allocation, the same size on every rank) and every rank maps every peer's. An operation
+ * whose buffers lie in windows, at the same offset from the window's start on every rank,
+ * skips the staging slots: allgather and alltoall (not in place) write straight into the
+ * peers' recvbufs, reduce_scatter and allreduce read the peers' sendbufs (up to
+ * WEFT_DIRECT_READ_MAX_BYTES from each). Ranks at different offsets fail with
+ * WEFT_ERR_INVALID_ARG, and no byte of the peers' buffers is read or written. Large
+ * allgather, alltoall and allreduce take the copy engines when WEFT_CE_MIN_BYTES asks (off by
+ * default: the copies cannot make that check, so offsets must agree) and every rank's
+ * allocation is whole 2 MiB pages, as PyTorch's caching allocator hands out; into other
+ * allocations the copy engines write slowly, so the kernels do. */
 typedef struct weft_window *weft_window_t;
 weft_result_t weft_window_register(weft_comm_t comm, void *buf, size_t bytes, weft_window_t *win);
 /* Collective. Waits for comm's work on the GPU; when it returns on a rank, no peer maps

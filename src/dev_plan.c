@@ -268,7 +268,8 @@ int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, 
 }
 
 uint64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared) {
-  if (param && param[0] && strcmp(param, "auto") != 0) {
+  if (!param || !param[0]) return 0; /* the default: off */
+  if (strcmp(param, "auto") != 0) {
     char *end = NULL;
     unsigned long long v = strtoull(param, &end, 0);
     if (end != param && *end == 0 && param[0] != '-') return (uint64_t)v;

@@ -31,9 +31,11 @@ void weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, si
 enum { WEFT_DEV_DIRECT_RECV = 1, WEFT_DEV_DIRECT_SEND = 2 };
 int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, uint64_t read_max);
 /* Bytes per peer block from which allgather and alltoall into windows take the copy
- * engines: the value of WEFT_CE_MIN_BYTES (0: never), or for "auto" 64 MiB where 2 ranks
- * drive 2 GPUs, the one setup measured (bench/results/2026-11-30-h200x2-ce.txt), and never
- * on more ranks or ranks sharing a GPU. */
+ * engines: the value of WEFT_CE_MIN_BYTES (0 or unset: never, the default), or for "auto"
+ * 64 MiB where 2 ranks drive 2 GPUs, the one setup measured
+ * (bench/results/2026-11-30-h200x2-ce.txt), and never on more ranks or ranks sharing a GPU.
+ * Off by default because the copies cannot check, as the kernels' entry flags do, that every
+ * rank passed the same window offset: on a mismatch they would land at the wrong place. */
 #define WEFT_DEV_CE_AUTO_BYTES ((uint64_t)64 << 20)
 uint64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared);
 /* The segment (elements) of an allreduce that runs as a reduce_scatter by the kernels, then an

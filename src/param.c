@@ -44,10 +44,10 @@ static const struct {
     {"WEFT_P2P_SETS", "2",
      "device send/recv: a group holds this many messages per peer and direction (1, 2, 4, 8); "
      "each gets 32 / N channels"},
-    {"WEFT_CE_MIN_BYTES", "auto",
+    {"WEFT_CE_MIN_BYTES", "0",
      "device allgather/alltoall on registered windows: copy engines from this many bytes per "
      "peer block, allreduce from segments of twice this (0: never; auto: 64 MiB on 2 ranks on "
-     "2 GPUs, else never)"},
+     "2 GPUs); off by default: their path cannot check that the ranks' window offsets agree"},
     {"WEFT_DIRECT_MIN_BYTES", "1",
      "device allgather/alltoall/reduce_scatter on registered windows: kernels write into the "
      "peers' recvbufs (read their sendbufs) from this many bytes per block where the "

@@ -456,13 +456,13 @@ static void direct_placement(void **st) {
   assert_int_equal(L.items[0].chan1, L.items[0].chan0);
 }
 
-/* WEFT_CE_MIN_BYTES: a byte count as given, auto (or unset) only where it was measured (2
- * ranks on 2 GPUs), anything else read as auto. */
+/* WEFT_CE_MIN_BYTES: off when unset or empty (the default), a byte count as given, auto only
+ * where it was measured (2 ranks on 2 GPUs), anything else read as auto. */
 static void ce_threshold(void **st) {
   (void)st;
   const uint64_t a = WEFT_DEV_CE_AUTO_BYTES;
-  assert_int_equal(weft_dev_ce_min(NULL, 2, 0), a);
-  assert_int_equal(weft_dev_ce_min("", 2, 0), a);
+  assert_int_equal(weft_dev_ce_min(NULL, 2, 0), 0);
+  assert_int_equal(weft_dev_ce_min("", 2, 0), 0);
   assert_int_equal(weft_dev_ce_min("auto", 2, 0), a);
   assert_int_equal(weft_dev_ce_min("auto", 3, 0), 0);
   assert_int_equal(weft_dev_ce_min("auto", 8, 0), 0);
