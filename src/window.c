@@ -305,15 +305,15 @@ int weft_window_direct(struct weft_comm *c, const weft_task_t *t, weft_dev_launc
   return 1;
 }
 
-/* Where the copy engines take t: an allgather or alltoall into a window of whole pages on
- * every rank, from WEFT_CE_MIN_BYTES per block, by the kernels' rule for writing into the peers
- * (an in-place alltoall stays staged); peer gets the peers' recvbufs. */
-static const struct weft_window *ce_window(weft_comm_t c, const weft_task_t *t, char **peer) {
+/* Where the copy engines take t (an allgather or alltoall; min is ce_min(c)): a window of whole
+ * pages on every rank, from min bytes per block, by the kernels' rule for writing into the
+ * peers (an in-place alltoall stays staged); peer gets the peers' recvbufs. */
+static const struct weft_window *ce_window(weft_comm_t c, const weft_task_t *t, uint64_t min,
+                                           char **peer) {
   struct weft_winset *ws = c->wins;
   weft_coll_t k = t->args.coll;
-  if (!ws || !ws->head || (k != WEFT_COLL_ALLGATHER && k != WEFT_COLL_ALLTOALL)) return NULL;
   size_t blk = t->args.count * weft_dtype_size(t->dtype);
-  if (!weft_dev_direct_needs(t, c->nranks, ce_min(c), UINT64_MAX)) return NULL;
+  if (!weft_dev_direct_needs(t, c->nranks, min, UINT64_MAX)) return NULL;
   uint64_t where = 0;
   const struct weft_window *w =
       direct_table(ws, t->recvbuf, blk * (size_t)c->nranks, c->nranks, peer, &where);
@@ -332,8 +332,12 @@ static const struct weft_window *ce_window(weft_comm_t c, const weft_task_t *t, 
 
 int weft_window_split_allreduce(weft_comm_t c, const weft_task_t *t, weft_task_t parts[2]) {
   struct weft_winset *ws = c->wins;
-  uint64_t es = weft_dtype_size(t->dtype), seg = 0;
-  if (!ws || !ws->head || !(seg = weft_dev_ce_split(t, c->nranks, ce_min(c)))) return 0;
+  /* every operation on a comm with windows passes here: the threshold is read for allreduce
+   * only, and once */
+  if (!ws || !ws->head || t->args.coll != WEFT_COLL_ALLREDUCE) return 0;
+  uint64_t es = weft_dtype_size(t->dtype), min = ce_min(c),
+           seg = weft_dev_ce_split(t, c->nranks, min);
+  if (!seg) return 0;
   char *mine = (char *)t->recvbuf + (uint64_t)c->rank * seg * es, *peer[WEFT_DEV_MAX_RANKS];
   weft_task_t ag = *t, rs = *t;
   ag.args.coll = WEFT_COLL_ALLGATHER;
@@ -342,7 +346,7 @@ int weft_window_split_allreduce(weft_comm_t c, const weft_task_t *t, weft_task_t
   ag.sendbuf = mine;
   ag.algo = WEFT_ALGO_DIRECT;
   ag.owned = NULL;
-  if (!ce_window(c, &ag, peer)) return 0;
+  if (!ce_window(c, &ag, min, peer)) return 0;
   rs.args.coll = WEFT_COLL_REDUCE_SCATTER;
   rs.args.count = seg;
   rs.args.in_place = t->sendbuf == t->recvbuf; /* then mine is sendbuf + rank * seg */
@@ -366,11 +370,13 @@ weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t
   *taken = 0;
   struct weft_winset *ws = c->wins;
   weft_coll_t k = t->args.coll;
+  if (!ws || !ws->head || (k != WEFT_COLL_ALLGATHER && k != WEFT_COLL_ALLTOALL))
+    return WEFT_SUCCESS;
   size_t n = (size_t)c->nranks, me = (size_t)c->rank;
   size_t blk = t->args.count * weft_dtype_size(t->dtype);
   const char *send = t->sendbuf;
   char *recv = t->recvbuf, *peer[WEFT_DEV_MAX_RANKS];
-  if (!ce_window(c, t, peer)) return WEFT_SUCCESS;
+  if (!ce_window(c, t, ce_min(c), peer)) return WEFT_SUCCESS;
   *taken = 1;
   cudaStream_t s = (cudaStream_t)(void *)stream;
   CHECK(weft_barrier(c, stream));
