@@ -65,6 +65,11 @@ WEFT_CE_MIN_BYTES=4194304 run window_2_copy_engines bash -c \
   'per rank through the copy engines' "$out/windows_2_ce.txt" \
   "$b/tests/gpu/test_window" 2
 run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
+# The oracle matrix through the 128-byte low-latency kernel: with the small one's limit at 16
+# bytes it takes every count from 7 elements up; each rank must log it.
+WEFT_LL_MAX_BYTES=16 run collectives_2_ll128 bash -c 'logged_twice "$@"' _ \
+  'by the 128-byte low-latency kernel' "$out/collectives_2_ll128.txt" \
+  "$b/tests/gpu/test_collectives_gpu" 2
 WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2
 run one_process bash -c 'logged_twice "$@"' _ 'straight into (or from)' "$out/windows_1p.txt" \
   "$b/tests/gpu/test_one_process"

@@ -29,6 +29,7 @@ struct weft_dev {
   uint64_t oneshot_max;    /* allreduce one-shot up to this (WEFT_ONESHOT_MAX_BYTES) */
   uint64_t ll_max;         /* low-latency kernel up to this per peer (WEFT_LL_MAX_BYTES) */
   int ll_max_set;          /* ... as the user set it */
+  uint64_t ll128_max;      /* 128-byte kernel past that, up to this (WEFT_LL128_MAX_BYTES) */
   weft_dev_planner_t plan; /* channels per operation; send/recv message counts */
   cudaEvent_t order;
   cudaStream_t last; /* stream of the last launch */
@@ -36,14 +37,16 @@ struct weft_dev {
   weft_dev_launch_t launch; /* the comm's part filled at setup, the items per operation */
   weft_dev_ll_t ll;         /* likewise for the low-latency kernel */
   const void *checked[8];   /* device pointers validated lately (a call costs ~1 us) */
+  int logged_ll128;
   int checked_next;
 };
 
-/* Channel counters, the low-latency kernel's sequence numbers, a few bytes for weft_barrier's
+/* Channel counters, the low-latency kernels' sequence numbers, a few bytes for weft_barrier's
  * one-byte allreduce, the in-place rounds' progress, then the direct operations' counts. */
 #define COUNTER_BYTES (sizeof(uint64_t) * WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS * 2)
 #define LLSEQ_OFF     COUNTER_BYTES
-#define SCRATCH_OFF   (LLSEQ_OFF + sizeof(uint64_t) * WEFT_DEV_LL_CHANNELS)
+#define LL128SEQ_OFF  (LLSEQ_OFF + sizeof(uint64_t) * WEFT_DEV_LL_CHANNELS)
+#define SCRATCH_OFF   (LL128SEQ_OFF + sizeof(uint64_t) * WEFT_DEV_LL128_CHANNELS)
 #define PROGRESS_OFF  (SCRATCH_OFF + 256)
 #define DSEQ_OFF      (PROGRESS_OFF + WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
 #define PRIVATE_BYTES (DSEQ_OFF + WEFT_DEV_DIRECT_CHANNELS * WEFT_DEV_FLAG_STRIDE)
@@ -57,15 +60,22 @@ static void leave_device(int device, int saved) {
   if (saved >= 0 && saved != device) cudaSetDevice(saved);
 }
 
-/* flags, staging slots, then the low-latency buffers */
+/* flags, staging slots, the low-latency buffers, then the 128-byte kernel's (where it runs) */
 static size_t ll_offset(const struct weft_dev *d, int nranks) {
   size_t chans = (size_t)d->plan.max_channels + WEFT_DEV_P2P_CHANNELS;
   return WEFT_DEV_STAGE_OFF +
          chans * (size_t)(nranks > 1 ? nranks - 1 : 1) * d->stages * d->chunk_bytes;
 }
+/* lines on 128-byte boundaries, whatever chunk size the staging slots have: a line must be
+ * one store to land whole */
+static size_t ll128_offset(const struct weft_dev *d, int nranks) {
+  size_t end =
+      ll_offset(d, nranks) + WEFT_DEV_LL_OFF(WEFT_DEV_LL_CHANNELS, 0, 0, nranks > 1 ? nranks : 2);
+  return (end + WEFT_DEV_LL128_LINE_BYTES - 1) / WEFT_DEV_LL128_LINE_BYTES *
+         WEFT_DEV_LL128_LINE_BYTES;
+}
 static size_t region_bytes(const struct weft_dev *d, int nranks) {
-  return ll_offset(d, nranks) +
-         WEFT_DEV_LL_OFF(WEFT_DEV_LL_CHANNELS, 0, 0, nranks > 1 ? nranks : 2);
+  return ll128_offset(d, nranks) + (d->ll128_max ? weft_dev_ll128_bytes(nranks) : 0);
 }
 
 /* Host-staged regions live in /dev/shm and carry PCIe's bandwidth, not NVLink's. On 2 H200s
@@ -79,6 +89,7 @@ static void host_sizing(struct weft_dev *d) {
   if (d->plan.max_channels > HOST_CHANNELS) d->plan.max_channels = HOST_CHANNELS;
   if (d->chunk_bytes > HOST_CHUNK_BYTES) d->chunk_bytes = HOST_CHUNK_BYTES;
   if (!d->ll_max_set && d->ll_max > HOST_LL_MAX_BYTES) d->ll_max = HOST_LL_MAX_BYTES;
+  d->ll128_max = 0; /* host memory over PCIe may split a 128-byte store */
 }
 
 static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
@@ -102,7 +113,8 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
           bb = weft_param_int("WEFT_P2P_BLOCK_BYTES"), split = weft_param_int("WEFT_P2P_SPLIT"),
           llb = weft_param_int("WEFT_LL_BLOCK_BYTES"), rounds = weft_param_int("WEFT_P2P_ROUNDS"),
           oneshot = weft_param_int("WEFT_ONESHOT_MAX_BYTES"),
-          llmax = weft_param_int("WEFT_LL_MAX_BYTES"), sets = weft_param_int("WEFT_P2P_SETS");
+          llmax = weft_param_int("WEFT_LL_MAX_BYTES"), sets = weft_param_int("WEFT_P2P_SETS"),
+          ll128 = weft_dev_ll128_max(weft_param_str("WEFT_LL128_MAX_BYTES"), c->nranks);
   if (chunk < 1024 || chunk > (64 << 20) || chunk % 16)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_P2P_CHUNK_BYTES=%lld: use a multiple of 16 in [1 KiB, 64 MiB]",
@@ -116,6 +128,12 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   if (llmax < 0 || llmax > WEFT_DEV_LL_MAX_BYTES)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_LL_MAX_BYTES=%lld: use 0-%d",
                           (long long)llmax, WEFT_DEV_LL_MAX_BYTES);
+  if (ll128 < 0)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "WEFT_LL128_MAX_BYTES=%s: use auto, 0 (never) or a byte count up to "
+                          "%llu (the 128-byte kernel's buffers on %d ranks)",
+                          weft_param_str("WEFT_LL128_MAX_BYTES"),
+                          (unsigned long long)weft_dev_ll128_capacity(c->nranks), c->nranks);
   if (sets != 1 && sets != 2 && sets != 4 && sets != 8)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_SETS=%lld: use 1, 2, 4 or 8",
                           (long long)sets);
@@ -140,6 +158,7 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->oneshot_max = oneshot > 0 ? (uint64_t)oneshot : c->nranks <= 2 ? UINT64_MAX : 256 * 1024;
   d->ll_max = llmax > 0 ? (uint64_t)llmax : WEFT_DEV_LL_MAX_BYTES;
   d->ll_max_set = llmax > 0;
+  d->ll128_max = (uint64_t)ll128;
   d->launch.rounds = (uint32_t)rounds;
   d->plan.split = (int)split;
   d->plan.rank = c->rank;
@@ -214,6 +233,15 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
     dev_release(d);
     return rc;
   }
+  /* The 128-byte kernel trusts a warp's 128-byte store to land whole: NVLink between two GPUs
+   * does that; PCIe, host memory and ranks on one GPU are not known to. */
+  if (d->ll128_max && (!d->p2p.nvlink || d->p2p.gpu_shared)) {
+    WEFT_INFO(WEFT_SUB_INIT,
+              "rank %d: the 128-byte low-latency kernel is off: some pair of ranks is not on two "
+              "GPUs joined by NVLink",
+              c->rank);
+    d->ll128_max = 0;
+  }
   /* Ranks sharing a GPU share its SMs too: with split roles their kernels could hold every
    * SM with blocks that wait for blocks not yet resident. One block per channel there. */
   if (d->p2p.gpu_shared) {
@@ -241,7 +269,10 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   L->stages = d->stages;
   L->coll_channels = d->plan.max_channels;
   P->seq = (uint64_t *)((char *)d->counters + LLSEQ_OFF);
+  P->seq128 = (uint64_t *)((char *)d->counters + LL128SEQ_OFF);
   P->ll_off = ll_offset(d, c->nranks);
+  P->ll128_off = ll128_offset(d, c->nranks);
+  P->ll128_lines = weft_dev_ll128_lines(c->nranks);
   c->dev = d;
   WEFT_INFO(WEFT_SUB_INIT,
             "rank %d: device %d, %zu bytes of staging in %s memory, chunk %u x %u stages", c->rank,
@@ -308,8 +339,9 @@ static void poll_kernel_error(weft_comm_t c) {
     char msg[512];
     uint32_t k = e->kind, direct = (k & WEFT_DEV_DIRECT_KIND) != 0;
     k &= ~WEFT_DEV_DIRECT_KIND;
-    uint32_t ll = k >= WEFT_DEV_KIND_COUNT; /* the low-latency kernel's */
-    if (ll) k -= WEFT_DEV_KIND_COUNT;
+    uint32_t ll = k >= WEFT_DEV_KIND_COUNT; /* a low-latency kernel's */
+    uint32_t ll128 = k >= 2 * WEFT_DEV_KIND_COUNT;
+    k -= ll128 ? 2 * WEFT_DEV_KIND_COUNT : ll ? WEFT_DEV_KIND_COUNT : 0;
     const char *what = k < WEFT_DEV_KIND_COUNT ? kinds[k] : "?";
     /* a rank writing into windows against one that is not waits on flags of its own */
     const char *hint = direct ? " (on windows: did every rank pass window buffers, at the same "
@@ -327,8 +359,11 @@ static void poll_kernel_error(weft_comm_t c) {
       snprintf(msg, sizeof msg,
                "rank %d: the %sdevice kernel of the %s%s (channel %d) waited more than %lld ms for "
                "rank %d: that rank is hung, dead, or called a different operation",
-               c->rank, ll ? "low-latency " : "", what, hint, e->channel, (long long)c->timeout_ms,
-               e->peer);
+               c->rank,
+               ll128 ? "128-byte low-latency "
+               : ll  ? "low-latency "
+                     : "",
+               what, hint, e->channel, (long long)c->timeout_ms, e->peer);
     }
     pthread_mutex_lock(&c->mu);
     uint64_t seq = c->seq;
@@ -411,9 +446,11 @@ static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int 
  * outweighs sending every 8 bytes as 16 up to there. Reductions use its whole 2 MiB per peer
  * (allreduce of 2 MiB: 17.1 against 20.4 us); copies stop at 1 MiB, past which they gained
  * nothing or lost (alltoall of 4 MiB: 17.4 against 16.8 us; *-tuning-11.txt).
- * WEFT_LL_MAX_BYTES sets one limit for all. */
+ * WEFT_LL_MAX_BYTES sets one limit for all. Past it, up to WEFT_LL128_MAX_BYTES, the 128-byte
+ * kernel runs where NVLink joins every pair (*wide). */
 enum { LL_COPY_MAX_BYTES = 1 << 20 };
-static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks) {
+static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks, int *wide) {
+  *wide = 0;
   if (ntasks != 1 || c->nranks < 2) return -1;
   const weft_task_t *t = tasks;
   const struct weft_dev *d = c->dev;
@@ -421,7 +458,8 @@ static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks) {
   int reduces = t->args.coll == WEFT_COLL_ALLREDUCE || t->args.coll == WEFT_COLL_REDUCE_SCATTER;
   uint64_t lim =
       reduces || d->ll_max_set || d->ll_max < LL_COPY_MAX_BYTES ? d->ll_max : LL_COPY_MAX_BYTES;
-  if (bytes == 0 || bytes > lim) return -1;
+  if (bytes == 0 || (bytes > lim && bytes > d->ll128_max)) return -1;
+  *wide = bytes > lim;
   switch (t->args.coll) {
   case WEFT_COLL_ALLREDUCE: return t->algo == WEFT_ALGO_ONESHOT ? WEFT_DEV_ALLREDUCE_ONESHOT : -1;
   case WEFT_COLL_ALLGATHER: return WEFT_DEV_ALLGATHER;
@@ -432,7 +470,7 @@ static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks) {
 }
 
 /* The operation's part of the low-latency launch; returns its block count. */
-static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind) {
+static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind, int wide) {
   weft_dev_ll_t *P = &d->ll;
   P->kind = (uint8_t)kind;
   P->send = t->sendbuf;
@@ -440,6 +478,7 @@ static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind) {
   P->count = t->args.count;
   P->dtype = (uint8_t)t->dtype;
   P->op = (uint8_t)t->op;
+  if (wide) return WEFT_DEV_LL128_CHANNELS;
   /* Blocks of ll_block bytes, fewer and fuller once that would pass the channels: a thread
    * polls its packets one after another, so short blocks answer sooner. */
   size_t bytes = t->args.count * weft_dtype_size(t->dtype), per = d->ll_block;
@@ -463,7 +502,7 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   int saved = -1, nblocks = 0;
   if (enter_device(d->device, &saved) != 0)
     return weft_set_error(WEFT_ERR_SYSTEM, "cannot make GPU %d current", d->device);
-  int llk = ll_kind(c, tasks, ntasks), ll = llk >= 0, more = 0, direct = 0;
+  int wide = 0, llk = ll_kind(c, tasks, ntasks, &wide), ll = llk >= 0, more = 0, direct = 0;
   uint8_t placed[WEFT_DEV_MAX_GROUP];
   rc = check_buffers(c, tasks, ntasks);
   weft_task_t parts[2];
@@ -488,7 +527,14 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
                         "a group on a device communicator holds at most %d operations (%d given)",
                         WEFT_DEV_MAX_GROUP, ntasks);
   if (rc == WEFT_SUCCESS && ll) {
-    nblocks = prepare_ll(d, tasks, llk);
+    nblocks = prepare_ll(d, tasks, llk, wide);
+    if (wide && !d->logged_ll128) {
+      d->logged_ll128 = 1;
+      WEFT_INFO(WEFT_SUB_COLL,
+                "rank %d: %s of %zu bytes per peer by the 128-byte low-latency kernel", c->rank,
+                weft_coll_name(tasks->args.coll),
+                tasks->args.count * weft_dtype_size(tasks->dtype));
+    }
   } else if (rc == WEFT_SUCCESS) {
     memset(placed, 0, (size_t)ntasks); /* only the group's part: this is every call's path */
     rc = weft_dev_plan(&d->plan, tasks, ntasks, placed, &d->launch, &nblocks, &more);
@@ -507,7 +553,9 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
    * the planner has already fixed which channels each one takes. */
   for (int launched = 0; rc == WEFT_SUCCESS;) {
     if (nblocks > 0) {
-      int e = ll ? weft_dev_launch_ll(&d->ll, nblocks, s) : weft_dev_launch(&d->launch, nblocks, s);
+      int e = !ll    ? weft_dev_launch(&d->launch, nblocks, s)
+              : wide ? weft_dev_launch_ll128(&d->ll, s)
+                     : weft_dev_launch_ll(&d->ll, nblocks, s);
       if (e != 0)
         rc = weft_set_error(WEFT_ERR_SYSTEM, "kernel launch of op %llu failed: %s",
                             (unsigned long long)seq, weft_dev_error_string(e));

@@ -286,6 +286,30 @@ uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min) {
   return seg * es / 2 >= ce_min ? seg : 0;
 }
 
+uint32_t weft_dev_ll128_lines(int nranks) {
+  return nranks < 2 ? 0 : WEFT_DEV_LL128_LINES / (uint32_t)(nranks - 1);
+}
+
+uint64_t weft_dev_ll128_bytes(int nranks) {
+  return nranks < 2 ? 0
+                    : WEFT_DEV_LL128_OFF(WEFT_DEV_LL128_CHANNELS, 0, 0, nranks,
+                                         weft_dev_ll128_lines(nranks));
+}
+
+uint64_t weft_dev_ll128_capacity(int nranks) {
+  return (uint64_t)WEFT_DEV_LL128_CHANNELS * weft_dev_ll128_lines(nranks) *
+         WEFT_DEV_LL128_DATA_BYTES;
+}
+
+int64_t weft_dev_ll128_max(const char *param, int nranks) {
+  uint64_t cap = weft_dev_ll128_capacity(nranks);
+  if (!param || !param[0] || strcmp(param, "auto") == 0) return (int64_t)cap;
+  char *end = NULL;
+  unsigned long long v = strtoull(param, &end, 0);
+  if (end == param || *end != 0 || param[0] == '-' || v > cap) return -1;
+  return (int64_t)v;
+}
+
 /* Reads want more requests in flight than writes: 4 GiB reduce_scatter ran at 290 GB/s on 64
  * channels, 329 on 128, no more on 192 or 256 (bench/results/2026-11-30-h200x2-tuning-16.txt). */
 int weft_dev_place_direct(const weft_dev_planner_t *d, const weft_task_t *t, int64_t most,

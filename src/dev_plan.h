@@ -43,6 +43,17 @@ uint64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared);
  * evenly and holds at least twice ce_min bytes (two launches and a barrier lose to the
  * two-shot kernels below, bench/results/2026-11-30-h200x2-ce-allreduce.txt); else 0. */
 uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min);
+/* The 128-byte low-latency kernel (ll128.cu): lines per channel, parity and source slot on
+ * nranks ranks (its buffers hold the same bytes on any number of ranks: 18 MiB per rank),
+ * the bytes they take in each rank's region, and the most payload per peer one launch
+ * carries (8.4 MiB on 2 ranks; 0 on fewer). */
+uint32_t weft_dev_ll128_lines(int nranks);
+uint64_t weft_dev_ll128_bytes(int nranks);
+uint64_t weft_dev_ll128_capacity(int nranks);
+/* WEFT_LL128_MAX_BYTES read: the payload per peer up to which the 128-byte kernel runs, past
+ * the small one's limit: "auto" (or unset) its capacity, 0 never, a byte count up to it.
+ * -1 for anything else (the caller says why). */
+int64_t weft_dev_ll128_max(const char *param, int nranks);
 /* Makes it, the planner's item for t, run on windows (window.c found them), and returns its
  * blocks. Allreduce runs two-shot there whatever the tuner chose: in place, one-shot would
  * overwrite what the peers read. Reductions keep one role (a second would have nothing to

@@ -45,9 +45,11 @@ static weft_result_t same_process(int device, const card_t *peer, int peer_dev, 
   } while (0)
 
 /* Maps every peer's region over peer access; 0 (with the reason logged) where some peer
- * cannot be reached that way, so that the communicator can stage through host memory. */
-static int map_peers(const card_t *cards, weft_p2p_t *out) {
+ * cannot be reached that way, so that the communicator can stage through host memory.
+ * *linked: every peer is on another GPU, over a link with native atomics. */
+static int map_peers(const card_t *cards, weft_p2p_t *out, int *linked) {
   int rank = out->rank, device = out->device;
+  *linked = 1;
   for (int p = 0; p < out->nranks; p++) {
     if (p == rank) {
       out->region[p] = out->mine;
@@ -64,6 +66,15 @@ static int map_peers(const card_t *cards, weft_p2p_t *out) {
                   cards[rank].bus, rank, cards[p].bus, p);
         return 0;
       }
+      int atomics = 0;
+      if (cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, device,
+                                    peer_dev) != cudaSuccess) {
+        cudaGetLastError();
+        atomics = 0;
+      }
+      if (!atomics) *linked = 0;
+    } else {
+      *linked = 0;
     }
     void *ptr = NULL;
     cudaError_t e = cudaIpcOpenMemHandle(&ptr, cards[p].handle, cudaIpcMemLazyEnablePeerAccess);
@@ -138,12 +149,17 @@ weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
       out->gpu_shared |= strcmp(cards[p].bus, cards[q].bus) == 0;
   }
   /* All ranks must choose alike: one pair that cannot map each other stages everyone. */
-  ok[rank] = !forced && map_peers(cards, out);
+  int linked = 0;
+  ok[rank] = !forced && map_peers(cards, out, &linked) ? 1 | (linked ? 2 : 0) : 0;
   CHECK_GOTO(weft_bootstrap_allgather(boot, ok, sizeof *ok), rc, fail);
   int all = 1, first_bad = -1;
-  for (int p = 0; p < nranks; p++)
+  out->nvlink = 1;
+  for (int p = 0; p < nranks; p++) {
     if (!ok[p] && first_bad < 0) all = 0, first_bad = p;
+    if (!(ok[p] & 2)) out->nvlink = 0;
+  }
   if (!all) {
+    out->nvlink = 0;
     unmap_device(out);
     if (!forced && rank == 0)
       WEFT_WARN(WEFT_SUB_INIT,

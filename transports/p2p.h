@@ -20,6 +20,9 @@ typedef struct {
   char opened[WEFT_DEV_MAX_RANKS];      /* mapped through an IPC handle (closed at unmap) */
   int8_t local_dev[WEFT_DEV_MAX_RANKS]; /* GPU of a rank in this process, else -1 */
   int gpu_shared;                       /* some GPU holds several ranks (the same on every rank) */
+  /* every pair of ranks sits on two GPUs whose link has native atomics (NVLink, not PCIe),
+   * by every rank's account: there a warp's 128-byte store reaches the peer whole */
+  int nvlink;
   /* host-staged: each rank's region is a shared-memory segment every process maps and
    * registers with CUDA */
   int host;

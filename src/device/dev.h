@@ -19,7 +19,11 @@ enum {
   WEFT_DEV_LL_CHANNELS = 128,     /* most blocks of the low-latency kernel */
   WEFT_DEV_LL_SLOT_BYTES = 32768, /* per channel, parity and source: 16 KiB of payload */
   WEFT_DEV_LL_MAX_BYTES = WEFT_DEV_LL_CHANNELS * WEFT_DEV_LL_SLOT_BYTES / 2,
-  WEFT_DEV_FLAG_STRIDE = 64,      /* bytes between flags: one writer per cache line */
+  WEFT_DEV_LL128_CHANNELS = 128,   /* blocks of every 128-byte low-latency launch */
+  WEFT_DEV_LL128_LINE_BYTES = 128, /* a line: 120 bytes of payload, then its flag */
+  WEFT_DEV_LL128_DATA_BYTES = 120,
+  WEFT_DEV_LL128_LINES = 576, /* lines per channel, parity and source on 2 ranks (/ (n-1) on n) */
+  WEFT_DEV_FLAG_STRIDE = 64,  /* bytes between flags: one writer per cache line */
   WEFT_DEV_MIN_UNIT_BYTES = 32768 /* shortest round a channel's share is cut into */
 };
 
@@ -123,13 +127,18 @@ typedef struct {
   uint64_t direct_where, direct_where_send, direct_bytes;
 } weft_dev_launch_t;
 
-/* The low-latency kernel (small allreduce, allgather, alltoall, reduce_scatter): every 8
- * bytes of payload travel with two copies of a sequence number in one 16-byte store, so the
- * receiver polls the data itself, with no fence or flag round trip. Parity buffers
+/* The low-latency kernels (small and medium allreduce, allgather, alltoall, reduce_scatter):
+ * payload travels with a sequence number in the same store, so the receiver polls the data
+ * itself, with no fence or flag round trip. The small one sends every 8 bytes with two copies
+ * of it in one 16-byte store; the 128-byte one (over NVLink only, where a warp's 128-byte
+ * store arrives whole) sends 120 bytes and the number in each 128-byte line. Parity buffers
  * alternate between operations. */
 typedef struct {
   char *region[WEFT_DEV_MAX_RANKS];
-  uint64_t *seq; /* private: per LL channel, operations so far */
+  uint64_t *seq;        /* private: per LL channel, operations so far */
+  uint64_t *seq128;     /* private: per LL128 channel, likewise (every launch runs all of them) */
+  uint64_t ll128_off;   /* where the LL128 buffers start in each region */
+  uint32_t ll128_lines; /* lines of each LL128 slot */
   volatile int32_t *abort_flag;
   weft_dev_error_t *error;
   uint64_t ll_off; /* where the LL buffers start in each region */
@@ -149,6 +158,13 @@ typedef struct {
 /* What a low-latency kernel records as weft_dev_error_t.kind. */
 #define WEFT_DEV_LL_KIND(k) (WEFT_DEV_KIND_COUNT + (k))
 
+/* ... and a 128-byte low-latency kernel. */
+#define WEFT_DEV_LL128_KIND(k) (2 * WEFT_DEV_KIND_COUNT + (k))
+
+#define WEFT_DEV_LL128_OFF(ch, parity, slot, nranks, lines)                                        \
+  ((((uint64_t)(ch)*2 + (parity)) * (uint64_t)((nranks)-1) + (slot)) *                             \
+   (uint64_t)(lines)*WEFT_DEV_LL128_LINE_BYTES)
+
 #define WEFT_DEV_LL_OFF(ch, parity, slot, nranks)                                                  \
   ((((uint64_t)(ch)*2 + (parity)) * (uint64_t)((nranks)-1) + (slot)) * WEFT_DEV_LL_SLOT_BYTES)
 
@@ -156,6 +172,8 @@ typedef struct {
 extern "C" {
 #endif
 int weft_dev_launch_ll(const weft_dev_ll_t *l, int nblocks, void *stream);
+/* The 128-byte low-latency kernel, on WEFT_DEV_LL128_CHANNELS blocks. */
+int weft_dev_launch_ll128(const weft_dev_ll_t *l, void *stream);
 /* Launches one kernel running all items on stream; returns a cudaError_t as int. */
 int weft_dev_launch(const weft_dev_launch_t *l, int nblocks, void *stream);
 /* cudaGetErrorString of such a code. */

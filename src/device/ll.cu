@@ -24,34 +24,6 @@ __device__ inline uint4 ld_line(const uint4 *p) {
   return v;
 }
 
-/* 8 bytes of every rank's packet, in rank order, reduced: the 16-byte arithmetic of the
- * general kernel on vectors whose upper half is zero (and discarded). */
-__device__ inline uint64_t reduce_pkt(int dtype, int op, const uint64_t *v, int n, int nranks) {
-  uint4 w[WEFT_DEV_MAX_RANKS];
-#pragma unroll
-  for (int j = 0; j < WEFT_DEV_MAX_RANKS; j++)
-    if (j < n) w[j] = make_uint4((uint32_t)v[j], (uint32_t)(v[j] >> 32), 0, 0);
-  uint4 o = reduce_vec_any(dtype, op, w, n, nranks);
-  return (uint64_t)o.x | (uint64_t)o.y << 32;
-}
-
-__device__ inline uint64_t load_bytes(const char *p, uint64_t n) {
-  if (n == 8 && ((uintptr_t)p & 7) == 0) return *(const uint64_t *)p;
-  uint64_t v = 0;
-  for (uint64_t b = 0; b < n; b++)
-    v |= (uint64_t)(uint8_t)p[b] << (8 * b);
-  return v;
-}
-
-__device__ inline void store_bytes(char *p, uint64_t v, uint64_t n) {
-  if (n == 8 && ((uintptr_t)p & 7) == 0) {
-    *(uint64_t *)p = v;
-    return;
-  }
-  for (uint64_t b = 0; b < n; b++)
-    p[b] = (char)(v >> (8 * b));
-}
-
 /* Waits for line l of src to carry seq; false when the channel gave up (timeout or abort,
  * recorded for the host like the general kernel's waits). Every thread polls a line of its
  * own, so only the lowest waiting lane of a warp reads the clock and the host-mapped abort

@@ -1,9 +1,9 @@
 /* Device communicators beyond the oracle matrix (tests/gpu, 2+ ranks): device buffers
- * only, CUDA-graph capture and replay, several communicators and streams in flight at
- * once, a group of collectives as one launch, a group of sends and receives too large for
- * one launch, the device memory report, and failures: a rank that never joins gives
- * WEFT_ERR_TIMEOUT on both sides, and weft_comm_abort ends a waiting kernel at once. usage:
- * test_dev_comm RANKS [--share] */
+ * only, CUDA-graph capture and replay, the 128-byte kernel's sizes called again and again with
+ * new data, several communicators and streams in flight at once, a group of collectives as one
+ * launch, a group of sends and receives too large for one launch, the device memory report, and
+ * failures: a rank that never joins gives WEFT_ERR_TIMEOUT on both sides, and weft_comm_abort ends
+ * a waiting kernel at once. usage: test_dev_comm RANKS [--share] */
 #include <cuda_runtime_api.h>
 #include <execinfo.h>
 #include <signal.h>
@@ -197,6 +197,60 @@ static int check_p2p_group(int rank, int n, weft_comm_t c, cudaStream_t s) {
   return 0;
 }
 
+/* The 128-byte kernel's sizes (on 2+ GPUs over NVLink), new data every call, so that a line
+ * read before all of it landed, or a line left from an operation before, shows up: 40
+ * allreduces of 5 MiB + 4 bytes (a last line part full), out of and in place, and 40 alltoalls
+ * of 1.5 MiB blocks, each checked; then the allreduce replayed from a CUDA graph. */
+static int check_ll128(int rank, int n, weft_comm_t c, cudaStream_t s) {
+  size_t cnt = ((size_t)5 << 18) + 1, blk = (size_t)3 << 17;
+  size_t all = cnt > blk * (size_t)n ? cnt : blk * (size_t)n;
+  float *a = NULL, *b = NULL, *h = malloc(all * sizeof *h);
+  if (!h || cudaMalloc((void **)&a, all * sizeof *a) != cudaSuccess ||
+      cudaMalloc((void **)&b, all * sizeof *b) != cudaSuccess)
+    FAIL("cudaMalloc");
+  for (int k = 0; k < 40; k++) {
+    float *out = k % 2 ? a : b; /* odd calls in place */
+    fill(h, cnt, rank, k);
+    h2d(a, h, cnt * sizeof *h);
+    if (weft_allreduce(a, out, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s) ||
+        settle(c, s) != WEFT_SUCCESS)
+      FAIL("allreduce %d: %s", k, weft_get_last_error(c));
+    cudaMemcpy(h, out, cnt * sizeof *h, cudaMemcpyDeviceToHost);
+    if (!sum_ok(h, cnt, n, k)) FAIL("allreduce %d: wrong sum", k);
+    for (size_t i = 0; i < blk * (size_t)n; i++) /* block p goes to rank p */
+      h[i] = (float)(rank * 100000 + (int)(i % 99991) + k);
+    h2d(a, h, blk * (size_t)n * sizeof *h);
+    if (weft_alltoall(a, b, blk, WEFT_F32, c, (weft_stream_t)s) || settle(c, s) != WEFT_SUCCESS)
+      FAIL("alltoall %d: %s", k, weft_get_last_error(c));
+    cudaMemcpy(h, b, blk * (size_t)n * sizeof *h, cudaMemcpyDeviceToHost);
+    for (int p = 0; p < n; p++)
+      for (size_t i = 0; i < blk; i++)
+        if (h[(size_t)p * blk + i] !=
+            (float)(p * 100000 + (int)(((size_t)rank * blk + i) % 99991) + k))
+          FAIL("alltoall %d: block from rank %d wrong at %zu", k, p, i);
+  }
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  weft_result_t rc = weft_allreduce(a, b, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
+  if (cudaStreamEndCapture(s, &g) != cudaSuccess || rc) FAIL("capture failed");
+  if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) FAIL("instantiate failed");
+  for (int rep = 0; rep < 4; rep++) {
+    fill(h, cnt, rank, 50 + rep);
+    cudaMemcpyAsync(a, h, cnt * sizeof *h, cudaMemcpyHostToDevice, s);
+    cudaGraphLaunch(ge, s);
+    if (settle(c, s) != WEFT_SUCCESS) FAIL("replay %d failed", rep);
+    cudaMemcpy(h, b, cnt * sizeof *h, cudaMemcpyDeviceToHost);
+    if (!sum_ok(h, cnt, n, 50 + rep)) FAIL("replay %d: wrong sum", rep);
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaFree(a);
+  cudaFree(b);
+  free(h);
+  return 0;
+}
+
 typedef struct {
   weft_comm_t c;
   double delay;
@@ -209,18 +263,20 @@ static void *aborter(void *p) {
   return NULL;
 }
 
-static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s) {
+/* cnt: 1000 floats take the low-latency kernel; 3 MiB of them the 128-byte one over NVLink
+ * (the general kernel on a shared GPU) */
+static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s, size_t cnt) {
   weft_config_t cfg = WEFT_CONFIG_INIT;
   cfg.device = dev;
   cfg.timeout_ms = 2000;
   weft_comm_t c;
   float *d;
-  cudaMalloc((void **)&d, 4096);
+  if (cudaMalloc((void **)&d, cnt * sizeof *d) != cudaSuccess) FAIL("cudaMalloc");
   /* rank 1 never calls: rank 0's kernel gives up after the timeout, both comms fail */
   if (weft_comm_split(world, 0, rank, &c, &cfg)) FAIL("split failed");
   double t0 = now_s();
   if (rank == 0) {
-    if (weft_allreduce(d, d, 1000, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s)) FAIL("issue failed");
+    if (weft_allreduce(d, d, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s)) FAIL("issue failed");
     weft_result_t e = settle(c, s);
     double dt = now_s() - t0;
     if (e == WEFT_SUCCESS) { /* the watch runs every 100 ms */
@@ -251,7 +307,7 @@ static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s) 
     pthread_t th;
     pthread_create(&th, NULL, aborter, &a);
     t0 = now_s();
-    weft_allreduce(d, d, 1000, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
+    weft_allreduce(d, d, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
     cudaStreamSynchronize(s);
     double dt = now_s() - t0;
     pthread_join(th, NULL);
@@ -285,7 +341,8 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   cudaMemGetInfo(&free1, &total);
   size_t mem = 0;
   weft_comm_device_memory(a, &mem);
-  if (mem == 0 || mem > ((size_t)64 << 20) * (size_t)(n - 1)) /* staging is per peer */
+  /* staging is per peer; the low-latency kernels' 8 + 18 MiB are not */
+  if (mem == 0 || mem > ((size_t)48 << 20) * (size_t)(n - 1) + ((size_t)32 << 20))
     FAIL("device memory %zu bytes", mem);
   if (rank == 0) printf("device memory per comm: %.1f MiB\n", mem / 1048576.0);
   /* host buffers are refused, and nothing runs */
@@ -313,11 +370,13 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
            ((double)free0 - (double)free1) / 1048576.0,
            ((double)before - (double)free2) / 1048576.0);
   if (check_graph(rank, n, a, s)) return 1;
+  if (check_ll128(rank, n, a, s)) return 1;
   if (check_concurrent(rank, n, a, b)) return 1;
   if (check_p2p_group(rank, n, a, s)) return 1;
   weft_comm_destroy(a);
   weft_comm_destroy(b);
-  if (check_failures(rank, dev, world, s)) return 1;
+  if (check_failures(rank, dev, world, s, 1000)) return 1;
+  if (check_failures(rank, dev, world, s, (size_t)3 << 18)) return 1;
   weft_comm_destroy(world);
   printf("rank %d: ok\n", rank);
   return 0;

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -475,6 +476,42 @@ static void ce_threshold(void **st) {
   assert_int_equal(weft_dev_ce_min("many", 3, 0), 0);
 }
 
+/* The 128-byte kernel's buffers: about 18 MiB on any number of ranks, slots that tile them
+ * exactly, a capacity the kernel's split of lines over its blocks really fits (and one byte
+ * more does not), and WEFT_LL128_MAX_BYTES read. */
+static void ll128_sizing(void **st) {
+  (void)st;
+  assert_int_equal(weft_dev_ll128_lines(1), 0);
+  assert_int_equal(weft_dev_ll128_capacity(1), 0);
+  for (int n = 2; n <= WEFT_DEV_MAX_RANKS; n++) {
+    uint64_t lines = weft_dev_ll128_lines(n), bytes = weft_dev_ll128_bytes(n);
+    assert_true(lines > 0);
+    assert_true(bytes <= (uint64_t)18 << 20 && bytes > (uint64_t)17 << 20);
+    uint64_t last = WEFT_DEV_LL128_OFF(WEFT_DEV_LL128_CHANNELS - 1, 1, n - 2, n, lines);
+    assert_int_equal(last + lines * WEFT_DEV_LL128_LINE_BYTES, bytes);
+    /* the kernel: lines of payload, ceil over its blocks, must fit a slot */
+    uint64_t cap = weft_dev_ll128_capacity(n);
+    uint64_t need = (cap + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
+    assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS <= lines);
+    need = (cap + 1 + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
+    assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS > lines);
+    assert_int_equal(weft_dev_ll128_max(NULL, n), (int64_t)cap);
+    assert_int_equal(weft_dev_ll128_max("auto", n), (int64_t)cap);
+    assert_int_equal(weft_dev_ll128_max("0", n), 0);
+    assert_int_equal(weft_dev_ll128_max("4096", n), 4096);
+    assert_int_equal(weft_dev_ll128_max("0x1000", n), 4096);
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap);
+    assert_int_equal(weft_dev_ll128_max(buf, n), (int64_t)cap);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap + 1);
+    assert_int_equal(weft_dev_ll128_max(buf, n), -1);
+    assert_int_equal(weft_dev_ll128_max("-1", n), -1);
+    assert_int_equal(weft_dev_ll128_max("1M", n), -1);
+    assert_int_equal(weft_dev_ll128_max("many", n), -1);
+  }
+  assert_true(weft_dev_ll128_capacity(2) >= (uint64_t)8 << 20); /* an 8 MiB allreduce fits */
+}
+
 /* An allreduce splits into reduce_scatter + copy-engine allgather only with even segments of
  * at least twice the copy engines' threshold. */
 static void ce_allreduce_split(void **st) {
@@ -511,6 +548,7 @@ int main(void) {
       cmocka_unit_test(direct_placement),
       cmocka_unit_test(ce_threshold),
       cmocka_unit_test(ce_allreduce_split),
+      cmocka_unit_test(ll128_sizing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

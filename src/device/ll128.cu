@@ -1,0 +1,216 @@
+/* The 128-byte low-latency kernel (see weft_dev_ll_t) for medium allreduce, allgather,
+ * alltoall and reduce_scatter over NVLink: eight threads carry a 128-byte line, 120 bytes of
+ * payload and the operation's sequence number in its last 8, stored by one warp instruction
+ * that NVLink delivers whole; the receiver polls the lines themselves. */
+#include <cuda_runtime.h>
+
+#include "dev.h"
+#include "prims.cuh"
+
+namespace weft {
+
+enum {
+  LINE = WEFT_DEV_LL128_LINE_BYTES,
+  DATA = WEFT_DEV_LL128_DATA_BYTES,
+  U = 2,    /* lines per thread in flight: a warp moves 4 * U consecutive lines a step */
+  FULL = -1 /* every lane of a warp */
+};
+
+__device__ inline void st_pair(uint64_t *p, uint64_t a, uint64_t b) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+
+__device__ inline void ld_pair(const uint64_t *p, uint64_t *a, uint64_t *b) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
+               : "=l"(*a), "=l"(*b)
+               : "l"(p)
+               : "memory");
+}
+
+/* Bytes [off, off + 8) of a payload of len bytes, those that exist (zeros past the end). */
+__device__ inline uint64_t get8(const char *p, uint64_t len, uint64_t off) {
+  return off >= len ? 0 : load_bytes(p + off, len - off < 8 ? len - off : 8);
+}
+__device__ inline void put8(char *p, uint64_t len, uint64_t off, uint64_t v) {
+  if (off < len) store_bytes(p + off, v, len - off < 8 ? len - off : 8);
+}
+
+/* Line i's two words of this thread in the slot src writes in owner's region. */
+__device__ inline uint64_t *word(const weft_dev_ll_t &P, int owner, int src, int ch, int parity,
+                                 uint64_t i) {
+  int slot = src < owner ? src : src - 1;
+  char *base =
+      P.region[owner] + P.ll128_off + WEFT_DEV_LL128_OFF(ch, parity, slot, P.nranks, P.ll128_lines);
+  return (uint64_t *)(base + i * LINE) + (threadIdx.x & 7) * 2;
+}
+
+/* Waits until each of this warp's lines that exist carries seq in its flag word (the second
+ * word of the line's eighth thread); w0/w1 hold the words. Every lane calls it alike. False
+ * when the block gave up: a timeout (recorded for the host as the other kernels do) or an
+ * abort. Only lane 0 reads the clock and the host-mapped abort flag, every 4096 spins. */
+__device__ bool wait_lines(const weft_dev_ll_t &P, uint64_t *const *at, const bool *has,
+                           uint64_t seq, int src, int ch, uint64_t *w0, uint64_t *w1,
+                           volatile int *bail) {
+  const int lane = threadIdx.x & 31, flag_lane = lane | 7;
+  uint64_t start = 0;
+  for (uint32_t spins = 0;; spins++) {
+    bool ok = true;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      uint64_t f = __shfl_sync(FULL, w1[u], flag_lane);
+      if (has[u] && f != seq) ok = false;
+    }
+    if (__all_sync(FULL, ok)) return true;
+    if ((spins & 1023) == 1023) {
+      int give_up = *bail;
+      if (!give_up && (spins & 4095) == 4095 && lane == 0) {
+        uint64_t now = global_ns();
+        if (!start) start = now;
+        if (*P.abort_flag || now - start > P.timeout_ns) {
+          if (!*P.abort_flag && P.error->code == 0) {
+            P.error->peer = src;
+            P.error->channel = ch;
+            P.error->kind = WEFT_DEV_LL128_KIND(P.kind);
+            __threadfence_system();
+            P.error->code = WEFT_DEV_ERR_TIMEOUT;
+            *P.abort_flag = 1;
+          }
+          *bail = 1;
+          give_up = 1;
+        }
+      }
+      if (__shfl_sync(FULL, give_up, 0)) return false;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      uint64_t f = __shfl_sync(FULL, w1[u], flag_lane);
+      if (has[u] && f != seq) ld_pair(at[u], &w0[u], &w1[u]);
+    }
+  }
+}
+
+/* Each peer's payload is `count` elements (allreduce: the whole buffer; allgather, alltoall
+ * and reduce_scatter: one rank's block), cut into lines, block ch taking an equal run of
+ * them. A warp sends its lines to every peer, then receives the same lines from every peer:
+ * in place, a thread reads each of its input bytes before it writes them. NR: the ranks when
+ * known at compile time (2: every loop over peers unrolls and the words stay in registers),
+ * else 0. */
+template <int NR>
+__device__ void ll128_run(const weft_dev_ll_t &P, uint64_t seq, volatile int &bail) {
+  const int ch = blockIdx.x, n = NR ? NR : P.nranks, me = P.rank, kind = P.kind;
+  const int parity = (int)(seq & 1);
+  const uint64_t total = P.count * (uint64_t)dtype_size(P.dtype);
+  const uint64_t lines = (total + DATA - 1) / DATA, per = (lines + gridDim.x - 1) / gridDim.x;
+  const uint64_t l0 = (uint64_t)ch * per < lines ? (uint64_t)ch * per : lines;
+  const uint64_t l1 = l0 + per < lines ? l0 + per : lines;
+  const bool per_peer = kind == WEFT_DEV_ALLTOALL || kind == WEFT_DEV_REDUCE_SCATTER;
+  const bool reduces = kind == WEFT_DEV_ALLREDUCE_ONESHOT || kind == WEFT_DEV_REDUCE_SCATTER;
+  const char *in = (const char *)P.send;
+  char *out = (char *)P.recv;
+  const uint64_t own = per_peer ? (uint64_t)me * total : 0; /* our part of the input */
+  const int lane = threadIdx.x & 31, t = lane & 7;
+  const uint64_t step = (uint64_t)(blockDim.x >> 5) * 4 * U;
+  for (uint64_t b = l0 + (uint64_t)(threadIdx.x >> 5) * 4 * U; b < l1 && !bail; b += step) {
+    uint64_t idx[U];
+    bool has[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      idx[u] = b + 4 * u + (lane >> 3);
+      has[u] = idx[u] < l1;
+    }
+    /* 1. our lines to every peer (the same payload to all but for alltoall, reduce_scatter) */
+    uint64_t w0[U], w1[U];
+#pragma unroll
+    for (int k = 1; k < (NR ? NR : WEFT_DEV_MAX_RANKS); k++) {
+      if (k >= n) break;
+      int p = (me + k) % n;
+      if (k == 1 || per_peer) {
+        const char *src = in + (per_peer ? (uint64_t)p * total : 0);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          uint64_t off = idx[u] * DATA + t * 16;
+          w0[u] = has[u] ? get8(src, total, off) : 0;
+          w1[u] = t == 7 ? seq : has[u] ? get8(src, total, off + 8) : 0;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        if (has[u]) st_pair(word(P, p, me, ch, parity, idx[u] - l0), w0[u], w1[u]);
+    }
+    /* 2. the same lines from every peer, in rank order; ours from the input */
+    uint64_t v0[U][WEFT_DEV_MAX_RANKS], v1[U][WEFT_DEV_MAX_RANKS];
+    bool stop = false;
+#pragma unroll
+    for (int src = 0; src < (NR ? NR : WEFT_DEV_MAX_RANKS); src++) {
+      if (src >= n) break;
+      if (src == me) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          uint64_t off = idx[u] * DATA + t * 16;
+          v0[u][src] = has[u] ? get8(in + own, total, off) : 0;
+          v1[u][src] = has[u] && t < 7 ? get8(in + own, total, off + 8) : 0;
+        }
+        continue;
+      }
+      uint64_t *at[U];
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        at[u] = word(P, me, src, ch, parity, has[u] ? idx[u] - l0 : 0);
+        w0[u] = w1[u] = 0;
+        if (has[u]) ld_pair(at[u], &w0[u], &w1[u]);
+      }
+      if (!wait_lines(P, at, has, seq, src, ch, w0, w1, &bail)) {
+        stop = true;
+        break;
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        v0[u][src] = w0[u];
+        v1[u][src] = w1[u];
+      }
+    }
+    if (stop) break;
+      /* 3. reduce, or place every rank's block */
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (!has[u]) continue;
+      uint64_t off = idx[u] * DATA + t * 16;
+      if (reduces) {
+        put8(out, total, off, reduce_pkt(P.dtype, P.op, v0[u], n, n));
+        if (t < 7) put8(out, total, off + 8, reduce_pkt(P.dtype, P.op, v1[u], n, n));
+        continue;
+      }
+#pragma unroll
+      for (int src = 0; src < (NR ? NR : WEFT_DEV_MAX_RANKS); src++) {
+        if (src >= n) break;
+        if (src == me && in + own == out + (uint64_t)me * total) continue; /* in place */
+        put8(out + (uint64_t)src * total, total, off, v0[u][src]);
+        if (t < 7) put8(out + (uint64_t)src * total, total, off + 8, v1[u][src]);
+      }
+    }
+  }
+}
+
+/* Blocks with no lines still count the operation, so that every channel's sequence stays
+ * the same. */
+__global__ void __launch_bounds__(WEFT_DEV_THREADS)
+    ll128_kernel(const __grid_constant__ weft_dev_ll_t P) {
+  volatile __shared__ int bail;
+  const uint64_t seq = P.seq128[blockIdx.x] + 1;
+  if (threadIdx.x == 0) bail = 0;
+  __syncthreads();
+  if (P.nranks == 2)
+    ll128_run<2>(P, seq, bail);
+  else
+    ll128_run<0>(P, seq, bail);
+  __syncthreads();
+  if (threadIdx.x == 0 && !bail) P.seq128[blockIdx.x] = seq;
+}
+
+} // namespace weft
+
+extern "C" int weft_dev_launch_ll128(const weft_dev_ll_t *l, void *stream) {
+  void *args[] = {(void *)l};
+  return (int)cudaLaunchKernel((const void *)weft::ll128_kernel, dim3(WEFT_DEV_LL128_CHANNELS),
+                               dim3(WEFT_DEV_THREADS), args, 0, (cudaStream_t)stream);
+}
