@@ -4,7 +4,8 @@
 # one process driving both GPUs, and 2-3 ranks sharing one GPU; the same through host-staged
 # regions (WEFT_P2P_DISABLE=1, on every rank or on rank 1 alone); a rank SIGKILLed mid-kernel;
 # graph capture, concurrent communicators, a send/recv group cut into several launches
-# (also with WEFT_P2P_SETS=1), failures; allgather and alltoall into registered windows,
+# (also with WEFT_P2P_SETS=1), failures, the 128-byte low-latency kernel (its sizes again and
+# again with new data, and the oracle matrix through it); allgather and alltoall into registered windows,
 # written by the kernels straight into the peers (also 3 ranks on one GPU) or by the copy
 # engines, and their misuse), and compute-sanitizer memcheck and
 # racecheck over a short collbench run of every collective and over the oracle matrix

@@ -445,10 +445,12 @@ static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int 
  * fence and two flag hops, 7 us as graph replays on 2 H200s, against 2.7; *-tuning-6.txt)
  * outweighs sending every 8 bytes as 16 up to there. Reductions use its whole 2 MiB per peer
  * (allreduce of 2 MiB: 17.1 against 20.4 us); copies stop at 1 MiB, past which they gained
- * nothing or lost (alltoall of 4 MiB: 17.4 against 16.8 us; *-tuning-11.txt).
- * WEFT_LL_MAX_BYTES sets one limit for all. Past it, up to WEFT_LL128_MAX_BYTES, the 128-byte
- * kernel runs where NVLink joins every pair (*wide). */
-enum { LL_COPY_MAX_BYTES = 1 << 20 };
+ * nothing or lost (alltoall of 4 MiB: 17.4 against 16.8 us; *-tuning-11.txt). Where the
+ * 128-byte kernel runs (NVLink between every pair), it takes over from 256 KiB per peer: it
+ * drew there and won above (allreduce of 512 KiB 6.4 against 7.6 us, of 2 MiB 12.8 against
+ * 17.2; alltoall of 2 MiB 9.3 against 11.3; *-tuning-18.txt), up to WEFT_LL128_MAX_BYTES
+ * (*wide). WEFT_LL_MAX_BYTES sets one limit for the small kernel's every collective. */
+enum { LL_COPY_MAX_BYTES = 1 << 20, LL_UNDER_LL128_BYTES = 256 << 10 };
 static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks, int *wide) {
   *wide = 0;
   if (ntasks != 1 || c->nranks < 2) return -1;
@@ -456,8 +458,10 @@ static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks, in
   const struct weft_dev *d = c->dev;
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
   int reduces = t->args.coll == WEFT_COLL_ALLREDUCE || t->args.coll == WEFT_COLL_REDUCE_SCATTER;
-  uint64_t lim =
-      reduces || d->ll_max_set || d->ll_max < LL_COPY_MAX_BYTES ? d->ll_max : LL_COPY_MAX_BYTES;
+  uint64_t lim = d->ll_max_set                              ? d->ll_max
+                 : d->ll128_max >= LL_UNDER_LL128_BYTES     ? LL_UNDER_LL128_BYTES
+                 : reduces || d->ll_max < LL_COPY_MAX_BYTES ? d->ll_max
+                                                            : LL_COPY_MAX_BYTES;
   if (bytes == 0 || (bytes > lim && bytes > d->ll128_max)) return -1;
   *wide = bytes > lim;
   switch (t->args.coll) {

@@ -12,7 +12,11 @@ namespace weft {
 enum {
   LINE = WEFT_DEV_LL128_LINE_BYTES,
   DATA = WEFT_DEV_LL128_DATA_BYTES,
-  U = 2,    /* lines per thread in flight: a warp moves 4 * U consecutive lines a step */
+  /* lines per thread and step: a warp moves 4 * U consecutive lines, then waits for the
+   * peers' same lines. Fewer per warp won on 2 H200s (8 MiB allreduce 32.9 us with 1, 35.1
+   * with 2, 39.7 with 4; 16 MiB allgather 32.5, 35.0, 41.9; bench/results/
+   * 2026-11-30-h200x2-tuning-18.txt) */
+  U = 1,
   FULL = -1 /* every lane of a warp */
 };
 
@@ -89,37 +93,47 @@ __device__ bool wait_lines(const weft_dev_ll_t &P, uint64_t *const *at, const bo
   }
 }
 
-/* Each peer's payload is `count` elements (allreduce: the whole buffer; allgather, alltoall
- * and reduce_scatter: one rank's block), cut into lines, block ch taking an equal run of
- * them. A warp sends its lines to every peer, then receives the same lines from every peer:
- * in place, a thread reads each of its input bytes before it writes them. NR: the ranks when
- * known at compile time (2: every loop over peers unrolls and the words stay in registers),
- * else 0. */
-template <int NR>
-__device__ void ll128_run(const weft_dev_ll_t &P, uint64_t seq, volatile int &bail) {
-  const int ch = blockIdx.x, n = NR ? NR : P.nranks, me = P.rank, kind = P.kind;
-  const int parity = (int)(seq & 1);
-  const uint64_t total = P.count * (uint64_t)dtype_size(P.dtype);
-  const uint64_t lines = (total + DATA - 1) / DATA, per = (lines + gridDim.x - 1) / gridDim.x;
-  const uint64_t l0 = (uint64_t)ch * per < lines ? (uint64_t)ch * per : lines;
-  const uint64_t l1 = l0 + per < lines ? l0 + per : lines;
-  const bool per_peer = kind == WEFT_DEV_ALLTOALL || kind == WEFT_DEV_REDUCE_SCATTER;
-  const bool reduces = kind == WEFT_DEV_ALLREDUCE_ONESHOT || kind == WEFT_DEV_REDUCE_SCATTER;
-  const char *in = (const char *)P.send;
-  char *out = (char *)P.recv;
-  const uint64_t own = per_peer ? (uint64_t)me * total : 0; /* our part of the input */
-  const int lane = threadIdx.x & 31, t = lane & 7;
-  const uint64_t step = (uint64_t)(blockDim.x >> 5) * 4 * U;
-  for (uint64_t b = l0 + (uint64_t)(threadIdx.x >> 5) * 4 * U; b < l1 && !bail; b += step) {
-    uint64_t idx[U];
-    bool has[U];
+/* One block's part of an operation. Each peer's payload is `count` elements (allreduce: the
+ * whole buffer; allgather, alltoall and reduce_scatter: one rank's block), cut into lines,
+ * block ch taking an equal run of them. NR: the ranks when known at compile time (2: every
+ * loop over peers unrolls and the words stay in registers), else 0. */
+template <int NR> struct Run {
+  const weft_dev_ll_t &P;
+  int n, me, ch, parity, t, lane;
+  uint64_t seq, total, l0, l1, own;
+  bool per_peer, reduces;
+  const char *in;
+  char *out;
+
+  __device__ Run(const weft_dev_ll_t &p, uint64_t s) : P(p), seq(s) {
+    n = NR ? NR : P.nranks, me = P.rank, ch = blockIdx.x, parity = (int)(seq & 1);
+    lane = threadIdx.x & 31, t = lane & 7;
+    total = P.count * (uint64_t)dtype_size(P.dtype);
+    uint64_t lines = (total + DATA - 1) / DATA, per = (lines + gridDim.x - 1) / gridDim.x;
+    l0 = (uint64_t)ch * per < lines ? (uint64_t)ch * per : lines;
+    l1 = l0 + per < lines ? l0 + per : lines;
+    per_peer = P.kind == WEFT_DEV_ALLTOALL || P.kind == WEFT_DEV_REDUCE_SCATTER;
+    reduces = P.kind == WEFT_DEV_ALLREDUCE_ONESHOT || P.kind == WEFT_DEV_REDUCE_SCATTER;
+    in = (const char *)P.send;
+    out = (char *)P.recv;
+    own = per_peer ? (uint64_t)me * total : 0; /* our part of the input */
+  }
+
+  /* the lines of the warp's step that starts at line b, and which exist */
+  __device__ void lines(uint64_t b, uint64_t *idx, bool *has) const {
 #pragma unroll
     for (int u = 0; u < U; u++) {
       idx[u] = b + 4 * u + (lane >> 3);
       has[u] = idx[u] < l1;
     }
-    /* 1. our lines to every peer (the same payload to all but for alltoall, reduce_scatter) */
-    uint64_t w0[U], w1[U];
+  }
+
+  /* Our lines of the step to every peer (the same payload to all but for alltoall and
+   * reduce_scatter). */
+  __device__ void send(uint64_t b) const {
+    uint64_t idx[U], w0[U], w1[U];
+    bool has[U];
+    lines(b, idx, has);
 #pragma unroll
     for (int k = 1; k < (NR ? NR : WEFT_DEV_MAX_RANKS); k++) {
       if (k >= n) break;
@@ -137,9 +151,14 @@ __device__ void ll128_run(const weft_dev_ll_t &P, uint64_t seq, volatile int &ba
       for (int u = 0; u < U; u++)
         if (has[u]) st_pair(word(P, p, me, ch, parity, idx[u] - l0), w0[u], w1[u]);
     }
-    /* 2. the same lines from every peer, in rank order; ours from the input */
-    uint64_t v0[U][WEFT_DEV_MAX_RANKS], v1[U][WEFT_DEV_MAX_RANKS];
-    bool stop = false;
+  }
+
+  /* The same lines from every peer, in rank order (ours from the input), reduced or placed.
+   * False when the block gave up. */
+  __device__ bool recv(uint64_t b, volatile int &bail) const {
+    uint64_t idx[U], v0[U][WEFT_DEV_MAX_RANKS], v1[U][WEFT_DEV_MAX_RANKS];
+    bool has[U];
+    lines(b, idx, has);
 #pragma unroll
     for (int src = 0; src < (NR ? NR : WEFT_DEV_MAX_RANKS); src++) {
       if (src >= n) break;
@@ -152,25 +171,20 @@ __device__ void ll128_run(const weft_dev_ll_t &P, uint64_t seq, volatile int &ba
         }
         continue;
       }
-      uint64_t *at[U];
+      uint64_t *at[U], w0[U], w1[U];
 #pragma unroll
       for (int u = 0; u < U; u++) {
         at[u] = word(P, me, src, ch, parity, has[u] ? idx[u] - l0 : 0);
         w0[u] = w1[u] = 0;
         if (has[u]) ld_pair(at[u], &w0[u], &w1[u]);
       }
-      if (!wait_lines(P, at, has, seq, src, ch, w0, w1, &bail)) {
-        stop = true;
-        break;
-      }
+      if (!wait_lines(P, at, has, seq, src, ch, w0, w1, &bail)) return false;
 #pragma unroll
       for (int u = 0; u < U; u++) {
         v0[u][src] = w0[u];
         v1[u][src] = w1[u];
       }
     }
-    if (stop) break;
-      /* 3. reduce, or place every rank's block */
 #pragma unroll
     for (int u = 0; u < U; u++) {
       if (!has[u]) continue;
@@ -188,6 +202,22 @@ __device__ void ll128_run(const weft_dev_ll_t &P, uint64_t seq, volatile int &ba
         if (t < 7) put8(out + (uint64_t)src * total, total, off + 8, v1[u][src]);
       }
     }
+    return true;
+  }
+};
+
+/* A warp sends the lines of its next step before it waits for those of this one, so that two
+ * steps are in flight (the wait is a round trip over NVLink). In place, a thread still reads
+ * each of its input bytes before it writes them: a step's output lines are the ones it sent. */
+template <int NR>
+__device__ void ll128_run(const weft_dev_ll_t &P, uint64_t seq, volatile int &bail) {
+  const Run<NR> R(P, seq);
+  const uint64_t step = (uint64_t)(blockDim.x >> 5) * 4 * U;
+  uint64_t b = R.l0 + (uint64_t)(threadIdx.x >> 5) * 4 * U;
+  if (b < R.l1) R.send(b);
+  for (; b < R.l1 && !bail; b += step) {
+    if (b + step < R.l1) R.send(b + step);
+    if (!R.recv(b, bail)) break;
   }
 }
 

@@ -341,8 +341,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   cudaMemGetInfo(&free1, &total);
   size_t mem = 0;
   weft_comm_device_memory(a, &mem);
-  /* staging is per peer; the low-latency kernels' 8 + 18 MiB are not */
-  if (mem == 0 || mem > ((size_t)48 << 20) * (size_t)(n - 1) + ((size_t)32 << 20))
+  /* staging and the low-latency kernel's buffers are per peer (56 MiB), the 128-byte one's 18
+   * MiB are not */
+  if (mem == 0 || mem > ((size_t)56 << 20) * (size_t)(n - 1) + ((size_t)20 << 20))
     FAIL("device memory %zu bytes", mem);
   if (rank == 0) printf("device memory per comm: %.1f MiB\n", mem / 1048576.0);
   /* host buffers are refused, and nothing runs */

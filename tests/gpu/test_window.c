@@ -253,8 +253,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
 }
 
 int main(int argc, char **argv) {
-  /* the low-latency kernel, which keeps blocks up to 1-2 MiB from the window paths, takes
-   * none of this test's */
+  /* the low-latency kernels, which keep blocks up to 256 KiB (1-2 MiB without NVLink) and
+   * then up to 8.4 MiB from the window paths, take none of this test's */
   setenv("WEFT_LL_MAX_BYTES", "16", 1);
+  setenv("WEFT_LL128_MAX_BYTES", "0", 1);
   return gpu_test_main(argc, argv, "test_window", rank_main, &share);
 }
