@@ -37,21 +37,10 @@ __device__ inline bool poll_line(const weft_dev_ll_t &P, const uint4 *line, uint
   for (uint32_t spins = 0; l.y != seq || l.w != seq; spins++) {
     if ((spins & 1023) == 1023) {
       if (*bail) return false;
-      if ((spins & 4095) == 4095 && (threadIdx.x & 31) == __ffs(__activemask()) - 1) {
-        uint64_t now = global_ns();
-        if (!start) start = now;
-        if (*P.abort_flag || now - start > P.timeout_ns) {
-          if (!*P.abort_flag && P.error->code == 0) {
-            P.error->peer = src;
-            P.error->channel = ch;
-            P.error->kind = WEFT_DEV_LL_KIND(P.kind);
-            __threadfence_system();
-            P.error->code = WEFT_DEV_ERR_TIMEOUT;
-            *P.abort_flag = 1;
-          }
-          *bail = 1;
-          return false;
-        }
+      if ((spins & 4095) == 4095 && (threadIdx.x & 31) == __ffs(__activemask()) - 1 &&
+          ll_give_up(P, &start, src, ch, WEFT_DEV_LL_KIND(P.kind))) {
+        *bail = 1;
+        return false;
       }
     }
     l = ld_line(line);

@@ -9,6 +9,8 @@
 
 namespace weft {
 
+constexpr unsigned FULL = 0xffffffffu; /* every lane of a warp */
+
 enum {
   LINE = WEFT_DEV_LL128_LINE_BYTES,
   DATA = WEFT_DEV_LL128_DATA_BYTES,
@@ -17,7 +19,6 @@ enum {
    * with 2, 39.7 with 4; 16 MiB allgather 32.5, 35.0, 41.9; bench/results/
    * 2026-11-30-h200x2-tuning-18.txt) */
   U = 1,
-  FULL = -1 /* every lane of a warp */
 };
 
 __device__ inline void st_pair(uint64_t *p, uint64_t a, uint64_t b) {
@@ -67,21 +68,10 @@ __device__ bool wait_lines(const weft_dev_ll_t &P, uint64_t *const *at, const bo
     if (__all_sync(FULL, ok)) return true;
     if ((spins & 1023) == 1023) {
       int give_up = *bail;
-      if (!give_up && (spins & 4095) == 4095 && lane == 0) {
-        uint64_t now = global_ns();
-        if (!start) start = now;
-        if (*P.abort_flag || now - start > P.timeout_ns) {
-          if (!*P.abort_flag && P.error->code == 0) {
-            P.error->peer = src;
-            P.error->channel = ch;
-            P.error->kind = WEFT_DEV_LL128_KIND(P.kind);
-            __threadfence_system();
-            P.error->code = WEFT_DEV_ERR_TIMEOUT;
-            *P.abort_flag = 1;
-          }
-          *bail = 1;
-          give_up = 1;
-        }
+      if (!give_up && (spins & 4095) == 4095 && lane == 0 &&
+          ll_give_up(P, &start, src, ch, WEFT_DEV_LL128_KIND(P.kind))) {
+        *bail = 1;
+        give_up = 1;
       }
       if (__shfl_sync(FULL, give_up, 0)) return false;
     }

@@ -275,6 +275,25 @@ __device__ void reduce2(char *const *dst, int nd, const char *const *in, uint64_
   }
 }
 
+/* A low-latency kernel's wait, checked by one lane every few thousand spins: true when it
+ * must give up, aborted or past the timeout (counted from *start, set at the first check);
+ * a timeout is recorded for the host as kind, and stops the other blocks too. */
+__device__ inline bool ll_give_up(const weft_dev_ll_t &P, uint64_t *start, int src, int ch,
+                                  uint32_t kind) {
+  uint64_t now = global_ns();
+  if (!*start) *start = now;
+  if (!*P.abort_flag && now - *start <= P.timeout_ns) return false;
+  if (!*P.abort_flag && P.error->code == 0) {
+    P.error->peer = src;
+    P.error->channel = ch;
+    P.error->kind = kind;
+    __threadfence_system();
+    P.error->code = WEFT_DEV_ERR_TIMEOUT;
+    *P.abort_flag = 1;
+  }
+  return true;
+}
+
 /* 8 bytes of every rank's packet, in rank order, reduced: the 16-byte arithmetic of the
  * general kernel on vectors whose upper half is zero (and discarded). The low-latency
  * kernels move payload 8 bytes at a time. */
