@@ -303,7 +303,8 @@ uint64_t weft_dev_ll128_capacity(int nranks) {
 
 int64_t weft_dev_ll128_max(const char *param, int nranks) {
   uint64_t cap = weft_dev_ll128_capacity(nranks);
-  if (!param || !param[0] || strcmp(param, "auto") == 0) return (int64_t)cap;
+  /* auto: only where it ran, 2 ranks on 2 GPUs; more ranks take a byte count */
+  if (!param || !param[0] || strcmp(param, "auto") == 0) return nranks == 2 ? (int64_t)cap : 0;
   char *end = NULL;
   unsigned long long v = strtoull(param, &end, 0);
   if (end == param || *end != 0 || param[0] == '-' || v > cap) return -1;

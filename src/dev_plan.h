@@ -51,8 +51,9 @@ uint32_t weft_dev_ll128_lines(int nranks);
 uint64_t weft_dev_ll128_bytes(int nranks);
 uint64_t weft_dev_ll128_capacity(int nranks);
 /* WEFT_LL128_MAX_BYTES read: the payload per peer up to which the 128-byte kernel runs, past
- * the small one's limit: "auto" (or unset) its capacity, 0 never, a byte count up to it.
- * -1 for anything else (the caller says why). */
+ * the small one's limit: "auto" (or unset) its capacity on 2 ranks, the one setup it ran on
+ * (bench/results/2026-11-30-h200x2-tuning-18.txt), and 0 on more; 0 never; a byte count up
+ * to the capacity, on any number of ranks. -1 for anything else (the caller says why). */
 int64_t weft_dev_ll128_max(const char *param, int nranks);
 /* Makes it, the planner's item for t, run on windows (window.c found them), and returns its
  * blocks. Allreduce runs two-shot there whatever the tuner chose: in place, one-shot would
