@@ -30,6 +30,7 @@ struct weft_dev {
   uint64_t ll_max;         /* low-latency kernel up to this per peer (WEFT_LL_MAX_BYTES) */
   int ll_max_set;          /* ... as the user set it */
   uint64_t ll128_max;      /* 128-byte kernel past that, up to this (WEFT_LL128_MAX_BYTES) */
+  uint64_t ll_lim[2];      /* what the low-latency kernel takes: copies, reductions */
   weft_dev_planner_t plan; /* channels per operation; send/recv message counts */
   cudaEvent_t order;
   cudaStream_t last; /* stream of the last launch */
@@ -213,6 +214,25 @@ static void dev_release(struct weft_dev *d) {
   free(d);
 }
 
+/* The low-latency kernel's limits per peer, for copies and for reductions, fixed once the
+ * 128-byte kernel's fate is known (not per call: queueing is what small operations cost).
+ * The general kernel's fixed cost (a fence and two flag hops, 7 us as graph replays on 2
+ * H200s, against 2.7; *-tuning-6.txt) outweighs sending every 8 bytes as 16 up to there.
+ * Reductions use its whole 2 MiB per peer (allreduce of 2 MiB: 17.1 against 20.4 us); copies
+ * stop at 1 MiB, past which they gained nothing or lost (alltoall of 4 MiB: 17.4 against 16.8
+ * us; *-tuning-11.txt). Where the 128-byte kernel runs (NVLink between every pair), it takes
+ * over from 256 KiB per peer: it drew there and won above (allreduce of 512 KiB 6.4 against
+ * 7.6 us, of 2 MiB 12.8 against 17.2; alltoall of 2 MiB 9.3 against 11.3; *-tuning-18.txt).
+ * WEFT_LL_MAX_BYTES sets one limit for the small kernel's every collective. */
+enum { LL_COPY_MAX_BYTES = 1 << 20, LL_UNDER_LL128_BYTES = 256 << 10 };
+static void ll_limits(struct weft_dev *d) {
+  for (int reduces = 0; reduces < 2; reduces++)
+    d->ll_lim[reduces] = d->ll_max_set                              ? d->ll_max
+                         : d->ll128_max >= LL_UNDER_LL128_BYTES     ? LL_UNDER_LL128_BYTES
+                         : reduces || d->ll_max < LL_COPY_MAX_BYTES ? d->ll_max
+                                                                    : LL_COPY_MAX_BYTES;
+}
+
 weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   struct weft_dev *d = calloc(1, sizeof *d);
   if (!d) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
@@ -234,14 +254,16 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
     return rc;
   }
   /* The 128-byte kernel trusts a warp's 128-byte store to land whole: NVLink between two GPUs
-   * does that; PCIe, host memory and ranks on one GPU are not known to. */
-  if (d->ll128_max && (!d->p2p.nvlink || d->p2p.gpu_shared)) {
+   * does that; PCIe, host memory and ranks on one GPU (p2p.nvlink is 0 for all) are not known
+   * to. */
+  if (d->ll128_max && !d->p2p.nvlink) {
     WEFT_INFO(WEFT_SUB_INIT,
               "rank %d: the 128-byte low-latency kernel is off: some pair of ranks is not on two "
               "GPUs joined by NVLink",
               c->rank);
     d->ll128_max = 0;
   }
+  ll_limits(d);
   /* Ranks sharing a GPU share its SMs too: with split roles their kernels could hold every
    * SM with blocks that wait for blocks not yet resident. One block per channel there. */
   if (d->p2p.gpu_shared) {
@@ -441,16 +463,8 @@ static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int 
 }
 
 /* A lone small allreduce (one-shot), allgather, alltoall or reduce_scatter takes the
- * low-latency kernel while each peer's payload is small: the general kernel's fixed cost (a
- * fence and two flag hops, 7 us as graph replays on 2 H200s, against 2.7; *-tuning-6.txt)
- * outweighs sending every 8 bytes as 16 up to there. Reductions use its whole 2 MiB per peer
- * (allreduce of 2 MiB: 17.1 against 20.4 us); copies stop at 1 MiB, past which they gained
- * nothing or lost (alltoall of 4 MiB: 17.4 against 16.8 us; *-tuning-11.txt). Where the
- * 128-byte kernel runs (NVLink between every pair), it takes over from 256 KiB per peer: it
- * drew there and won above (allreduce of 512 KiB 6.4 against 7.6 us, of 2 MiB 12.8 against
- * 17.2; alltoall of 2 MiB 9.3 against 11.3; *-tuning-18.txt), up to WEFT_LL128_MAX_BYTES
- * (*wide). WEFT_LL_MAX_BYTES sets one limit for the small kernel's every collective. */
-enum { LL_COPY_MAX_BYTES = 1 << 20, LL_UNDER_LL128_BYTES = 256 << 10 };
+ * low-latency kernel up to d->ll_lim per peer, the 128-byte one past that up to d->ll128_max
+ * (*wide). */
 static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks, int *wide) {
   *wide = 0;
   if (ntasks != 1 || c->nranks < 2) return -1;
@@ -458,10 +472,7 @@ static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks, in
   const struct weft_dev *d = c->dev;
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
   int reduces = t->args.coll == WEFT_COLL_ALLREDUCE || t->args.coll == WEFT_COLL_REDUCE_SCATTER;
-  uint64_t lim = d->ll_max_set                              ? d->ll_max
-                 : d->ll128_max >= LL_UNDER_LL128_BYTES     ? LL_UNDER_LL128_BYTES
-                 : reduces || d->ll_max < LL_COPY_MAX_BYTES ? d->ll_max
-                                                            : LL_COPY_MAX_BYTES;
+  uint64_t lim = d->ll_lim[reduces];
   if (bytes == 0 || (bytes > lim && bytes > d->ll128_max)) return -1;
   *wide = bytes > lim;
   switch (t->args.coll) {

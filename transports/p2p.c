@@ -158,8 +158,7 @@ weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
     if (!ok[p] && first_bad < 0) all = 0, first_bad = p;
     if (!(ok[p] & 2)) out->nvlink = 0;
   }
-  if (!all) {
-    out->nvlink = 0;
+  if (!all) { /* a rank that could not map has no link bit: nvlink is 0 already */
     unmap_device(out);
     if (!forced && rank == 0)
       WEFT_WARN(WEFT_SUB_INIT,
