@@ -129,6 +129,10 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   if (llmax < 0 || llmax > WEFT_DEV_LL_MAX_BYTES)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_LL_MAX_BYTES=%lld: use 0-%d",
                           (long long)llmax, WEFT_DEV_LL_MAX_BYTES);
+  if (ll128 < 0 && weft_dev_ll128_ring(c->nranks))
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "WEFT_LL128_MAX_BYTES=%s: use auto, 0 (never) or a byte count",
+                          weft_param_str("WEFT_LL128_MAX_BYTES"));
   if (ll128 < 0)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_LL128_MAX_BYTES=%s: use auto, 0 (never) or a byte count up to "

@@ -3,6 +3,7 @@
  * knows alone, and tests/unit/test_dev_plan.c checks that without a GPU. */
 #include "dev_plan.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,12 +292,20 @@ uint32_t weft_dev_ll128_lines(int nranks) {
 }
 
 uint64_t weft_dev_ll128_bytes(int nranks) {
-  return nranks < 2 ? 0
-                    : WEFT_DEV_LL128_OFF(WEFT_DEV_LL128_CHANNELS, 0, 0, nranks,
-                                         weft_dev_ll128_lines(nranks));
+  if (nranks < 2) return 0;
+  uint64_t end = WEFT_DEV_LL128_CREDIT_OFF(WEFT_DEV_LL128_CHANNELS, 0, 0, nranks,
+                                           weft_dev_ll128_lines(nranks));
+  return (end + WEFT_DEV_LL128_LINE_BYTES - 1) / WEFT_DEV_LL128_LINE_BYTES *
+         WEFT_DEV_LL128_LINE_BYTES;
+}
+
+uint64_t weft_dev_ll128_ring(int nranks) {
+  uint64_t ring = weft_dev_ll128_lines(nranks) / WEFT_DEV_LL128_STEP * WEFT_DEV_LL128_STEP;
+  return ring >= 2 * WEFT_DEV_LL128_STEP ? ring : 0;
 }
 
 uint64_t weft_dev_ll128_capacity(int nranks) {
+  if (weft_dev_ll128_ring(nranks)) return UINT64_MAX;
   return (uint64_t)WEFT_DEV_LL128_CHANNELS * weft_dev_ll128_lines(nranks) *
          WEFT_DEV_LL128_DATA_BYTES;
 }
@@ -304,10 +313,12 @@ uint64_t weft_dev_ll128_capacity(int nranks) {
 int64_t weft_dev_ll128_max(const char *param, int nranks) {
   uint64_t cap = weft_dev_ll128_capacity(nranks);
   /* auto: only where it ran, 2 ranks on 2 GPUs; more ranks take a byte count */
-  if (!param || !param[0] || strcmp(param, "auto") == 0) return nranks == 2 ? (int64_t)cap : 0;
+  if (!param || !param[0] || strcmp(param, "auto") == 0)
+    return nranks == 2 ? WEFT_DEV_LL128_AUTO_BYTES : 0;
   char *end = NULL;
+  errno = 0;
   unsigned long long v = strtoull(param, &end, 0);
-  if (end == param || *end != 0 || param[0] == '-' || v > cap) return -1;
+  if (end == param || *end != 0 || param[0] == '-' || errno || v > cap || v > INT64_MAX) return -1;
   return (int64_t)v;
 }
 

@@ -45,15 +45,23 @@ uint64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared);
 uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min);
 /* The 128-byte low-latency kernel (ll128.cu): lines per channel, parity and source slot on
  * nranks ranks (its buffers hold the same bytes on any number of ranks: 18 MiB per rank),
- * the bytes they take in each rank's region, and the most payload per peer one launch
- * carries (8.4 MiB on 2 ranks; 0 on fewer). */
+ * the bytes they take in each rank's region with the receivers' credits, the lines of the
+ * ring a slot becomes where an operation does not fit it (a whole number of steps, at least
+ * two so that two steps can be in flight; 0 where the slot is shorter: 6 ranks and more),
+ * and the most payload per peer one launch carries (unbounded with a ring; 0 on 1 rank). */
+/* Payload per peer up to which the 128-byte kernel runs by default on 2 ranks: its rings
+ * carry about 280 GB/s, the general kernel more from 32 MiB per peer up (allreduce of 16 MiB
+ * 67.6 us against 73.9, of 32 MiB 129.4 against 128.1; reduce_scatter of 32 MiB 68.9 against
+ * 75.3, of 64 MiB 131.8 against 122.6; bench/results/2026-11-30-h200x2-tuning-20.txt). */
+#define WEFT_DEV_LL128_AUTO_BYTES ((int64_t)16 << 20)
 uint32_t weft_dev_ll128_lines(int nranks);
 uint64_t weft_dev_ll128_bytes(int nranks);
+uint64_t weft_dev_ll128_ring(int nranks);
 uint64_t weft_dev_ll128_capacity(int nranks);
 /* WEFT_LL128_MAX_BYTES read: the payload per peer up to which the 128-byte kernel runs, past
- * the small one's limit: "auto" (or unset) its capacity on 2 ranks, the one setup it ran on
- * (bench/results/2026-11-30-h200x2-tuning-18.txt), and 0 on more; 0 never; a byte count up
- * to the capacity, on any number of ranks. -1 for anything else (the caller says why). */
+ * the small one's limit: "auto" (or unset) WEFT_DEV_LL128_AUTO_BYTES on 2 ranks, the one
+ * setup it ran on, and 0 on more; 0 never; a byte count up to the capacity, on any number of
+ * ranks. -1 for anything else (the caller says why). */
 int64_t weft_dev_ll128_max(const char *param, int nranks);
 /* Makes it, the planner's item for t, run on windows (window.c found them), and returns its
  * blocks. Allreduce runs two-shot there whatever the tuner chose: in place, one-shot would

@@ -23,6 +23,7 @@ enum {
   WEFT_DEV_LL128_LINE_BYTES = 128, /* a line: 120 bytes of payload, then its flag */
   WEFT_DEV_LL128_DATA_BYTES = 120,
   WEFT_DEV_LL128_LINES = 576, /* lines per channel, parity and source on 2 ranks (/ (n-1) on n) */
+  WEFT_DEV_LL128_STEP = 64,   /* lines a block moves in one step (ll128.cu) */
   WEFT_DEV_FLAG_STRIDE = 64,  /* bytes between flags: one writer per cache line */
   WEFT_DEV_MIN_UNIT_BYTES = 32768 /* shortest round a channel's share is cut into */
 };
@@ -127,11 +128,11 @@ typedef struct {
   uint64_t direct_where, direct_where_send, direct_bytes;
 } weft_dev_launch_t;
 
-/* The low-latency kernels (small and medium allreduce, allgather, alltoall, reduce_scatter):
- * payload travels with a sequence number in the same store, so the receiver polls the data
+/* The low-latency kernels (allreduce, allgather, alltoall, reduce_scatter from small to
+ * large): payload travels with a flag in the same store, so the receiver polls the data
  * itself, with no fence or flag round trip. The small one sends every 8 bytes with two copies
  * of it in one 16-byte store; the 128-byte one (over NVLink only, where a warp's 128-byte
- * store arrives whole) sends 120 bytes and the number in each 128-byte line. Parity buffers
+ * store arrives whole) sends 120 bytes and a flag in each 128-byte line. Parity buffers
  * alternate between operations. */
 typedef struct {
   char *region[WEFT_DEV_MAX_RANKS];
@@ -164,6 +165,12 @@ typedef struct {
 #define WEFT_DEV_LL128_OFF(ch, parity, slot, nranks, lines)                                        \
   ((((uint64_t)(ch)*2 + (parity)) * (uint64_t)((nranks)-1) + (slot)) *                             \
    (uint64_t)(lines)*WEFT_DEV_LL128_LINE_BYTES)
+
+/* After the lines: the credit word each receiver keeps in a sender's region, per channel,
+ * warp and receiver (see ll128.cu). */
+#define WEFT_DEV_LL128_CREDIT_OFF(ch, warp, slot, nranks, lines)                                   \
+  (WEFT_DEV_LL128_OFF(WEFT_DEV_LL128_CHANNELS, 0, 0, nranks, lines) +                              \
+   (((uint64_t)(ch) * (WEFT_DEV_THREADS / 32) + (warp)) * (uint64_t)((nranks)-1) + (slot)) * 8)
 
 #define WEFT_DEV_LL_OFF(ch, parity, slot, nranks)                                                  \
   ((((uint64_t)(ch)*2 + (parity)) * (uint64_t)((nranks)-1) + (slot)) * WEFT_DEV_LL_SLOT_BYTES)

@@ -1,7 +1,8 @@
-/* The 128-byte low-latency kernel (see weft_dev_ll_t) for medium allreduce, allgather,
- * alltoall and reduce_scatter over NVLink: eight threads carry a 128-byte line, 120 bytes of
- * payload and the operation's sequence number in its last 8, stored by one warp instruction
- * that NVLink delivers whole; the receiver polls the lines themselves. */
+/* The 128-byte low-latency kernel (see weft_dev_ll_t) for medium and large allreduce,
+ * allgather, alltoall and reduce_scatter over NVLink: eight threads carry a 128-byte line,
+ * 120 bytes of payload and a flag in its last 8, stored by one warp instruction that NVLink
+ * delivers whole; the receiver polls the lines themselves. Past its buffers, a channel's
+ * slot becomes a ring that the receiver's credits let the sender reuse. */
 #include <cuda_runtime.h>
 
 #include "dev.h"
@@ -19,7 +20,10 @@ enum {
    * with 2, 39.7 with 4; 16 MiB allgather 32.5, 35.0, 41.9; bench/results/
    * 2026-11-30-h200x2-tuning-18.txt) */
   U = 1,
+  WARPS = WEFT_DEV_THREADS / 32,
+  STEP = WARPS * 4 * U, /* lines a block moves in one step */
 };
+static_assert((int)STEP == (int)WEFT_DEV_LL128_STEP, "the host sizes rings in these steps");
 
 __device__ inline void st_pair(uint64_t *p, uint64_t a, uint64_t b) {
   asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
@@ -49,12 +53,12 @@ __device__ inline uint64_t *word(const weft_dev_ll_t &P, int owner, int src, int
   return (uint64_t *)(base + i * LINE) + (threadIdx.x & 7) * 2;
 }
 
-/* Waits until each of this warp's lines that exist carries seq in its flag word (the second
+/* Waits until each of this warp's lines that exist carries flag in its last word (the second
  * word of the line's eighth thread); w0/w1 hold the words. Every lane calls it alike. False
  * when the block gave up: a timeout (recorded for the host as the other kernels do) or an
  * abort. Only lane 0 reads the clock and the host-mapped abort flag, every 4096 spins. */
 __device__ bool wait_lines(const weft_dev_ll_t &P, uint64_t *const *at, const bool *has,
-                           uint64_t seq, int src, int ch, uint64_t *w0, uint64_t *w1,
+                           uint64_t flag, int src, int ch, uint64_t *w0, uint64_t *w1,
                            volatile int *bail) {
   const int lane = threadIdx.x & 31, flag_lane = lane | 7;
   uint64_t start = 0;
@@ -63,7 +67,7 @@ __device__ bool wait_lines(const weft_dev_ll_t &P, uint64_t *const *at, const bo
 #pragma unroll
     for (int u = 0; u < U; u++) {
       uint64_t f = __shfl_sync(FULL, w1[u], flag_lane);
-      if (has[u] && f != seq) ok = false;
+      if (has[u] && f != flag) ok = false;
     }
     if (__all_sync(FULL, ok)) return true;
     if ((spins & 1023) == 1023) {
@@ -78,9 +82,40 @@ __device__ bool wait_lines(const weft_dev_ll_t &P, uint64_t *const *at, const bo
 #pragma unroll
     for (int u = 0; u < U; u++) {
       uint64_t f = __shfl_sync(FULL, w1[u], flag_lane);
-      if (has[u] && f != seq) ld_pair(at[u], &w0[u], &w1[u]);
+      if (has[u] && f != flag) ld_pair(at[u], &w0[u], &w1[u]);
     }
   }
+}
+
+/* The credit word that `from` writes in `owner`'s region for this warp of channel ch: the
+ * steps of ours it has consumed, with the operation's sequence number above them. */
+__device__ inline uint64_t *credit(const weft_dev_ll_t &P, int owner, int from, int ch) {
+  int slot = from < owner ? from : from - 1;
+  return (
+      uint64_t *)(P.region[owner] + P.ll128_off +
+                  WEFT_DEV_LL128_CREDIT_OFF(ch, threadIdx.x >> 5, slot, P.nranks, P.ll128_lines));
+}
+
+/* Waits until peer p's credit word reaches want. *known keeps what was read, so that most
+ * steps need no load; lane 0's reading stands for the warp's. False when the block gave up. */
+__device__ bool wait_credit(const weft_dev_ll_t &P, int p, int ch, uint64_t want, uint64_t *known,
+                            volatile int *bail) {
+  const volatile uint64_t *w = credit(P, P.rank, p, ch);
+  uint64_t start = 0;
+  for (uint32_t spins = 0; *known < want; spins++) {
+    *known = __shfl_sync(FULL, *w, 0);
+    if ((spins & 1023) == 1023) {
+      int give_up = *bail;
+      if (!give_up && (spins & 4095) == 4095 && (threadIdx.x & 31) == 0 &&
+          ll_give_up(P, &start, p, ch, WEFT_DEV_LL128_KIND(P.kind))) {
+        *bail = 1;
+        give_up = 1;
+      }
+      if (__shfl_sync(FULL, give_up, 0)) return false;
+    }
+  }
+  __syncwarp();
+  return true;
 }
 
 /* One block's part of an operation. Each peer's payload is `count` elements (allreduce: the
@@ -91,6 +126,9 @@ template <int NR> struct Run {
   const weft_dev_ll_t &P;
   int n, me, ch, parity, t, lane;
   uint64_t seq, total, l0, l1, own;
+  /* ring: lines of the slot the channel cycles through, a whole number (q) of steps, where
+   * its lines do not fit in the slot (else 0); a receiver credits every cstep steps */
+  uint64_t ring, q, cstep;
   bool per_peer, reduces;
   const char *in;
   char *out;
@@ -102,12 +140,20 @@ template <int NR> struct Run {
     uint64_t lines = (total + DATA - 1) / DATA, per = (lines + gridDim.x - 1) / gridDim.x;
     l0 = (uint64_t)ch * per < lines ? (uint64_t)ch * per : lines;
     l1 = l0 + per < lines ? l0 + per : lines;
+    ring = l1 - l0 > P.ll128_lines ? P.ll128_lines / STEP * STEP : 0;
+    q = ring / STEP;
+    cstep = q / 3 ? q / 3 : 1; /* below q - 1, else two steps in flight could deadlock */
     per_peer = P.kind == WEFT_DEV_ALLTOALL || P.kind == WEFT_DEV_REDUCE_SCATTER;
     reduces = P.kind == WEFT_DEV_ALLREDUCE_ONESHOT || P.kind == WEFT_DEV_REDUCE_SCATTER;
     in = (const char *)P.send;
     out = (char *)P.recv;
     own = per_peer ? (uint64_t)me * total : 0; /* our part of the input */
   }
+
+  /* where line i of the channel sits in its slot, and the flag it carries there: the
+   * sequence number above 24 bits, its lap of the ring below */
+  __device__ uint64_t pos(uint64_t i) const { return ring ? (i - l0) % ring : i - l0; }
+  __device__ uint64_t flag(uint64_t i) const { return seq << 24 | (ring ? (i - l0) / ring : 0); }
 
   /* the lines of the warp's step that starts at line b, and which exist */
   __device__ void lines(uint64_t b, uint64_t *idx, bool *has) const {
@@ -119,28 +165,32 @@ template <int NR> struct Run {
   }
 
   /* Our lines of the step to every peer (the same payload to all but for alltoall and
-   * reduce_scatter). */
-  __device__ void send(uint64_t b) const {
-    uint64_t idx[U], w0[U], w1[U];
+   * reduce_scatter), once the peer has consumed what they overwrite (known[k]: its credit
+   * as last read). False when the block gave up. */
+  __device__ bool send(uint64_t b, uint64_t *known, volatile int &bail) const {
+    uint64_t idx[U], w0[U], w1[U], s = (b - l0) / STEP;
     bool has[U];
     lines(b, idx, has);
 #pragma unroll
     for (int k = 1; k < (NR ? NR : WEFT_DEV_MAX_RANKS); k++) {
       if (k >= n) break;
       int p = (me + k) % n;
+      if (ring && s >= q && !wait_credit(P, p, ch, seq << 32 | (s - q + 1), &known[k], &bail))
+        return false;
       if (k == 1 || per_peer) {
         const char *src = in + (per_peer ? (uint64_t)p * total : 0);
 #pragma unroll
         for (int u = 0; u < U; u++) {
           uint64_t off = idx[u] * DATA + t * 16;
           w0[u] = has[u] ? get8(src, total, off) : 0;
-          w1[u] = t == 7 ? seq : has[u] ? get8(src, total, off + 8) : 0;
+          w1[u] = t == 7 ? flag(b) : has[u] ? get8(src, total, off + 8) : 0;
         }
       }
 #pragma unroll
       for (int u = 0; u < U; u++)
-        if (has[u]) st_pair(word(P, p, me, ch, parity, idx[u] - l0), w0[u], w1[u]);
+        if (has[u]) st_pair(word(P, p, me, ch, parity, pos(idx[u])), w0[u], w1[u]);
     }
+    return true;
   }
 
   /* The same lines from every peer, in rank order (ours from the input), reduced or placed.
@@ -164,11 +214,15 @@ template <int NR> struct Run {
       uint64_t *at[U], w0[U], w1[U];
 #pragma unroll
       for (int u = 0; u < U; u++) {
-        at[u] = word(P, me, src, ch, parity, has[u] ? idx[u] - l0 : 0);
+        at[u] = word(P, me, src, ch, parity, has[u] ? pos(idx[u]) : 0);
         w0[u] = w1[u] = 0;
         if (has[u]) ld_pair(at[u], &w0[u], &w1[u]);
       }
-      if (!wait_lines(P, at, has, seq, src, ch, w0, w1, &bail)) return false;
+      if (!wait_lines(P, at, has, flag(b), src, ch, w0, w1, &bail)) return false;
+      /* the lines are in registers: the sender may overwrite them */
+      uint64_t s = (b - l0) / STEP + 1;
+      if (ring && s % cstep == 0 && lane == 0)
+        *(volatile uint64_t *)credit(P, src, me, ch) = seq << 32 | s;
 #pragma unroll
       for (int u = 0; u < U; u++) {
         v0[u][src] = w0[u];
@@ -202,11 +256,11 @@ template <int NR> struct Run {
 template <int NR>
 __device__ void ll128_run(const weft_dev_ll_t &P, uint64_t seq, volatile int &bail) {
   const Run<NR> R(P, seq);
-  const uint64_t step = (uint64_t)(blockDim.x >> 5) * 4 * U;
+  uint64_t known[NR ? NR : WEFT_DEV_MAX_RANKS] = {};
   uint64_t b = R.l0 + (uint64_t)(threadIdx.x >> 5) * 4 * U;
-  if (b < R.l1) R.send(b);
-  for (; b < R.l1 && !bail; b += step) {
-    if (b + step < R.l1) R.send(b + step);
+  if (b < R.l1 && !R.send(b, known, bail)) return;
+  for (; b < R.l1 && !bail; b += STEP) {
+    if (b + STEP < R.l1 && !R.send(b + STEP, known, bail)) break;
     if (!R.recv(b, bail)) break;
   }
 }

@@ -52,7 +52,7 @@ static weft_result_t settle(weft_comm_t c, cudaStream_t s) {
 }
 
 static int check_graph(int rank, int n, weft_comm_t c, cudaStream_t s) {
-  size_t cnt = 3 << 20; /* 12 MiB: two-shot, several rounds per block */
+  size_t cnt = 6 << 20; /* 24 MiB: the general kernel, several rounds per block */
   float *d = NULL, *out = NULL, *h = malloc(cnt * sizeof *h);
   cudaMalloc((void **)&d, cnt * sizeof *d);
   cudaMalloc((void **)&out, cnt * sizeof *out);
@@ -251,6 +251,67 @@ static int check_ll128(int rank, int n, weft_comm_t c, cudaStream_t s) {
   return 0;
 }
 
+/* Past its buffers (8.4 MiB per peer on 2 ranks) the 128-byte kernel cycles through them as
+ * rings, the receivers' credits holding the senders back: allreduces of 12 MiB + 4 bytes,
+ * out of and in place, alltoalls of 12 MiB + 12 byte blocks, reduce_scatters of 10 MiB + 8
+ * bytes and allgathers of 9 MiB + 4 bytes, new data every call, each checked. */
+static int check_ll128_ring(int rank, int n, weft_comm_t c, cudaStream_t s) {
+  size_t ar = ((size_t)3 << 20) + 1, a2a = ((size_t)3 << 20) + 3, rs = ((size_t)5 << 19) + 2,
+         ag = ((size_t)9 << 18) + 1, all = a2a * (size_t)n;
+  if (ar > all) all = ar;
+  float *a = NULL, *b = NULL, *h = malloc(all * sizeof *h);
+  if (!h || cudaMalloc((void **)&a, all * sizeof *a) != cudaSuccess ||
+      cudaMalloc((void **)&b, all * sizeof *b) != cudaSuccess)
+    FAIL("cudaMalloc");
+  for (int k = 0; k < 6; k++) {
+    float *out = k % 2 ? a : b;
+    fill(h, ar, rank, k);
+    h2d(a, h, ar * sizeof *h);
+    if (weft_allreduce(a, out, ar, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s) ||
+        settle(c, s) != WEFT_SUCCESS)
+      FAIL("allreduce %d: %s", k, weft_get_last_error(c));
+    cudaMemcpy(h, out, ar * sizeof *h, cudaMemcpyDeviceToHost);
+    if (!sum_ok(h, ar, n, k)) FAIL("allreduce %d: wrong sum", k);
+    for (size_t i = 0; i < a2a * (size_t)n; i++) /* block p goes to rank p */
+      h[i] = (float)(rank * 100000 + (int)(i % 99991) + k);
+    h2d(a, h, a2a * (size_t)n * sizeof *h);
+    if (weft_alltoall(a, b, a2a, WEFT_F32, c, (weft_stream_t)s) || settle(c, s) != WEFT_SUCCESS)
+      FAIL("alltoall %d: %s", k, weft_get_last_error(c));
+    cudaMemcpy(h, b, a2a * (size_t)n * sizeof *h, cudaMemcpyDeviceToHost);
+    for (int p = 0; p < n; p++)
+      for (size_t i = 0; i < a2a; i++)
+        if (h[(size_t)p * a2a + i] !=
+            (float)(p * 100000 + (int)(((size_t)rank * a2a + i) % 99991) + k))
+          FAIL("alltoall %d: block from rank %d wrong at %zu", k, p, i);
+    /* reduce_scatter: fill()'s pattern over the whole input, block `rank` summed here */
+    fill(h, rs * (size_t)n, rank, k);
+    h2d(a, h, rs * (size_t)n * sizeof *h);
+    if (weft_reduce_scatter(a, b, rs, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s) ||
+        settle(c, s) != WEFT_SUCCESS)
+      FAIL("reduce_scatter %d: %s", k, weft_get_last_error(c));
+    cudaMemcpy(h, b, rs * sizeof *h, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < rs; i++) {
+      float want = 0;
+      for (int r = 0; r < n; r++)
+        want += (float)(r * 1000 + (int)(((size_t)rank * rs + i) % 977) + k);
+      if (h[i] != want) FAIL("reduce_scatter %d: wrong at %zu", k, i);
+    }
+    fill(h, ag, rank, k);
+    h2d(a, h, ag * sizeof *h);
+    if (weft_allgather(a, b, ag, WEFT_F32, c, (weft_stream_t)s) || settle(c, s) != WEFT_SUCCESS)
+      FAIL("allgather %d: %s", k, weft_get_last_error(c));
+    cudaMemcpy(h, b, ag * (size_t)n * sizeof *h, cudaMemcpyDeviceToHost);
+    for (int p = 0; p < n; p++)
+      for (size_t i = 0; i < ag; i++)
+        if (h[(size_t)p * ag + i] != (float)(p * 1000 + (int)(i % 977) + k))
+          FAIL("allgather %d: block of rank %d wrong at %zu", k, p, i);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  free(h);
+  return 0;
+}
+
 typedef struct {
   weft_comm_t c;
   double delay;
@@ -353,14 +414,15 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
     FAIL("host buffer accepted");
   if (!strstr(weft_get_last_error(NULL), "host memory")) FAIL("unclear message");
   float *probe = NULL;
-  /* 16 MiB: the general kernel (past the 128-byte one's 8.4 MiB); 256 floats: the small one */
+  /* a broadcast: the general kernel (the low-latency ones never take it); 256 floats of
+   * allreduce: the small one */
   size_t pn = (size_t)1 << 22;
   if (cudaMalloc((void **)&probe, pn * sizeof *probe) != cudaSuccess) FAIL("cudaMalloc");
   cudaMemset(probe, 0, pn * sizeof *probe);
   cudaDeviceSynchronize();
   size_t before = 0;
   cudaMemGetInfo(&before, &total);
-  if (weft_allreduce(probe, probe, pn, WEFT_F32, WEFT_SUM, a, (weft_stream_t)s) ||
+  if (weft_broadcast(probe, probe, pn, WEFT_F32, 0, a, (weft_stream_t)s) ||
       weft_allreduce(probe, probe, 256, WEFT_F32, WEFT_SUM, a, (weft_stream_t)s) ||
       cudaStreamSynchronize(s) != cudaSuccess)
     FAIL("first allreduces failed: %s", weft_get_last_error(a));
@@ -373,6 +435,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
            ((double)before - (double)free2) / 1048576.0);
   if (check_graph(rank, n, a, s)) return 1;
   if (check_ll128(rank, n, a, s)) return 1;
+  if (check_ll128_ring(rank, n, a, s)) return 1;
   if (check_concurrent(rank, n, a, b)) return 1;
   if (check_p2p_group(rank, n, a, s)) return 1;
   weft_comm_destroy(a);

@@ -476,40 +476,58 @@ static void ce_threshold(void **st) {
   assert_int_equal(weft_dev_ce_min("many", 3, 0), 0);
 }
 
-/* The 128-byte kernel's buffers: about 18 MiB on any number of ranks, slots that tile them
- * exactly, a capacity the kernel's split of lines over its blocks really fits (and one byte
- * more does not), and WEFT_LL128_MAX_BYTES read (auto: on 2 ranks only). */
+/* The 128-byte kernel's buffers: about 18 MiB on any number of ranks, slots and credits that
+ * tile them exactly; a ring of whole steps, at least two, where the slot holds two (2-5
+ * ranks), else a capacity the kernel's split of lines over its blocks really fits (and one
+ * byte more does not); WEFT_LL128_MAX_BYTES read (auto: on 2 ranks only). */
 static void ll128_sizing(void **st) {
   (void)st;
   assert_int_equal(weft_dev_ll128_lines(1), 0);
   assert_int_equal(weft_dev_ll128_capacity(1), 0);
+  assert_int_equal(weft_dev_ll128_ring(1), 0);
   for (int n = 2; n <= WEFT_DEV_MAX_RANKS; n++) {
     uint64_t lines = weft_dev_ll128_lines(n), bytes = weft_dev_ll128_bytes(n);
     assert_true(lines > 0);
-    assert_true(bytes <= (uint64_t)18 << 20 && bytes > (uint64_t)17 << 20);
+    /* 18 MiB of lines, the credits at most 112 KiB (16 KiB on 2 ranks) */
+    assert_true(bytes <= ((uint64_t)18 << 20) + (112 << 10) && bytes > (uint64_t)17 << 20);
+    assert_int_equal(bytes % WEFT_DEV_LL128_LINE_BYTES, 0);
     uint64_t last = WEFT_DEV_LL128_OFF(WEFT_DEV_LL128_CHANNELS - 1, 1, n - 2, n, lines);
-    assert_int_equal(last + lines * WEFT_DEV_LL128_LINE_BYTES, bytes);
-    /* the kernel: lines of payload, ceil over its blocks, must fit a slot */
-    uint64_t cap = weft_dev_ll128_capacity(n);
-    uint64_t need = (cap + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
-    assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS <= lines);
-    need = (cap + 1 + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
-    assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS > lines);
-    assert_int_equal(weft_dev_ll128_max(NULL, n), n == 2 ? (int64_t)cap : 0);
-    assert_int_equal(weft_dev_ll128_max("auto", n), n == 2 ? (int64_t)cap : 0);
+    uint64_t credits = last + lines * WEFT_DEV_LL128_LINE_BYTES;
+    assert_int_equal(WEFT_DEV_LL128_CREDIT_OFF(0, 0, 0, n, lines), credits);
+    uint64_t top = WEFT_DEV_LL128_CREDIT_OFF(WEFT_DEV_LL128_CHANNELS - 1, WEFT_DEV_THREADS / 32 - 1,
+                                             n - 2, n, lines);
+    assert_true(top + 8 <= bytes && bytes - (top + 8) < WEFT_DEV_LL128_LINE_BYTES);
+    uint64_t ring = weft_dev_ll128_ring(n), cap = weft_dev_ll128_capacity(n);
+    assert_int_equal(ring != 0, n <= 5);
+    if (ring) {
+      assert_int_equal(ring % WEFT_DEV_LL128_STEP, 0);
+      assert_true(ring >= 2 * WEFT_DEV_LL128_STEP && ring <= lines);
+      assert_true(lines - ring < WEFT_DEV_LL128_STEP);
+      assert_true(cap == UINT64_MAX);
+      assert_int_equal(weft_dev_ll128_max("17179869184", n), (int64_t)1 << 34);
+    } else {
+      /* the kernel: lines of payload, ceil over its blocks, must fit a slot */
+      uint64_t need = (cap + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
+      assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS <= lines);
+      need = (cap + 1 + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
+      assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS > lines);
+      char buf[32];
+      snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap);
+      assert_int_equal(weft_dev_ll128_max(buf, n), (int64_t)cap);
+      snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap + 1);
+      assert_int_equal(weft_dev_ll128_max(buf, n), -1);
+    }
+    assert_int_equal(weft_dev_ll128_max(NULL, n), n == 2 ? WEFT_DEV_LL128_AUTO_BYTES : 0);
+    assert_int_equal(weft_dev_ll128_max("auto", n), n == 2 ? WEFT_DEV_LL128_AUTO_BYTES : 0);
     assert_int_equal(weft_dev_ll128_max("0", n), 0);
     assert_int_equal(weft_dev_ll128_max("4096", n), 4096);
     assert_int_equal(weft_dev_ll128_max("0x1000", n), 4096);
-    char buf[32];
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap);
-    assert_int_equal(weft_dev_ll128_max(buf, n), (int64_t)cap);
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap + 1);
-    assert_int_equal(weft_dev_ll128_max(buf, n), -1);
     assert_int_equal(weft_dev_ll128_max("-1", n), -1);
     assert_int_equal(weft_dev_ll128_max("1M", n), -1);
     assert_int_equal(weft_dev_ll128_max("many", n), -1);
+    assert_int_equal(weft_dev_ll128_max("99999999999999999999999", n), -1);
   }
-  assert_true(weft_dev_ll128_capacity(2) >= (uint64_t)8 << 20); /* an 8 MiB allreduce fits */
+  assert_int_equal(weft_dev_ll128_ring(2), WEFT_DEV_LL128_LINES); /* 9 steps on 2 ranks */
 }
 
 /* An allreduce splits into reduce_scatter + copy-engine allgather only with even segments of
