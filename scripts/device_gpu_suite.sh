@@ -4,8 +4,8 @@
 # one process driving both GPUs, and 2-3 ranks sharing one GPU; the same through host-staged
 # regions (WEFT_P2P_DISABLE=1, on every rank or on rank 1 alone); a rank SIGKILLed mid-kernel;
 # graph capture, concurrent communicators, a send/recv group cut into several launches
-# (also with WEFT_P2P_SETS=1), failures, the 128-byte low-latency kernel (its sizes again and
-# again with new data, and the oracle matrix through it); allgather and alltoall into registered windows,
+# (also with WEFT_P2P_SETS=1), failures, the 128-byte low-latency kernel (its sizes and its
+# rings again and again with new data, the oracle matrix through it, and without it); allgather and alltoall into registered windows,
 # written by the kernels straight into the peers (also 3 ranks on one GPU) or by the copy
 # engines, and their misuse), and compute-sanitizer memcheck and
 # racecheck over a short collbench run of every collective and over the oracle matrix
@@ -71,6 +71,8 @@ run collectives_2 "$b/tests/gpu/test_collectives_gpu" 2 --big
 WEFT_LL_MAX_BYTES=16 run collectives_2_ll128 bash -c 'logged_twice "$@"' _ \
   'by the 128-byte low-latency kernel' "$out/collectives_2_ll128.txt" \
   "$b/tests/gpu/test_collectives_gpu" 2
+# ... and with the 128-byte kernel off, so that the general kernel takes the 64 MiB of --big.
+WEFT_LL128_MAX_BYTES=0 run collectives_2_general "$b/tests/gpu/test_collectives_gpu" 2 --big
 WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2
 run one_process bash -c 'logged_twice "$@"' _ 'straight into (or from)' "$out/windows_1p.txt" \
   "$b/tests/gpu/test_one_process"

@@ -29,7 +29,7 @@ struct weft_dev {
   uint64_t oneshot_max;    /* allreduce one-shot up to this (WEFT_ONESHOT_MAX_BYTES) */
   uint64_t ll_max;         /* low-latency kernel up to this per peer (WEFT_LL_MAX_BYTES) */
   int ll_max_set;          /* ... as the user set it */
-  uint64_t ll128_max;      /* 128-byte kernel past that, up to this (WEFT_LL128_MAX_BYTES) */
+  uint64_t ll128_max[2];   /* 128-byte kernel past that, up to this (WEFT_LL128_MAX_BYTES) */
   uint64_t ll_lim[2];      /* what the low-latency kernel takes: copies, reductions */
   weft_dev_planner_t plan; /* channels per operation; send/recv message counts */
   cudaEvent_t order;
@@ -76,7 +76,8 @@ static size_t ll128_offset(const struct weft_dev *d, int nranks) {
          WEFT_DEV_LL128_LINE_BYTES;
 }
 static size_t region_bytes(const struct weft_dev *d, int nranks) {
-  return ll128_offset(d, nranks) + (d->ll128_max ? weft_dev_ll128_bytes(nranks) : 0);
+  int on = d->ll128_max[0] || d->ll128_max[1];
+  return ll128_offset(d, nranks) + (on ? weft_dev_ll128_bytes(nranks) : 0);
 }
 
 /* Host-staged regions live in /dev/shm and carry PCIe's bandwidth, not NVLink's. On 2 H200s
@@ -90,7 +91,7 @@ static void host_sizing(struct weft_dev *d) {
   if (d->plan.max_channels > HOST_CHANNELS) d->plan.max_channels = HOST_CHANNELS;
   if (d->chunk_bytes > HOST_CHUNK_BYTES) d->chunk_bytes = HOST_CHUNK_BYTES;
   if (!d->ll_max_set && d->ll_max > HOST_LL_MAX_BYTES) d->ll_max = HOST_LL_MAX_BYTES;
-  d->ll128_max = 0; /* host memory over PCIe may split a 128-byte store */
+  d->ll128_max[0] = d->ll128_max[1] = 0; /* host memory over PCIe may split a 128-byte store */
 }
 
 static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
@@ -115,7 +116,8 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
           llb = weft_param_int("WEFT_LL_BLOCK_BYTES"), rounds = weft_param_int("WEFT_P2P_ROUNDS"),
           oneshot = weft_param_int("WEFT_ONESHOT_MAX_BYTES"),
           llmax = weft_param_int("WEFT_LL_MAX_BYTES"), sets = weft_param_int("WEFT_P2P_SETS"),
-          ll128 = weft_dev_ll128_max(weft_param_str("WEFT_LL128_MAX_BYTES"), c->nranks);
+          ll128 = weft_dev_ll128_max(weft_param_str("WEFT_LL128_MAX_BYTES"), c->nranks, 0),
+          ll128r = weft_dev_ll128_max(weft_param_str("WEFT_LL128_MAX_BYTES"), c->nranks, 1);
   if (chunk < 1024 || chunk > (64 << 20) || chunk % 16)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_P2P_CHUNK_BYTES=%lld: use a multiple of 16 in [1 KiB, 64 MiB]",
@@ -163,7 +165,8 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->oneshot_max = oneshot > 0 ? (uint64_t)oneshot : c->nranks <= 2 ? UINT64_MAX : 256 * 1024;
   d->ll_max = llmax > 0 ? (uint64_t)llmax : WEFT_DEV_LL_MAX_BYTES;
   d->ll_max_set = llmax > 0;
-  d->ll128_max = (uint64_t)ll128;
+  d->ll128_max[0] = (uint64_t)ll128;
+  d->ll128_max[1] = (uint64_t)ll128r;
   d->launch.rounds = (uint32_t)rounds;
   d->plan.split = (int)split;
   d->plan.rank = c->rank;
@@ -231,10 +234,10 @@ static void dev_release(struct weft_dev *d) {
 enum { LL_COPY_MAX_BYTES = 1 << 20, LL_UNDER_LL128_BYTES = 256 << 10 };
 static void ll_limits(struct weft_dev *d) {
   for (int reduces = 0; reduces < 2; reduces++)
-    d->ll_lim[reduces] = d->ll_max_set                              ? d->ll_max
-                         : d->ll128_max >= LL_UNDER_LL128_BYTES     ? LL_UNDER_LL128_BYTES
-                         : reduces || d->ll_max < LL_COPY_MAX_BYTES ? d->ll_max
-                                                                    : LL_COPY_MAX_BYTES;
+    d->ll_lim[reduces] = d->ll_max_set                                   ? d->ll_max
+                         : d->ll128_max[reduces] >= LL_UNDER_LL128_BYTES ? LL_UNDER_LL128_BYTES
+                         : reduces || d->ll_max < LL_COPY_MAX_BYTES      ? d->ll_max
+                                                                         : LL_COPY_MAX_BYTES;
 }
 
 weft_result_t weft_dev_setup(weft_comm_t c, int device) {
@@ -260,12 +263,12 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   /* The 128-byte kernel trusts a warp's 128-byte store to land whole: NVLink between two GPUs
    * does that; PCIe, host memory and ranks on one GPU (p2p.nvlink is 0 for all) are not known
    * to. */
-  if (d->ll128_max && !d->p2p.nvlink) {
+  if ((d->ll128_max[0] || d->ll128_max[1]) && !d->p2p.nvlink) {
     WEFT_INFO(WEFT_SUB_INIT,
               "rank %d: the 128-byte low-latency kernel is off: some pair of ranks is not on two "
               "GPUs joined by NVLink",
               c->rank);
-    d->ll128_max = 0;
+    d->ll128_max[0] = d->ll128_max[1] = 0;
   }
   ll_limits(d);
   /* Ranks sharing a GPU share its SMs too: with split roles their kernels could hold every
@@ -477,7 +480,7 @@ static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks, in
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
   int reduces = t->args.coll == WEFT_COLL_ALLREDUCE || t->args.coll == WEFT_COLL_REDUCE_SCATTER;
   uint64_t lim = d->ll_lim[reduces];
-  if (bytes == 0 || (bytes > lim && bytes > d->ll128_max)) return -1;
+  if (bytes == 0 || (bytes > lim && bytes > d->ll128_max[reduces])) return -1;
   *wide = bytes > lim;
   switch (t->args.coll) {
   case WEFT_COLL_ALLREDUCE: return t->algo == WEFT_ALGO_ONESHOT ? WEFT_DEV_ALLREDUCE_ONESHOT : -1;

@@ -310,11 +310,11 @@ uint64_t weft_dev_ll128_capacity(int nranks) {
          WEFT_DEV_LL128_DATA_BYTES;
 }
 
-int64_t weft_dev_ll128_max(const char *param, int nranks) {
+int64_t weft_dev_ll128_max(const char *param, int nranks, int reduces) {
   uint64_t cap = weft_dev_ll128_capacity(nranks);
   /* auto: only where it ran, 2 ranks on 2 GPUs; more ranks take a byte count */
   if (!param || !param[0] || strcmp(param, "auto") == 0)
-    return nranks == 2 ? WEFT_DEV_LL128_AUTO_BYTES : 0;
+    return nranks != 2 ? 0 : reduces ? WEFT_DEV_LL128_AUTO_REDUCE_BYTES : WEFT_DEV_LL128_AUTO_BYTES;
   char *end = NULL;
   errno = 0;
   unsigned long long v = strtoull(param, &end, 0);

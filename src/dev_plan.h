@@ -49,20 +49,23 @@ uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min);
  * ring a slot becomes where an operation does not fit it (a whole number of steps, at least
  * two so that two steps can be in flight; 0 where the slot is shorter: 6 ranks and more),
  * and the most payload per peer one launch carries (unbounded with a ring; 0 on 1 rank). */
-/* Payload per peer up to which the 128-byte kernel runs by default on 2 ranks: its rings
- * carry about 280 GB/s, the general kernel more from 32 MiB per peer up (allreduce of 16 MiB
- * 67.6 us against 73.9, of 32 MiB 129.4 against 128.1; reduce_scatter of 32 MiB 68.9 against
- * 75.3, of 64 MiB 131.8 against 122.6; bench/results/2026-11-30-h200x2-tuning-20.txt). */
-#define WEFT_DEV_LL128_AUTO_BYTES ((int64_t)16 << 20)
+/* Payload per peer up to which the 128-byte kernel runs by default on 2 ranks, for copies
+ * (allgather, alltoall) and for reductions (allreduce, reduce_scatter). Its rings, with one
+ * step in flight, carry about 290 GB/s; the general kernel copies faster from 32 MiB per peer
+ * (allgather of 64 MiB 113.6 us against 121.0) but reduces slower up to 64 MiB per peer
+ * (allreduce of 64 MiB 230.1 against 235.0, of 128 MiB 455.8 against 425.1; reduce_scatter
+ * of 128 MiB 219.2 against 231.8; bench/results/2026-11-30-h200x2-tuning-21.txt). */
+#define WEFT_DEV_LL128_AUTO_BYTES        ((int64_t)16 << 20)
+#define WEFT_DEV_LL128_AUTO_REDUCE_BYTES ((int64_t)64 << 20)
 uint32_t weft_dev_ll128_lines(int nranks);
 uint64_t weft_dev_ll128_bytes(int nranks);
 uint64_t weft_dev_ll128_ring(int nranks);
 uint64_t weft_dev_ll128_capacity(int nranks);
 /* WEFT_LL128_MAX_BYTES read: the payload per peer up to which the 128-byte kernel runs, past
- * the small one's limit: "auto" (or unset) WEFT_DEV_LL128_AUTO_BYTES on 2 ranks, the one
- * setup it ran on, and 0 on more; 0 never; a byte count up to the capacity, on any number of
- * ranks. -1 for anything else (the caller says why). */
-int64_t weft_dev_ll128_max(const char *param, int nranks);
+ * the small one's limit, for copies or reductions: "auto" (or unset) the limits above on 2
+ * ranks, the one setup it ran on, and 0 on more; 0 never; a byte count up to the capacity,
+ * for both, on any number of ranks. -1 for anything else (the caller says why). */
+int64_t weft_dev_ll128_max(const char *param, int nranks, int reduces);
 /* Makes it, the planner's item for t, run on windows (window.c found them), and returns its
  * blocks. Allreduce runs two-shot there whatever the tuner chose: in place, one-shot would
  * overwrite what the peers read. Reductions keep one role (a second would have nothing to

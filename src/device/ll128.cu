@@ -129,6 +129,7 @@ template <int NR> struct Run {
   /* ring: lines of the slot the channel cycles through, a whole number (q) of steps, where
    * its lines do not fit in the slot (else 0); a receiver credits every cstep steps */
   uint64_t ring, q, cstep;
+  int ahead; /* steps a warp sends before it waits for the first */
   bool per_peer, reduces;
   const char *in;
   char *out;
@@ -142,7 +143,9 @@ template <int NR> struct Run {
     l1 = l0 + per < lines ? l0 + per : lines;
     ring = l1 - l0 > P.ll128_lines ? P.ll128_lines / STEP * STEP : 0;
     q = ring / STEP;
-    cstep = q / 3 ? q / 3 : 1; /* below q - 1, else two steps in flight could deadlock */
+    ahead = ring ? 0 : 1;
+    /* at most q - ahead, else two ranks could each wait for the other's credit */
+    cstep = q / 3 ? q / 3 : 1;
     per_peer = P.kind == WEFT_DEV_ALLTOALL || P.kind == WEFT_DEV_REDUCE_SCATTER;
     reduces = P.kind == WEFT_DEV_ALLREDUCE_ONESHOT || P.kind == WEFT_DEV_REDUCE_SCATTER;
     in = (const char *)P.send;
@@ -250,17 +253,21 @@ template <int NR> struct Run {
   }
 };
 
-/* A warp sends the lines of its next step before it waits for those of this one, so that two
- * steps are in flight (the wait is a round trip over NVLink). In place, a thread still reads
- * each of its input bytes before it writes them: a step's output lines are the ones it sent. */
+/* Where the operation fits the buffers, a warp sends the lines of its next step before it
+ * waits for those of this one, so that two steps are in flight (the wait is a round trip over
+ * NVLink). On rings one step is: more in flight ran slower there (32 MiB allreduce 117.3 us
+ * with one, 129.7 with two, 131.2 with four; 1 MiB 9.6 with two, 10.7 with one;
+ * bench/results/2026-11-30-h200x2-tuning-21.txt). In place, a thread still reads each of its
+ * input bytes before it writes them: a step's output lines are the ones it sent. */
 template <int NR>
 __device__ void ll128_run(const weft_dev_ll_t &P, uint64_t seq, volatile int &bail) {
   const Run<NR> R(P, seq);
   uint64_t known[NR ? NR : WEFT_DEV_MAX_RANKS] = {};
   uint64_t b = R.l0 + (uint64_t)(threadIdx.x >> 5) * 4 * U;
-  if (b < R.l1 && !R.send(b, known, bail)) return;
+  for (int j = 0; j < R.ahead; j++)
+    if (b + j * STEP < R.l1 && !R.send(b + j * STEP, known, bail)) return;
   for (; b < R.l1 && !bail; b += STEP) {
-    if (b + STEP < R.l1 && !R.send(b + STEP, known, bail)) break;
+    if (b + R.ahead * STEP < R.l1 && !R.send(b + R.ahead * STEP, known, bail)) break;
     if (!R.recv(b, bail)) break;
   }
 }

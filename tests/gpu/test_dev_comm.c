@@ -52,7 +52,7 @@ static weft_result_t settle(weft_comm_t c, cudaStream_t s) {
 }
 
 static int check_graph(int rank, int n, weft_comm_t c, cudaStream_t s) {
-  size_t cnt = 6 << 20; /* 24 MiB: the general kernel, several rounds per block */
+  size_t cnt = 6 << 20; /* 24 MiB: the 128-byte kernel's rings over NVLink, else the general one */
   float *d = NULL, *out = NULL, *h = malloc(cnt * sizeof *h);
   cudaMalloc((void **)&d, cnt * sizeof *d);
   cudaMalloc((void **)&out, cnt * sizeof *out);
@@ -324,8 +324,8 @@ static void *aborter(void *p) {
   return NULL;
 }
 
-/* cnt: 1000 floats take the low-latency kernel; 3 MiB of them the 128-byte one over NVLink
- * (the general kernel on a shared GPU) */
+/* cnt: 1000 floats take the low-latency kernel; 3 MiB of them the 128-byte one over NVLink,
+ * 12 MiB its rings (the general kernel on a shared GPU) */
 static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s, size_t cnt) {
   weft_config_t cfg = WEFT_CONFIG_INIT;
   cfg.device = dev;
@@ -442,6 +442,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   weft_comm_destroy(b);
   if (check_failures(rank, dev, world, s, 1000)) return 1;
   if (check_failures(rank, dev, world, s, (size_t)3 << 18)) return 1;
+  if (check_failures(rank, dev, world, s, (size_t)3 << 20)) return 1;
   weft_comm_destroy(world);
   printf("rank %d: ok\n", rank);
   return 0;

@@ -498,34 +498,37 @@ static void ll128_sizing(void **st) {
                                              n - 2, n, lines);
     assert_true(top + 8 <= bytes && bytes - (top + 8) < WEFT_DEV_LL128_LINE_BYTES);
     uint64_t ring = weft_dev_ll128_ring(n), cap = weft_dev_ll128_capacity(n);
-    assert_int_equal(ring != 0, n <= 5);
-    if (ring) {
-      assert_int_equal(ring % WEFT_DEV_LL128_STEP, 0);
-      assert_true(ring >= 2 * WEFT_DEV_LL128_STEP && ring <= lines);
-      assert_true(lines - ring < WEFT_DEV_LL128_STEP);
-      assert_true(cap == UINT64_MAX);
-      assert_int_equal(weft_dev_ll128_max("17179869184", n), (int64_t)1 << 34);
-    } else {
-      /* the kernel: lines of payload, ceil over its blocks, must fit a slot */
-      uint64_t need = (cap + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
-      assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS <= lines);
-      need = (cap + 1 + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
-      assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS > lines);
-      char buf[32];
-      snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap);
-      assert_int_equal(weft_dev_ll128_max(buf, n), (int64_t)cap);
-      snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap + 1);
-      assert_int_equal(weft_dev_ll128_max(buf, n), -1);
+    for (int r = 0; r < 2; r++) { /* copies, reductions */
+      assert_int_equal(ring != 0, n <= 5);
+      if (ring) {
+        assert_int_equal(ring % WEFT_DEV_LL128_STEP, 0);
+        assert_true(ring >= 2 * WEFT_DEV_LL128_STEP && ring <= lines);
+        assert_true(lines - ring < WEFT_DEV_LL128_STEP);
+        assert_true(cap == UINT64_MAX);
+        assert_int_equal(weft_dev_ll128_max("17179869184", n, r), (int64_t)1 << 34);
+      } else {
+        /* the kernel: lines of payload, ceil over its blocks, must fit a slot */
+        uint64_t need = (cap + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
+        assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS <= lines);
+        need = (cap + 1 + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
+        assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS > lines);
+        char buf[32];
+        snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap);
+        assert_int_equal(weft_dev_ll128_max(buf, n, r), (int64_t)cap);
+        snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap + 1);
+        assert_int_equal(weft_dev_ll128_max(buf, n, r), -1);
+      }
+      int64_t a = n != 2 ? 0 : r ? WEFT_DEV_LL128_AUTO_REDUCE_BYTES : WEFT_DEV_LL128_AUTO_BYTES;
+      assert_int_equal(weft_dev_ll128_max(NULL, n, r), a);
+      assert_int_equal(weft_dev_ll128_max("auto", n, r), a);
+      assert_int_equal(weft_dev_ll128_max("0", n, r), 0);
+      assert_int_equal(weft_dev_ll128_max("4096", n, r), 4096);
+      assert_int_equal(weft_dev_ll128_max("0x1000", n, r), 4096);
+      assert_int_equal(weft_dev_ll128_max("-1", n, r), -1);
+      assert_int_equal(weft_dev_ll128_max("1M", n, r), -1);
+      assert_int_equal(weft_dev_ll128_max("many", n, r), -1);
+      assert_int_equal(weft_dev_ll128_max("99999999999999999999999", n, r), -1);
     }
-    assert_int_equal(weft_dev_ll128_max(NULL, n), n == 2 ? WEFT_DEV_LL128_AUTO_BYTES : 0);
-    assert_int_equal(weft_dev_ll128_max("auto", n), n == 2 ? WEFT_DEV_LL128_AUTO_BYTES : 0);
-    assert_int_equal(weft_dev_ll128_max("0", n), 0);
-    assert_int_equal(weft_dev_ll128_max("4096", n), 4096);
-    assert_int_equal(weft_dev_ll128_max("0x1000", n), 4096);
-    assert_int_equal(weft_dev_ll128_max("-1", n), -1);
-    assert_int_equal(weft_dev_ll128_max("1M", n), -1);
-    assert_int_equal(weft_dev_ll128_max("many", n), -1);
-    assert_int_equal(weft_dev_ll128_max("99999999999999999999999", n), -1);
   }
   assert_int_equal(weft_dev_ll128_ring(2), WEFT_DEV_LL128_LINES); /* 9 steps on 2 ranks */
 }
