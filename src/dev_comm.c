@@ -30,6 +30,7 @@ struct weft_dev {
   uint64_t ll_max;         /* low-latency kernel up to this per peer (WEFT_LL_MAX_BYTES) */
   int ll_max_set;          /* ... as the user set it */
   uint64_t ll128_max[2];   /* 128-byte kernel past that, up to this (WEFT_LL128_MAX_BYTES) */
+  uint64_t ll128_fit;      /* ... past this, rings (weft_dev_ll128_fit) */
   uint64_t ll_lim[2];      /* what the low-latency kernel takes: copies, reductions */
   weft_dev_planner_t plan; /* channels per operation; send/recv message counts */
   cudaEvent_t order;
@@ -167,6 +168,7 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->ll_max_set = llmax > 0;
   d->ll128_max[0] = (uint64_t)ll128;
   d->ll128_max[1] = (uint64_t)ll128r;
+  d->ll128_fit = weft_dev_ll128_fit(c->nranks);
   d->launch.rounds = (uint32_t)rounds;
   d->plan.split = (int)split;
   d->plan.rank = c->rank;
@@ -541,8 +543,14 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
       leave_device(d->device, saved);
       return wrc;
     }
-    /* or kernels writing into it, where the low-latency kernel, faster there, does not run */
-    direct = !ll && weft_window_direct(c, tasks, &d->launch);
+    /* or kernels writing into it, where the low-latency kernels, faster there, do not run.
+     * The 128-byte one's rings lost to them but for reduce_scatter (allreduce of 64 MiB 238.5
+     * us against 216.9, allgather of 32 MiB 63.2 against 60.8; reduce_scatter of 32 MiB 63.1
+     * against 68.8; bench/results/2026-11-30-h200x2-direct-float.txt, the previous run) */
+    int yield = ll && wide && llk != WEFT_DEV_REDUCE_SCATTER &&
+                tasks->args.count * weft_dtype_size(tasks->dtype) > d->ll128_fit;
+    direct = (!ll || yield) && weft_window_direct(c, tasks, &d->launch);
+    if (direct) ll = 0;
   }
   if (rc == WEFT_SUCCESS && ntasks > WEFT_DEV_MAX_GROUP)
     rc = weft_set_error(WEFT_ERR_UNSUPPORTED,

@@ -304,10 +304,13 @@ uint64_t weft_dev_ll128_ring(int nranks) {
   return ring >= 2 * WEFT_DEV_LL128_STEP ? ring : 0;
 }
 
-uint64_t weft_dev_ll128_capacity(int nranks) {
-  if (weft_dev_ll128_ring(nranks)) return UINT64_MAX;
+uint64_t weft_dev_ll128_fit(int nranks) {
   return (uint64_t)WEFT_DEV_LL128_CHANNELS * weft_dev_ll128_lines(nranks) *
          WEFT_DEV_LL128_DATA_BYTES;
+}
+
+uint64_t weft_dev_ll128_capacity(int nranks) {
+  return weft_dev_ll128_ring(nranks) ? UINT64_MAX : weft_dev_ll128_fit(nranks);
 }
 
 int64_t weft_dev_ll128_max(const char *param, int nranks, int reduces) {

@@ -43,12 +43,6 @@ uint64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared);
  * evenly and holds at least twice ce_min bytes (two launches and a barrier lose to the
  * two-shot kernels below, bench/results/2026-11-30-h200x2-ce-allreduce.txt); else 0. */
 uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min);
-/* The 128-byte low-latency kernel (ll128.cu): lines per channel, parity and source slot on
- * nranks ranks (its buffers hold the same bytes on any number of ranks: 18 MiB per rank),
- * the bytes they take in each rank's region with the receivers' credits, the lines of the
- * ring a slot becomes where an operation does not fit it (a whole number of steps, at least
- * two so that two steps can be in flight; 0 where the slot is shorter: 6 ranks and more),
- * and the most payload per peer one launch carries (unbounded with a ring; 0 on 1 rank). */
 /* Payload per peer up to which the 128-byte kernel runs by default on 2 ranks, for copies
  * (allgather, alltoall) and for reductions (allreduce, reduce_scatter). Its rings, with one
  * step in flight, carry about 290 GB/s; the general kernel copies faster from 32 MiB per peer
@@ -57,9 +51,17 @@ uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min);
  * of 128 MiB 219.2 against 231.8; bench/results/2026-11-30-h200x2-tuning-21.txt). */
 #define WEFT_DEV_LL128_AUTO_BYTES        ((int64_t)16 << 20)
 #define WEFT_DEV_LL128_AUTO_REDUCE_BYTES ((int64_t)64 << 20)
+/* The 128-byte low-latency kernel (ll128.cu): lines per channel, parity and source slot on
+ * nranks ranks (its buffers hold the same bytes on any number of ranks: 18 MiB per rank),
+ * the bytes they take in each rank's region with the receivers' credits, the lines of the
+ * ring a slot becomes where an operation does not fit it (a whole number of steps, at least
+ * two, so that a sender need not wait for the credit of every step; 0 where the slot is
+ * shorter: 6 ranks and more), the most payload per peer that fits the buffers whole (8.4 MiB
+ * on 2 ranks), and the most one launch carries (unbounded with a ring; 0 on 1 rank). */
 uint32_t weft_dev_ll128_lines(int nranks);
 uint64_t weft_dev_ll128_bytes(int nranks);
 uint64_t weft_dev_ll128_ring(int nranks);
+uint64_t weft_dev_ll128_fit(int nranks);
 uint64_t weft_dev_ll128_capacity(int nranks);
 /* WEFT_LL128_MAX_BYTES read: the payload per peer up to which the 128-byte kernel runs, past
  * the small one's limit, for copies or reductions: "auto" (or unset) the limits above on 2

@@ -172,6 +172,12 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
   uint64_t count = it->count, v = 16 / es;
   uint64_t seg = twoshot ? ((count + n - 1) / n + v - 1) / v * v : count;
   uint64_t unit = unit_for(seg, w.nb, w.chunk_elems, es, w.rounds);
+  /* elements of rank p's segment: a chunk must not run past it into the next one, which in
+   * place holds input that its owner may not have read yet */
+  auto seg_len = [&](int p) -> uint64_t {
+    uint64_t base = twoshot ? (uint64_t)p * seg : 0;
+    return count <= base ? 0 : count - base < seg ? count - base : seg;
+  };
   if (unit == 0) return;
   int peers[WEFT_DEV_MAX_RANKS];
   for (int i = 0; i < n - 1; i++)
@@ -184,8 +190,7 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
     if (w.steps & STEP_SEND) {
       for (int i = 0; i < n - 1; i++) {
         int p = peers[i];
-        uint64_t base = twoshot ? (uint64_t)p * seg : 0;
-        uint64_t len = clamp_len(twoshot ? (count > base ? count - base : 0) : count, off, unit);
+        uint64_t base = twoshot ? (uint64_t)p * seg : 0, len = clamp_len(seg_len(p), off, unit);
         if (!len) continue;
         char *slot = c.send_slot(p);
         if (!slot) return;
@@ -197,7 +202,7 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
     }
     /* 2. reduce our segment in rank order; two-shot also pushes the result to every peer */
     uint64_t mybase = twoshot ? (uint64_t)me * seg : 0;
-    uint64_t mylen = clamp_len(count > mybase ? count - mybase : 0, off, unit);
+    uint64_t mylen = clamp_len(seg_len(me), off, unit);
     if ((w.steps & STEP_RECV) && mylen) {
       const char *src[WEFT_DEV_MAX_RANKS];
       char *dst[WEFT_DEV_MAX_RANKS];
@@ -219,8 +224,7 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
     /* 3. gather: the other segments' reduced chunks */
     for (int i = 0; i < n - 1; i++) {
       int p = peers[i];
-      uint64_t base = (uint64_t)p * seg;
-      uint64_t len = clamp_len(count > base ? count - base : 0, off, unit);
+      uint64_t base = (uint64_t)p * seg, len = clamp_len(seg_len(p), off, unit);
       if (!len) continue;
       const char *slot = r.recv_slot(p);
       if (!slot) return;

@@ -34,14 +34,19 @@ static void fill(float *h, size_t n, int rank, int salt) {
     h[i] = (float)(rank * 1000 + (int)(i % 977) + salt);
 }
 
+/* Says where the first wrong element is, and how many are wrong. */
 static int sum_ok(const float *h, size_t n, int nranks, int salt) {
+  size_t bad = 0, first = 0;
   for (size_t i = 0; i < n; i++) {
     float want = 0;
     for (int r = 0; r < nranks; r++)
       want += (float)(r * 1000 + (int)(i % 977) + salt);
-    if (h[i] != want) return 0;
+    if (h[i] != want && !bad++) first = i;
   }
-  return 1;
+  if (bad)
+    fprintf(stderr, "%zu of %zu elements wrong, the first at %zu: %g\n", bad, n, first,
+            (double)h[first]);
+  return !bad;
 }
 
 static weft_result_t settle(weft_comm_t c, cudaStream_t s) {
@@ -269,9 +274,9 @@ static int check_ll128_ring(int rank, int n, weft_comm_t c, cudaStream_t s) {
     h2d(a, h, ar * sizeof *h);
     if (weft_allreduce(a, out, ar, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s) ||
         settle(c, s) != WEFT_SUCCESS)
-      FAIL("allreduce %d: %s", k, weft_get_last_error(c));
+      FAIL("ring: allreduce %d: %s", k, weft_get_last_error(c));
     cudaMemcpy(h, out, ar * sizeof *h, cudaMemcpyDeviceToHost);
-    if (!sum_ok(h, ar, n, k)) FAIL("allreduce %d: wrong sum", k);
+    if (!sum_ok(h, ar, n, k)) FAIL("ring: allreduce %d: wrong sum", k);
     for (size_t i = 0; i < a2a * (size_t)n; i++) /* block p goes to rank p */
       h[i] = (float)(rank * 100000 + (int)(i % 99991) + k);
     h2d(a, h, a2a * (size_t)n * sizeof *h);

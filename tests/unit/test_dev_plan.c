@@ -485,6 +485,7 @@ static void ll128_sizing(void **st) {
   assert_int_equal(weft_dev_ll128_lines(1), 0);
   assert_int_equal(weft_dev_ll128_capacity(1), 0);
   assert_int_equal(weft_dev_ll128_ring(1), 0);
+  assert_true(weft_dev_ll128_fit(2) >= (uint64_t)8 << 20); /* an 8 MiB allreduce fits */
   for (int n = 2; n <= WEFT_DEV_MAX_RANKS; n++) {
     uint64_t lines = weft_dev_ll128_lines(n), bytes = weft_dev_ll128_bytes(n);
     assert_true(lines > 0);
@@ -498,6 +499,12 @@ static void ll128_sizing(void **st) {
                                              n - 2, n, lines);
     assert_true(top + 8 <= bytes && bytes - (top + 8) < WEFT_DEV_LL128_LINE_BYTES);
     uint64_t ring = weft_dev_ll128_ring(n), cap = weft_dev_ll128_capacity(n);
+    /* the kernel: lines of payload, ceil over its blocks, fit a slot up to fit, not past it */
+    uint64_t fit = weft_dev_ll128_fit(n);
+    uint64_t need = (fit + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
+    assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS <= lines);
+    need = (fit + 1 + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
+    assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS > lines);
     for (int r = 0; r < 2; r++) { /* copies, reductions */
       assert_int_equal(ring != 0, n <= 5);
       if (ring) {
@@ -507,11 +514,7 @@ static void ll128_sizing(void **st) {
         assert_true(cap == UINT64_MAX);
         assert_int_equal(weft_dev_ll128_max("17179869184", n, r), (int64_t)1 << 34);
       } else {
-        /* the kernel: lines of payload, ceil over its blocks, must fit a slot */
-        uint64_t need = (cap + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
-        assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS <= lines);
-        need = (cap + 1 + WEFT_DEV_LL128_DATA_BYTES - 1) / WEFT_DEV_LL128_DATA_BYTES;
-        assert_true((need + WEFT_DEV_LL128_CHANNELS - 1) / WEFT_DEV_LL128_CHANNELS > lines);
+        assert_int_equal(cap, fit);
         char buf[32];
         snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap);
         assert_int_equal(weft_dev_ll128_max(buf, n, r), (int64_t)cap);
