@@ -202,6 +202,32 @@ static int check_p2p_group(int rank, int n, weft_comm_t c, cudaStream_t s) {
   return 0;
 }
 
+/* Round k of an allreduce of cnt floats (in place on odd k) and an alltoall of blk-float
+ * blocks, new data each, both checked. a and b hold max(cnt, blk * n) floats, h as many. */
+static int ar_a2a_round(int rank, int n, weft_comm_t c, cudaStream_t s, float *a, float *b,
+                        float *h, size_t cnt, size_t blk, int k) {
+  float *out = k % 2 ? a : b;
+  fill(h, cnt, rank, k);
+  h2d(a, h, cnt * sizeof *h);
+  if (weft_allreduce(a, out, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s) ||
+      settle(c, s) != WEFT_SUCCESS)
+    FAIL("allreduce %d of %zu floats: %s", k, cnt, weft_get_last_error(c));
+  cudaMemcpy(h, out, cnt * sizeof *h, cudaMemcpyDeviceToHost);
+  if (!sum_ok(h, cnt, n, k)) FAIL("allreduce %d of %zu floats: wrong sum", k, cnt);
+  for (size_t i = 0; i < blk * (size_t)n; i++) /* block p goes to rank p */
+    h[i] = (float)(rank * 100000 + (int)(i % 99991) + k);
+  h2d(a, h, blk * (size_t)n * sizeof *h);
+  if (weft_alltoall(a, b, blk, WEFT_F32, c, (weft_stream_t)s) || settle(c, s) != WEFT_SUCCESS)
+    FAIL("alltoall %d of %zu-float blocks: %s", k, blk, weft_get_last_error(c));
+  cudaMemcpy(h, b, blk * (size_t)n * sizeof *h, cudaMemcpyDeviceToHost);
+  for (int p = 0; p < n; p++)
+    for (size_t i = 0; i < blk; i++)
+      if (h[(size_t)p * blk + i] !=
+          (float)(p * 100000 + (int)(((size_t)rank * blk + i) % 99991) + k))
+        FAIL("alltoall %d of %zu-float blocks: block from rank %d wrong at %zu", k, blk, p, i);
+  return 0;
+}
+
 /* The 128-byte kernel's sizes (on 2+ GPUs over NVLink), new data every call, so that a line
  * read before all of it landed, or a line left from an operation before, shows up: 40
  * allreduces of 5 MiB + 4 bytes (a last line part full), out of and in place, and 40 alltoalls
@@ -213,27 +239,8 @@ static int check_ll128(int rank, int n, weft_comm_t c, cudaStream_t s) {
   if (!h || cudaMalloc((void **)&a, all * sizeof *a) != cudaSuccess ||
       cudaMalloc((void **)&b, all * sizeof *b) != cudaSuccess)
     FAIL("cudaMalloc");
-  for (int k = 0; k < 40; k++) {
-    float *out = k % 2 ? a : b; /* odd calls in place */
-    fill(h, cnt, rank, k);
-    h2d(a, h, cnt * sizeof *h);
-    if (weft_allreduce(a, out, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s) ||
-        settle(c, s) != WEFT_SUCCESS)
-      FAIL("allreduce %d: %s", k, weft_get_last_error(c));
-    cudaMemcpy(h, out, cnt * sizeof *h, cudaMemcpyDeviceToHost);
-    if (!sum_ok(h, cnt, n, k)) FAIL("allreduce %d: wrong sum", k);
-    for (size_t i = 0; i < blk * (size_t)n; i++) /* block p goes to rank p */
-      h[i] = (float)(rank * 100000 + (int)(i % 99991) + k);
-    h2d(a, h, blk * (size_t)n * sizeof *h);
-    if (weft_alltoall(a, b, blk, WEFT_F32, c, (weft_stream_t)s) || settle(c, s) != WEFT_SUCCESS)
-      FAIL("alltoall %d: %s", k, weft_get_last_error(c));
-    cudaMemcpy(h, b, blk * (size_t)n * sizeof *h, cudaMemcpyDeviceToHost);
-    for (int p = 0; p < n; p++)
-      for (size_t i = 0; i < blk; i++)
-        if (h[(size_t)p * blk + i] !=
-            (float)(p * 100000 + (int)(((size_t)rank * blk + i) % 99991) + k))
-          FAIL("alltoall %d: block from rank %d wrong at %zu", k, p, i);
-  }
+  for (int k = 0; k < 40; k++)
+    if (ar_a2a_round(rank, n, c, s, a, b, h, cnt, blk, k)) return 1;
   cudaGraph_t g;
   cudaGraphExec_t ge;
   cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
@@ -269,25 +276,7 @@ static int check_ll128_ring(int rank, int n, weft_comm_t c, cudaStream_t s) {
       cudaMalloc((void **)&b, all * sizeof *b) != cudaSuccess)
     FAIL("cudaMalloc");
   for (int k = 0; k < 6; k++) {
-    float *out = k % 2 ? a : b;
-    fill(h, ar, rank, k);
-    h2d(a, h, ar * sizeof *h);
-    if (weft_allreduce(a, out, ar, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s) ||
-        settle(c, s) != WEFT_SUCCESS)
-      FAIL("ring: allreduce %d: %s", k, weft_get_last_error(c));
-    cudaMemcpy(h, out, ar * sizeof *h, cudaMemcpyDeviceToHost);
-    if (!sum_ok(h, ar, n, k)) FAIL("ring: allreduce %d: wrong sum", k);
-    for (size_t i = 0; i < a2a * (size_t)n; i++) /* block p goes to rank p */
-      h[i] = (float)(rank * 100000 + (int)(i % 99991) + k);
-    h2d(a, h, a2a * (size_t)n * sizeof *h);
-    if (weft_alltoall(a, b, a2a, WEFT_F32, c, (weft_stream_t)s) || settle(c, s) != WEFT_SUCCESS)
-      FAIL("alltoall %d: %s", k, weft_get_last_error(c));
-    cudaMemcpy(h, b, a2a * (size_t)n * sizeof *h, cudaMemcpyDeviceToHost);
-    for (int p = 0; p < n; p++)
-      for (size_t i = 0; i < a2a; i++)
-        if (h[(size_t)p * a2a + i] !=
-            (float)(p * 100000 + (int)(((size_t)rank * a2a + i) % 99991) + k))
-          FAIL("alltoall %d: block from rank %d wrong at %zu", k, p, i);
+    if (ar_a2a_round(rank, n, c, s, a, b, h, ar, a2a, k)) return 1;
     /* reduce_scatter: fill()'s pattern over the whole input, block `rank` summed here */
     fill(h, rs * (size_t)n, rank, k);
     h2d(a, h, rs * (size_t)n * sizeof *h);
