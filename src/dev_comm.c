@@ -25,14 +25,16 @@ struct weft_dev {
   int32_t *abort_h, *abort_d;
   weft_dev_error_t *err_h, *err_d;
   uint32_t chunk_bytes, stages;
-  uint32_t ll_block;       /* WEFT_LL_BLOCK_BYTES */
-  uint64_t oneshot_max;    /* allreduce one-shot up to this (WEFT_ONESHOT_MAX_BYTES) */
-  uint64_t ll_max;         /* low-latency kernel up to this per peer (WEFT_LL_MAX_BYTES) */
-  int ll_max_set;          /* ... as the user set it */
-  uint64_t ll128_max[2];   /* 128-byte kernel past that, up to this (WEFT_LL128_MAX_BYTES) */
-  uint64_t ll128_fit;      /* ... past this, rings (weft_dev_ll128_fit) */
-  uint64_t ll_lim[2];      /* what the low-latency kernel takes: copies, reductions */
-  weft_dev_planner_t plan; /* channels per operation; send/recv message counts */
+  uint32_t ll_block;     /* WEFT_LL_BLOCK_BYTES */
+  uint64_t oneshot_max;  /* allreduce one-shot up to this (WEFT_ONESHOT_MAX_BYTES) */
+  uint64_t ll_max;       /* low-latency kernel up to this per peer (WEFT_LL_MAX_BYTES) */
+  int ll_max_set;        /* ... as the user set it */
+  uint64_t ll128_max[2]; /* 128-byte kernel past that, up to this (WEFT_LL128_MAX_BYTES) */
+  uint64_t ll128_fit;    /* ... past this, rings (weft_dev_ll128_fit) */
+  uint64_t ll_lim[2];    /* what the low-latency kernel takes: copies, reductions */
+  uint64_t ce_min;       /* WEFT_CE_MIN_BYTES as it applies here */
+  uint64_t params[WEFT_DEV_NPARAMS]; /* as read, for the ranks to compare */
+  weft_dev_planner_t plan;           /* channels per operation; send/recv message counts */
   cudaEvent_t order;
   cudaStream_t last; /* stream of the last launch */
   int launched;
@@ -118,7 +120,8 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
           oneshot = weft_param_int("WEFT_ONESHOT_MAX_BYTES"),
           llmax = weft_param_int("WEFT_LL_MAX_BYTES"), sets = weft_param_int("WEFT_P2P_SETS"),
           ll128 = weft_dev_ll128_max(weft_param_str("WEFT_LL128_MAX_BYTES"), c->nranks, 0),
-          ll128r = weft_dev_ll128_max(weft_param_str("WEFT_LL128_MAX_BYTES"), c->nranks, 1);
+          ll128r = weft_dev_ll128_max(weft_param_str("WEFT_LL128_MAX_BYTES"), c->nranks, 1),
+          cemin = weft_dev_ce_min(weft_param_str("WEFT_CE_MIN_BYTES"), c->nranks, 0);
   if (chunk < 1024 || chunk > (64 << 20) || chunk % 16)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_P2P_CHUNK_BYTES=%lld: use a multiple of 16 in [1 KiB, 64 MiB]",
@@ -142,6 +145,10 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
                           "%llu (the 128-byte kernel's buffers on %d ranks)",
                           weft_param_str("WEFT_LL128_MAX_BYTES"),
                           (unsigned long long)weft_dev_ll128_capacity(c->nranks), c->nranks);
+  if (cemin < 0)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "WEFT_CE_MIN_BYTES=%s: use 0 (never, the default), auto or a byte count",
+                          weft_param_str("WEFT_CE_MIN_BYTES"));
   if (sets != 1 && sets != 2 && sets != 4 && sets != 8)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_SETS=%lld: use 1, 2, 4 or 8",
                           (long long)sets);
@@ -176,6 +183,10 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->plan.max_channels = (int)ch;
   d->plan.p2p_sets = (int)sets;
   d->plan.block_bytes = bb > 0 ? (size_t)bb : 8192;
+  const int64_t as_read[WEFT_DEV_NPARAMS] = {chunk, stages,  ch,    split, bb,     sets, rounds,
+                                             llb,   oneshot, llmax, ll128, ll128r, cemin};
+  for (int i = 0; i < WEFT_DEV_NPARAMS; i++)
+    d->params[i] = (uint64_t)as_read[i];
   /* staging is sized for the channels in use: ask for fewer, hold less */
   CUDA_CHECK(cudaSetDevice(device), "weft_comm_init: cudaSetDevice");
   CUDA_CHECK(cudaMalloc((void **)&d->counters, PRIVATE_BYTES), "weft_comm_init: cudaMalloc");
@@ -193,6 +204,24 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   CUDA_CHECK(cudaEventCreateWithFlags(&d->order, cudaEventDisableTiming),
              "weft_comm_init: cudaEventCreate");
   return WEFT_SUCCESS;
+}
+
+/* Ranks that set the device parameters differently would size their regions apart or run
+ * kernels that cannot talk to each other, and hang or corrupt: every rank checks all. */
+static weft_result_t agree_params(weft_comm_t c, const struct weft_dev *d) {
+  uint64_t *all = calloc((size_t)c->nranks, sizeof d->params);
+  if (!all) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
+  memcpy(all + (size_t)c->rank * WEFT_DEV_NPARAMS, d->params, sizeof d->params);
+  weft_result_t rc = weft_bootstrap_allgather(c->boot, all, sizeof d->params);
+  int r = 0, i = rc == WEFT_SUCCESS ? weft_dev_params_differ(all, c->nranks, &r) : -1;
+  if (i >= 0)
+    rc = weft_set_error(WEFT_ERR_INVALID_ARG,
+                        "weft_comm_init: %s differs between ranks (rank 0 read %lld, rank %d "
+                        "%lld): set it alike on every rank of a device communicator",
+                        weft_dev_param_name(i), (long long)all[i], r,
+                        (long long)all[(size_t)r * WEFT_DEV_NPARAMS + i]);
+  free(all);
+  return rc;
 }
 
 /* Every rank learns whether every other one got its GPU ready, so that one bad device
@@ -249,6 +278,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   int saved = -1;
   cudaGetDevice(&saved);
   weft_result_t rc = agree(c, dev_init(c, d, device));
+  if (rc == WEFT_SUCCESS) rc = agree_params(c, d);
   if (rc == WEFT_SUCCESS) {
     struct weft_dev h = *d;
     host_sizing(&h);
@@ -273,6 +303,8 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
     d->ll128_max[0] = d->ll128_max[1] = 0;
   }
   ll_limits(d);
+  d->ce_min =
+      (uint64_t)weft_dev_ce_min(weft_param_str("WEFT_CE_MIN_BYTES"), c->nranks, d->p2p.gpu_shared);
   /* Ranks sharing a GPU share its SMs too: with split roles their kernels could hold every
    * SM with blocks that wait for blocks not yet resident. One block per channel there. */
   if (d->p2p.gpu_shared) {
@@ -343,6 +375,8 @@ void *weft_dev_scratch(const struct weft_comm *c) {
 }
 
 const weft_p2p_t *weft_dev_p2p(const struct weft_comm *c) { return c->dev ? &c->dev->p2p : NULL; }
+
+uint64_t weft_dev_ce_min_bytes(const struct weft_comm *c) { return c->dev ? c->dev->ce_min : 0; }
 
 void weft_dev_idle(weft_comm_t c) {
   if (c->dev && c->dev->launched) cudaEventSynchronize(c->dev->order);

@@ -37,6 +37,8 @@ size_t weft_dev_memory(const struct weft_comm *c);
 void *weft_dev_scratch(const struct weft_comm *c);
 /* The peer mappings (which ranks share this process, host-staged or not); NULL on host comms. */
 const weft_p2p_t *weft_dev_p2p(const struct weft_comm *c);
+/* WEFT_CE_MIN_BYTES as it applies to c (0: the copy engines never take an operation). */
+uint64_t weft_dev_ce_min_bytes(const struct weft_comm *c);
 /* Waits until c's last launch on the GPU has finished. */
 void weft_dev_idle(struct weft_comm *c);
 

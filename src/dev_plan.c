@@ -268,16 +268,34 @@ int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, 
   }
 }
 
-uint64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared) {
+int64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared) {
   if (!param || !param[0]) return 0; /* the default: off */
-  if (strcmp(param, "auto") != 0) {
-    char *end = NULL;
-    unsigned long long v = strtoull(param, &end, 0);
-    if (end != param && *end == 0 && param[0] != '-') return (uint64_t)v;
-    WEFT_WARN(WEFT_SUB_TUNE, "WEFT_CE_MIN_BYTES=%s is neither a byte count nor auto; using auto",
-              param);
-  }
-  return nranks == 2 && !gpu_shared ? WEFT_DEV_CE_AUTO_BYTES : 0;
+  if (strcmp(param, "auto") == 0)
+    return nranks == 2 && !gpu_shared ? (int64_t)WEFT_DEV_CE_AUTO_BYTES : 0;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(param, &end, 0);
+  if (end == param || *end != 0 || param[0] == '-' || errno || v > INT64_MAX) return -1;
+  return (int64_t)v;
+}
+
+const char *weft_dev_param_name(int index) {
+  static const char *const names[WEFT_DEV_NPARAMS] = {
+      "WEFT_P2P_CHUNK_BYTES",   "WEFT_P2P_STAGES",   "WEFT_P2P_CHANNELS",    "WEFT_P2P_SPLIT",
+      "WEFT_P2P_BLOCK_BYTES",   "WEFT_P2P_SETS",     "WEFT_P2P_ROUNDS",      "WEFT_LL_BLOCK_BYTES",
+      "WEFT_ONESHOT_MAX_BYTES", "WEFT_LL_MAX_BYTES", "WEFT_LL128_MAX_BYTES", "WEFT_LL128_MAX_BYTES",
+      "WEFT_CE_MIN_BYTES"};
+  return index >= 0 && index < WEFT_DEV_NPARAMS ? names[index] : "?";
+}
+
+int weft_dev_params_differ(const uint64_t *all, int nranks, int *rank) {
+  for (int i = 0; i < WEFT_DEV_NPARAMS; i++)
+    for (int r = 1; r < nranks; r++)
+      if (all[(size_t)r * WEFT_DEV_NPARAMS + i] != all[i]) {
+        *rank = r;
+        return i;
+      }
+  return -1;
 }
 
 uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min) {

@@ -33,11 +33,21 @@ int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, 
 /* Bytes per peer block from which allgather and alltoall into windows take the copy
  * engines: the value of WEFT_CE_MIN_BYTES (0 or unset: never, the default), or for "auto"
  * 64 MiB where 2 ranks drive 2 GPUs, the one setup measured
- * (bench/results/2026-11-30-h200x2-ce.txt), and never on more ranks or ranks sharing a GPU.
- * Off by default because the copies cannot check, as the kernels' entry flags do, that every
- * rank passed the same window offset: on a mismatch they would land at the wrong place. */
+ * (bench/results/2026-11-30-h200x2-ce.txt), and never on more ranks or ranks sharing a GPU;
+ * -1 for anything else (the caller says why). Off by default because the copies cannot check,
+ * as the kernels' entry flags do, that every rank passed the same window offset: on a
+ * mismatch they would land at the wrong place. */
 #define WEFT_DEV_CE_AUTO_BYTES ((uint64_t)64 << 20)
-uint64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared);
+int64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared);
+/* The device parameters every rank of a communicator must set alike: they size the staging
+ * regions, cut operations into chunks and rounds, or choose between kernels that cannot talk
+ * to each other. weft_dev_setup exchanges them in this order (WEFT_LL128_MAX_BYTES twice:
+ * copies, reductions) and fails where a rank differs. */
+enum { WEFT_DEV_NPARAMS = 13 };
+const char *weft_dev_param_name(int index);
+/* all: nranks vectors of WEFT_DEV_NPARAMS values. The index of the first value in which some
+ * rank differs from rank 0, that rank in *rank; -1 where all agree. */
+int weft_dev_params_differ(const uint64_t *all, int nranks, int *rank);
 /* The segment (elements) of an allreduce that runs as a reduce_scatter by the kernels, then an
  * allgather of the segments through the copy engines: count / nranks where that divides
  * evenly and holds at least twice ce_min bytes (two launches and a barrier lose to the

@@ -248,11 +248,8 @@ void weft_window_free_all(weft_comm_t c) {
   c->wins = NULL;
 }
 
-/* WEFT_CE_MIN_BYTES as it applies to c (read when an operation is issued, as all are). */
-static uint64_t ce_min(weft_comm_t c) {
-  return weft_dev_ce_min(weft_param_str("WEFT_CE_MIN_BYTES"), c->nranks,
-                         weft_dev_p2p(c)->gpu_shared);
-}
+/* WEFT_CE_MIN_BYTES as it applies to c (read when c was created). */
+static uint64_t ce_min(weft_comm_t c) { return weft_dev_ce_min_bytes(c); }
 
 /* The window holding [p, p + bytes), or NULL. */
 static struct weft_window *find(const struct weft_winset *ws, const void *p, size_t bytes) {

@@ -306,6 +306,40 @@ static int check_ll128_ring(int rank, int n, weft_comm_t c, cudaStream_t s) {
   return 0;
 }
 
+/* A device parameter set differently on one rank fails every rank's init, naming it (else
+ * the ranks would size their regions apart or run kernels that cannot talk); a value no
+ * rank can use fails it too. Nothing is left behind: the comms made later work. */
+static int check_params(int rank, int dev, weft_comm_t world) {
+  weft_config_t cfg = WEFT_CONFIG_INIT;
+  cfg.device = dev;
+  weft_comm_t c = NULL;
+  const char *cur = getenv("WEFT_P2P_STAGES");
+  char other[8], was[64];
+  snprintf(other, sizeof other, "%d", cur && atoi(cur) == 3 ? 4 : 3);
+  snprintf(was, sizeof was, "%s", cur ? cur : "");
+  if (rank == 1) setenv("WEFT_P2P_STAGES", other, 1);
+  weft_result_t rc = weft_comm_split(world, 0, rank, &c, &cfg);
+  if (rank == 1 && cur) setenv("WEFT_P2P_STAGES", was, 1);
+  if (rank == 1 && !cur) unsetenv("WEFT_P2P_STAGES");
+  if (rc != WEFT_ERR_INVALID_ARG)
+    FAIL("WEFT_P2P_STAGES=%s on rank 1 alone gave %s", other, weft_result_string(rc));
+  if (!strstr(weft_get_last_error(NULL), "WEFT_P2P_STAGES differs between ranks"))
+    FAIL("unclear message");
+  if (rank == 0) printf("rank 0: %s\n", weft_get_last_error(NULL));
+  const char *ce = getenv("WEFT_CE_MIN_BYTES");
+  char saved[64];
+  snprintf(saved, sizeof saved, "%s", ce ? ce : "");
+  setenv("WEFT_CE_MIN_BYTES", "many", 1);
+  rc = weft_comm_split(world, 0, rank, &c, &cfg);
+  if (ce)
+    setenv("WEFT_CE_MIN_BYTES", saved, 1);
+  else
+    unsetenv("WEFT_CE_MIN_BYTES");
+  if (rc != WEFT_ERR_INVALID_ARG || !strstr(weft_get_last_error(NULL), "WEFT_CE_MIN_BYTES=many"))
+    FAIL("WEFT_CE_MIN_BYTES=many gave %s", weft_result_string(rc));
+  return 0;
+}
+
 typedef struct {
   weft_comm_t c;
   double delay;
@@ -434,6 +468,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   if (check_p2p_group(rank, n, a, s)) return 1;
   weft_comm_destroy(a);
   weft_comm_destroy(b);
+  if (check_params(rank, dev, world)) return 1;
   if (check_failures(rank, dev, world, s, 1000)) return 1;
   if (check_failures(rank, dev, world, s, (size_t)3 << 18)) return 1;
   if (check_failures(rank, dev, world, s, (size_t)3 << 20)) return 1;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dev_plan.h"
+#include "param.h"
 
 static weft_dev_planner_t planner(int rank, int n) {
   weft_dev_planner_t p = {
@@ -458,7 +459,7 @@ static void direct_placement(void **st) {
 }
 
 /* WEFT_CE_MIN_BYTES: off when unset or empty (the default), a byte count as given, auto only
- * where it was measured (2 ranks on 2 GPUs), anything else read as auto. */
+ * where it was measured (2 ranks on 2 GPUs), anything else refused (-1: the caller says so). */
 static void ce_threshold(void **st) {
   (void)st;
   const uint64_t a = WEFT_DEV_CE_AUTO_BYTES;
@@ -471,9 +472,38 @@ static void ce_threshold(void **st) {
   assert_int_equal(weft_dev_ce_min("0", 2, 0), 0);
   assert_int_equal(weft_dev_ce_min("1048576", 4, 1), 1048576);
   assert_int_equal(weft_dev_ce_min("0x100", 2, 0), 256);
-  assert_int_equal(weft_dev_ce_min("-5", 2, 0), a);
-  assert_int_equal(weft_dev_ce_min("12abc", 2, 0), a);
-  assert_int_equal(weft_dev_ce_min("many", 3, 0), 0);
+  assert_int_equal(weft_dev_ce_min("-5", 2, 0), -1);
+  assert_int_equal(weft_dev_ce_min("12abc", 2, 0), -1);
+  assert_int_equal(weft_dev_ce_min("many", 3, 0), -1);
+  assert_int_equal(weft_dev_ce_min("99999999999999999999999", 2, 0), -1);
+}
+
+/* The parameters every rank must set alike: the first one in which some rank differs from
+ * rank 0, and that rank; each has a name the error can give. */
+static void params_agree(void **st) {
+  (void)st;
+  enum { N = 4 };
+  uint64_t all[N * WEFT_DEV_NPARAMS];
+  for (int r = 0; r < N; r++)
+    for (int i = 0; i < WEFT_DEV_NPARAMS; i++)
+      all[r * WEFT_DEV_NPARAMS + i] = 1000 + (uint64_t)i;
+  int rank = -7;
+  assert_int_equal(weft_dev_params_differ(all, N, &rank), -1);
+  assert_int_equal(rank, -7);
+  assert_int_equal(weft_dev_params_differ(all, 1, &rank), -1);
+  all[3 * WEFT_DEV_NPARAMS + 5] = 1;
+  all[2 * WEFT_DEV_NPARAMS + 9] = 1;
+  assert_int_equal(weft_dev_params_differ(all, N, &rank), 5);
+  assert_int_equal(rank, 3);
+  assert_int_equal(weft_dev_params_differ(all, 3, &rank), 9); /* rank 3 not among them */
+  assert_int_equal(rank, 2);
+  all[0] = 7; /* rank 0 alone differs: the first other rank is named */
+  assert_int_equal(weft_dev_params_differ(all, N, &rank), 0);
+  assert_int_equal(rank, 1);
+  for (int i = 0; i < WEFT_DEV_NPARAMS; i++) /* a parameter of the table, with a default */
+    assert_true(weft_param_str(weft_dev_param_name(i))[0] != 0);
+  assert_string_equal(weft_dev_param_name(WEFT_DEV_NPARAMS), "?");
+  assert_string_equal(weft_dev_param_name(12), "WEFT_CE_MIN_BYTES");
 }
 
 /* The 128-byte kernel's buffers: about 18 MiB on any number of ranks, slots and credits that
@@ -573,6 +603,7 @@ int main(void) {
       cmocka_unit_test(ce_threshold),
       cmocka_unit_test(ce_allreduce_split),
       cmocka_unit_test(ll128_sizing),
+      cmocka_unit_test(params_agree),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
