@@ -233,12 +233,13 @@ static weft_result_t agree(weft_comm_t c, weft_result_t mine) {
   char msg[512];
   snprintf(msg, sizeof msg, "%s", weft_thread_error());
   weft_result_t rc = weft_bootstrap_allgather(c->boot, st, sizeof *st);
+  if (rc == WEFT_SUCCESS && mine != WEFT_SUCCESS) /* our own reason first */
+    rc = weft_set_error(mine, "%s", msg);
   for (int p = 0; p < c->nranks && rc == WEFT_SUCCESS; p++)
     if (st[p] != WEFT_SUCCESS)
-      rc = p == c->rank ? weft_set_error(mine, "%s", msg)
-                        : weft_set_error((weft_result_t)st[p],
-                                         "weft_comm_init: rank %d could not set up its GPU (%s)", p,
-                                         weft_result_string((weft_result_t)st[p]));
+      rc = weft_set_error((weft_result_t)st[p],
+                          "weft_comm_init: rank %d could not set up its GPU (%s)", p,
+                          weft_result_string((weft_result_t)st[p]));
   free(st);
   return rc;
 }
