@@ -268,15 +268,20 @@ int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, 
   }
 }
 
+/* A byte count (decimal, or 0x... hex) up to most, else -1. */
+static int64_t parse_bytes(const char *s, uint64_t most) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 0);
+  if (end == s || *end != 0 || s[0] == '-' || errno || v > most || v > INT64_MAX) return -1;
+  return (int64_t)v;
+}
+
 int64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared) {
   if (!param || !param[0]) return 0; /* the default: off */
   if (strcmp(param, "auto") == 0)
     return nranks == 2 && !gpu_shared ? (int64_t)WEFT_DEV_CE_AUTO_BYTES : 0;
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(param, &end, 0);
-  if (end == param || *end != 0 || param[0] == '-' || errno || v > INT64_MAX) return -1;
-  return (int64_t)v;
+  return parse_bytes(param, UINT64_MAX);
 }
 
 const char *weft_dev_param_name(int index) {
@@ -332,15 +337,10 @@ uint64_t weft_dev_ll128_capacity(int nranks) {
 }
 
 int64_t weft_dev_ll128_max(const char *param, int nranks, int reduces) {
-  uint64_t cap = weft_dev_ll128_capacity(nranks);
   /* auto: only where it ran, 2 ranks on 2 GPUs; more ranks take a byte count */
   if (!param || !param[0] || strcmp(param, "auto") == 0)
     return nranks != 2 ? 0 : reduces ? WEFT_DEV_LL128_AUTO_REDUCE_BYTES : WEFT_DEV_LL128_AUTO_BYTES;
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(param, &end, 0);
-  if (end == param || *end != 0 || param[0] == '-' || errno || v > cap || v > INT64_MAX) return -1;
-  return (int64_t)v;
+  return parse_bytes(param, weft_dev_ll128_capacity(nranks));
 }
 
 /* Reads want more requests in flight than writes: 4 GiB reduce_scatter ran at 290 GB/s on 64

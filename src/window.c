@@ -248,9 +248,6 @@ void weft_window_free_all(weft_comm_t c) {
   c->wins = NULL;
 }
 
-/* WEFT_CE_MIN_BYTES as it applies to c (read when c was created). */
-static uint64_t ce_min(weft_comm_t c) { return weft_dev_ce_min_bytes(c); }
-
 /* The window holding [p, p + bytes), or NULL. */
 static struct weft_window *find(const struct weft_winset *ws, const void *p, size_t bytes) {
   for (struct weft_window *w = ws->head; w; w = w->next)
@@ -302,9 +299,9 @@ int weft_window_direct(struct weft_comm *c, const weft_task_t *t, weft_dev_launc
   return 1;
 }
 
-/* Where the copy engines take t (an allgather or alltoall; min is ce_min(c)): a window of whole
- * pages on every rank, from min bytes per block, by the kernels' rule for writing into the
- * peers (an in-place alltoall stays staged); peer gets the peers' recvbufs. */
+/* Where the copy engines take t (an allgather or alltoall; min is weft_dev_ce_min_bytes(c)): a
+ * window of whole pages on every rank, from min bytes per block, by the kernels' rule for writing
+ * into the peers (an in-place alltoall stays staged); peer gets the peers' recvbufs. */
 static const struct weft_window *ce_window(weft_comm_t c, const weft_task_t *t, uint64_t min,
                                            char **peer) {
   struct weft_winset *ws = c->wins;
@@ -332,7 +329,7 @@ int weft_window_split_allreduce(weft_comm_t c, const weft_task_t *t, weft_task_t
   /* every operation on a comm with windows passes here: the threshold is read for allreduce
    * only, and once */
   if (!ws || !ws->head || t->args.coll != WEFT_COLL_ALLREDUCE) return 0;
-  uint64_t es = weft_dtype_size(t->dtype), min = ce_min(c),
+  uint64_t es = weft_dtype_size(t->dtype), min = weft_dev_ce_min_bytes(c),
            seg = weft_dev_ce_split(t, c->nranks, min);
   if (!seg) return 0;
   char *mine = (char *)t->recvbuf + (uint64_t)c->rank * seg * es, *peer[WEFT_DEV_MAX_RANKS];
@@ -373,7 +370,7 @@ weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t
   size_t blk = t->args.count * weft_dtype_size(t->dtype);
   const char *send = t->sendbuf;
   char *recv = t->recvbuf, *peer[WEFT_DEV_MAX_RANKS];
-  if (!ce_window(c, t, ce_min(c), peer)) return WEFT_SUCCESS;
+  if (!ce_window(c, t, weft_dev_ce_min_bytes(c), peer)) return WEFT_SUCCESS;
   *taken = 1;
   cudaStream_t s = (cudaStream_t)(void *)stream;
   CHECK(weft_barrier(c, stream));

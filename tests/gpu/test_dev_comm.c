@@ -56,6 +56,19 @@ static weft_result_t settle(weft_comm_t c, cudaStream_t s) {
   return e;
 }
 
+/* Replays ge once on new input (fill()'s pattern with salt, cnt floats copied into in on s,
+ * which the graph reads) and checks the allreduce's sum in out. */
+static int replay_sum(int rank, int n, weft_comm_t c, cudaStream_t s, cudaGraphExec_t ge, float *in,
+                      const float *out, float *h, size_t cnt, int salt) {
+  fill(h, cnt, rank, salt);
+  cudaMemcpyAsync(in, h, cnt * sizeof *h, cudaMemcpyHostToDevice, s); /* ordered on s */
+  cudaGraphLaunch(ge, s);
+  if (settle(c, s) != WEFT_SUCCESS) FAIL("replay %d failed", salt);
+  cudaMemcpy(h, out, cnt * sizeof *h, cudaMemcpyDeviceToHost);
+  if (!sum_ok(h, cnt, n, salt)) FAIL("replay %d: wrong sum", salt);
+  return 0;
+}
+
 static int check_graph(int rank, int n, weft_comm_t c, cudaStream_t s) {
   size_t cnt = 6 << 20; /* 24 MiB: the 128-byte kernel's rings over NVLink, else the general one */
   float *d = NULL, *out = NULL, *h = malloc(cnt * sizeof *h);
@@ -69,12 +82,7 @@ static int check_graph(int rank, int n, weft_comm_t c, cudaStream_t s) {
   if (cudaStreamEndCapture(s, &g) != cudaSuccess || rc || rc2) FAIL("capture failed");
   if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) FAIL("instantiate failed");
   for (int rep = 0; rep < 5; rep++) { /* new inputs each replay: the graph reads them */
-    fill(h, cnt, rank, rep);
-    cudaMemcpyAsync(d, h, cnt * sizeof *h, cudaMemcpyHostToDevice, s); /* ordered on s */
-    cudaGraphLaunch(ge, s);
-    if (settle(c, s) != WEFT_SUCCESS) FAIL("replay %d failed", rep);
-    cudaMemcpy(h, out, cnt * sizeof *h, cudaMemcpyDeviceToHost);
-    if (!sum_ok(h, cnt, n, rep)) FAIL("replay %d: wrong sum", rep);
+    if (replay_sum(rank, n, c, s, ge, d, out, h, cnt, rep)) return 1;
     cudaMemcpy(h, d, 1000 * sizeof *h, cudaMemcpyDeviceToHost);
     if (!sum_ok(h, 1000, n, rep)) FAIL("replay %d: wrong in-place sum", rep);
   }
@@ -247,14 +255,8 @@ static int check_ll128(int rank, int n, weft_comm_t c, cudaStream_t s) {
   weft_result_t rc = weft_allreduce(a, b, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
   if (cudaStreamEndCapture(s, &g) != cudaSuccess || rc) FAIL("capture failed");
   if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) FAIL("instantiate failed");
-  for (int rep = 0; rep < 4; rep++) {
-    fill(h, cnt, rank, 50 + rep);
-    cudaMemcpyAsync(a, h, cnt * sizeof *h, cudaMemcpyHostToDevice, s);
-    cudaGraphLaunch(ge, s);
-    if (settle(c, s) != WEFT_SUCCESS) FAIL("replay %d failed", rep);
-    cudaMemcpy(h, b, cnt * sizeof *h, cudaMemcpyDeviceToHost);
-    if (!sum_ok(h, cnt, n, 50 + rep)) FAIL("replay %d: wrong sum", rep);
-  }
+  for (int rep = 0; rep < 4; rep++)
+    if (replay_sum(rank, n, c, s, ge, a, b, h, cnt, 50 + rep)) return 1;
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   cudaFree(a);
