@@ -33,8 +33,10 @@ struct weft_dev {
   uint64_t ll128_fit;    /* ... past this, rings (weft_dev_ll128_fit) */
   uint64_t ll_lim[2];    /* what the low-latency kernel takes: copies, reductions */
   uint64_t ce_min;       /* WEFT_CE_MIN_BYTES as it applies here */
-  uint64_t params[WEFT_DEV_NPARAMS]; /* as read, for the ranks to compare */
-  weft_dev_planner_t plan;           /* channels per operation; send/recv message counts */
+  uint64_t direct_min, direct_read_max; /* WEFT_DIRECT_MIN_BYTES, WEFT_DIRECT_READ_MAX_BYTES */
+  int direct_channels;                  /* WEFT_DIRECT_CHANNELS */
+  uint64_t params[WEFT_DEV_NPARAMS];    /* as read, for the ranks to compare */
+  weft_dev_planner_t plan;              /* channels per operation; send/recv message counts */
   cudaEvent_t order;
   cudaStream_t last; /* stream of the last launch */
   int launched;
@@ -121,7 +123,10 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
           llmax = weft_param_int("WEFT_LL_MAX_BYTES"), sets = weft_param_int("WEFT_P2P_SETS"),
           ll128 = weft_dev_ll128_max(weft_param_str("WEFT_LL128_MAX_BYTES"), c->nranks, 0),
           ll128r = weft_dev_ll128_max(weft_param_str("WEFT_LL128_MAX_BYTES"), c->nranks, 1),
-          cemin = weft_dev_ce_min(weft_param_str("WEFT_CE_MIN_BYTES"), c->nranks, 0);
+          cemin = weft_dev_ce_min(weft_param_str("WEFT_CE_MIN_BYTES"), c->nranks, 0),
+          dmin = weft_param_int("WEFT_DIRECT_MIN_BYTES"),
+          dch = weft_param_int("WEFT_DIRECT_CHANNELS"),
+          dread = weft_param_int("WEFT_DIRECT_READ_MAX_BYTES");
   if (chunk < 1024 || chunk > (64 << 20) || chunk % 16)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_P2P_CHUNK_BYTES=%lld: use a multiple of 16 in [1 KiB, 64 MiB]",
@@ -149,6 +154,13 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_CE_MIN_BYTES=%s: use 0 (never, the default), auto or a byte count",
                           weft_param_str("WEFT_CE_MIN_BYTES"));
+  if (dmin < 0 || dread < 0)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s=%lld: use 0 or a byte count",
+                          dmin < 0 ? "WEFT_DIRECT_MIN_BYTES" : "WEFT_DIRECT_READ_MAX_BYTES",
+                          (long long)(dmin < 0 ? dmin : dread));
+  if (dch < 1 || dch > WEFT_DEV_DIRECT_CHANNELS)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_DIRECT_CHANNELS=%lld: use 1-%d",
+                          (long long)dch, WEFT_DEV_DIRECT_CHANNELS);
   if (sets != 1 && sets != 2 && sets != 4 && sets != 8)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_P2P_SETS=%lld: use 1, 2, 4 or 8",
                           (long long)sets);
@@ -176,6 +188,9 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->ll128_max[0] = (uint64_t)ll128;
   d->ll128_max[1] = (uint64_t)ll128r;
   d->ll128_fit = weft_dev_ll128_fit(c->nranks);
+  d->direct_min = (uint64_t)dmin;
+  d->direct_read_max = (uint64_t)dread;
+  d->direct_channels = (int)dch;
   d->launch.rounds = (uint32_t)rounds;
   d->plan.split = (int)split;
   d->plan.rank = c->rank;
@@ -183,8 +198,9 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   d->plan.max_channels = (int)ch;
   d->plan.p2p_sets = (int)sets;
   d->plan.block_bytes = bb > 0 ? (size_t)bb : 8192;
-  const int64_t as_read[WEFT_DEV_NPARAMS] = {chunk, stages,  ch,    split, bb,     sets, rounds,
-                                             llb,   oneshot, llmax, ll128, ll128r, cemin};
+  const int64_t as_read[WEFT_DEV_NPARAMS] = {chunk,  stages, ch,      split, bb,    sets,
+                                             rounds, llb,    oneshot, llmax, ll128, ll128r,
+                                             cemin,  dmin,   dch,     dread};
   for (int i = 0; i < WEFT_DEV_NPARAMS; i++)
     d->params[i] = (uint64_t)as_read[i];
   /* staging is sized for the channels in use: ask for fewer, hold less */
@@ -281,9 +297,11 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   weft_result_t rc = agree(c, dev_init(c, d, device));
   if (rc == WEFT_SUCCESS) rc = agree_params(c, d);
   if (rc == WEFT_SUCCESS) {
-    struct weft_dev h = *d;
+    struct weft_dev h = *d, pcie = *d;
     host_sizing(&h);
-    size_t bytes[2] = {region_bytes(d, c->nranks), region_bytes(&h, c->nranks)};
+    pcie.ll128_max[0] = pcie.ll128_max[1] = 0;
+    size_t bytes[3] = {region_bytes(d, c->nranks), region_bytes(&pcie, c->nranks),
+                       region_bytes(&h, c->nranks)};
     rc = weft_p2p_map(c->boot, c->rank, c->nranks, device, bytes,
                       weft_param_int("WEFT_P2P_DISABLE") != 0, &d->p2p);
     if (rc == WEFT_SUCCESS && d->p2p.host) host_sizing(d);
@@ -295,7 +313,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   }
   /* The 128-byte kernel trusts a warp's 128-byte store to land whole: NVLink between two GPUs
    * does that; PCIe, host memory and ranks on one GPU (p2p.nvlink is 0 for all) are not known
-   * to. */
+   * to. The region was sized without its buffers there. */
   if ((d->ll128_max[0] || d->ll128_max[1]) && !d->p2p.nvlink) {
     WEFT_INFO(WEFT_SUB_INIT,
               "rank %d: the 128-byte low-latency kernel is off: some pair of ranks is not on two "
@@ -378,6 +396,11 @@ void *weft_dev_scratch(const struct weft_comm *c) {
 const weft_p2p_t *weft_dev_p2p(const struct weft_comm *c) { return c->dev ? &c->dev->p2p : NULL; }
 
 uint64_t weft_dev_ce_min_bytes(const struct weft_comm *c) { return c->dev ? c->dev->ce_min : 0; }
+
+void weft_dev_direct_limits(const struct weft_comm *c, uint64_t *min, uint64_t *read_max) {
+  *min = c->dev ? c->dev->direct_min : 0;
+  *read_max = c->dev ? c->dev->direct_read_max : 0;
+}
 
 void weft_dev_idle(weft_comm_t c) {
   if (c->dev && c->dev->launched) cudaEventSynchronize(c->dev->order);
@@ -604,8 +627,7 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
     memset(placed, 0, (size_t)ntasks); /* only the group's part: this is every call's path */
     rc = weft_dev_plan(&d->plan, tasks, ntasks, placed, &d->launch, &nblocks, &more);
     if (rc == WEFT_SUCCESS && direct && d->launch.nitems == 1)
-      nblocks = weft_dev_place_direct(&d->plan, tasks, (int)weft_param_int("WEFT_DIRECT_CHANNELS"),
-                                      &d->launch.items[0]);
+      nblocks = weft_dev_place_direct(&d->plan, tasks, d->direct_channels, &d->launch.items[0]);
   }
   /* Operations of one comm run in issue order even across streams (their channels are
    * shared); a stream being captured into a graph orders itself. */

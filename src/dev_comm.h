@@ -39,6 +39,8 @@ void *weft_dev_scratch(const struct weft_comm *c);
 const weft_p2p_t *weft_dev_p2p(const struct weft_comm *c);
 /* WEFT_CE_MIN_BYTES as it applies to c (0: the copy engines never take an operation). */
 uint64_t weft_dev_ce_min_bytes(const struct weft_comm *c);
+/* WEFT_DIRECT_MIN_BYTES and WEFT_DIRECT_READ_MAX_BYTES as read at init (0 on host comms). */
+void weft_dev_direct_limits(const struct weft_comm *c, uint64_t *min, uint64_t *read_max);
 /* Waits until c's last launch on the GPU has finished. */
 void weft_dev_idle(struct weft_comm *c);
 

@@ -286,10 +286,14 @@ int64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared) {
 
 const char *weft_dev_param_name(int index) {
   static const char *const names[WEFT_DEV_NPARAMS] = {
-      "WEFT_P2P_CHUNK_BYTES",   "WEFT_P2P_STAGES",   "WEFT_P2P_CHANNELS",    "WEFT_P2P_SPLIT",
-      "WEFT_P2P_BLOCK_BYTES",   "WEFT_P2P_SETS",     "WEFT_P2P_ROUNDS",      "WEFT_LL_BLOCK_BYTES",
-      "WEFT_ONESHOT_MAX_BYTES", "WEFT_LL_MAX_BYTES", "WEFT_LL128_MAX_BYTES", "WEFT_LL128_MAX_BYTES",
-      "WEFT_CE_MIN_BYTES"};
+      "WEFT_P2P_CHUNK_BYTES",   "WEFT_P2P_STAGES",
+      "WEFT_P2P_CHANNELS",      "WEFT_P2P_SPLIT",
+      "WEFT_P2P_BLOCK_BYTES",   "WEFT_P2P_SETS",
+      "WEFT_P2P_ROUNDS",        "WEFT_LL_BLOCK_BYTES",
+      "WEFT_ONESHOT_MAX_BYTES", "WEFT_LL_MAX_BYTES",
+      "WEFT_LL128_MAX_BYTES",   "WEFT_LL128_MAX_BYTES",
+      "WEFT_CE_MIN_BYTES",      "WEFT_DIRECT_MIN_BYTES",
+      "WEFT_DIRECT_CHANNELS",   "WEFT_DIRECT_READ_MAX_BYTES"};
   return index >= 0 && index < WEFT_DEV_NPARAMS ? names[index] : "?";
 }
 

@@ -43,7 +43,7 @@ int64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared);
  * regions, cut operations into chunks and rounds, or choose between kernels that cannot talk
  * to each other. weft_dev_setup exchanges them in this order (WEFT_LL128_MAX_BYTES twice:
  * copies, reductions) and fails where a rank differs. */
-enum { WEFT_DEV_NPARAMS = 13 };
+enum { WEFT_DEV_NPARAMS = 16 };
 const char *weft_dev_param_name(int index);
 /* all: nranks vectors of WEFT_DEV_NPARAMS values. The index of the first value in which some
  * rank differs from rank 0, that rank in *rank; -1 where all agree. */

@@ -17,7 +17,6 @@
 #include "dev_plan.h"
 #include "dtype.h"
 #include "err.h"
-#include "param.h"
 
 #define WEFT_WINDOW_PAGE ((uint64_t)2 << 20)
 
@@ -273,8 +272,9 @@ int weft_window_direct(struct weft_comm *c, const weft_task_t *t, weft_dev_launc
   if (!ws || !ws->head) return 0;
   /* NVLink reads fell behind the staged writes past the cap (on 128 channels: 256 MiB
    * allreduce 819 us against 803, bench/results/2026-11-30-h200x2-tuning-16.txt) */
-  int needs = weft_dev_direct_needs(t, c->nranks, (uint64_t)weft_param_int("WEFT_DIRECT_MIN_BYTES"),
-                                    (uint64_t)weft_param_int("WEFT_DIRECT_READ_MAX_BYTES"));
+  uint64_t min = 0, read_max = 0;
+  weft_dev_direct_limits(c, &min, &read_max);
+  int needs = weft_dev_direct_needs(t, c->nranks, min, read_max);
   if (!needs) return 0;
   weft_coll_t k = t->args.coll;
   size_t n = (size_t)c->nranks, blk = t->args.count * weft_dtype_size(t->dtype);

@@ -44,48 +44,57 @@ static weft_result_t same_process(int device, const card_t *peer, int peer_dev, 
       ERR_GOTO(rc, label, WEFT_ERR_SYSTEM, "%s: %s", what, cudaGetErrorString(e_));                \
   } while (0)
 
-/* Maps every peer's region over peer access; 0 (with the reason logged) where some peer
- * cannot be reached that way, so that the communicator can stage through host memory.
- * *linked: every peer is on another GPU, over a link with native atomics. */
-static int map_peers(const card_t *cards, weft_p2p_t *out, int *linked) {
+/* What this rank learns of its peers before anything is allocated: 1 where it can map every
+ * peer's memory, | 2 where every peer is on another GPU over a link with native atomics
+ * (NVLink, not PCIe). */
+static int32_t reach_peers(const card_t *cards, const weft_p2p_t *out, int8_t *peer_dev) {
+  int rank = out->rank, device = out->device, linked = 1;
+  for (int p = 0; p < out->nranks; p++) {
+    peer_dev[p] = -1;
+    if (p == rank) continue;
+    if (strcmp(cards[p].bus, cards[rank].bus) == 0) {
+      linked = 0;
+      continue;
+    }
+    int ok = 0, dev = -1, atomics = 0;
+    /* the peer's GPU as this process numbers it */
+    if (cudaDeviceGetByPCIBusId(&dev, cards[p].bus) != cudaSuccess ||
+        cudaDeviceCanAccessPeer(&ok, device, dev) != cudaSuccess || !ok) {
+      cudaGetLastError();
+      WEFT_INFO(WEFT_SUB_INIT, "p2p: GPU %s (rank %d) cannot map the memory of GPU %s (rank %d)",
+                cards[rank].bus, rank, cards[p].bus, p);
+      return 0;
+    }
+    peer_dev[p] = (int8_t)dev;
+    if (cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, device, dev) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      atomics = 0;
+    }
+    if (!atomics) linked = 0;
+  }
+  return 1 | (linked ? 2 : 0);
+}
+
+/* Maps every peer's region; 0 (with the reason logged) where some handle does not open, so
+ * that the communicator can stage through host memory. */
+static int map_peers(const card_t *cards, const int8_t *peer_dev, weft_p2p_t *out) {
   int rank = out->rank, device = out->device;
-  *linked = 1;
   for (int p = 0; p < out->nranks; p++) {
     if (p == rank) {
       out->region[p] = out->mine;
       continue;
-    }
-    int peer_dev = -1;
-    if (strcmp(cards[p].bus, cards[rank].bus) != 0) {
-      int ok = 0;
-      /* the peer's GPU as this process numbers it */
-      if (cudaDeviceGetByPCIBusId(&peer_dev, cards[p].bus) != cudaSuccess ||
-          cudaDeviceCanAccessPeer(&ok, device, peer_dev) != cudaSuccess || !ok) {
-        cudaGetLastError();
-        WEFT_INFO(WEFT_SUB_INIT, "p2p: GPU %s (rank %d) cannot map the memory of GPU %s (rank %d)",
-                  cards[rank].bus, rank, cards[p].bus, p);
-        return 0;
-      }
-      int atomics = 0;
-      if (cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, device,
-                                    peer_dev) != cudaSuccess) {
-        cudaGetLastError();
-        atomics = 0;
-      }
-      if (!atomics) *linked = 0;
-    } else {
-      *linked = 0;
     }
     void *ptr = NULL;
     cudaError_t e = cudaIpcOpenMemHandle(&ptr, cards[p].handle, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess && cards[p].pid == cards[rank].pid) {
       /* most likely our own process (a pid alone could repeat across containers) */
       cudaGetLastError();
-      if (same_process(device, &cards[p], peer_dev, &ptr) != WEFT_SUCCESS) {
+      if (same_process(device, &cards[p], peer_dev[p], &ptr) != WEFT_SUCCESS) {
         WEFT_INFO(WEFT_SUB_INIT, "%s", weft_thread_error());
         return 0;
       }
-      out->local_dev[p] = (int8_t)(peer_dev >= 0 ? peer_dev : device);
+      out->local_dev[p] = (int8_t)(peer_dev[p] >= 0 ? peer_dev[p] : device);
     } else if (e != cudaSuccess) {
       cudaGetLastError();
       WEFT_INFO(WEFT_SUB_INIT, "p2p: rank %d cannot map rank %d's region (pid %d): %s", rank, p,
@@ -99,6 +108,21 @@ static int map_peers(const card_t *cards, weft_p2p_t *out, int *linked) {
   return 1;
 }
 
+/* 1 where every rank's word has all the bits of want, after an allgather of each rank's. */
+static weft_result_t all_have(weft_bootstrap_t *boot, int32_t *words, int rank, int nranks,
+                              int32_t mine, int32_t want, int *yes, int *first_bad) {
+  words[rank] = mine;
+  CHECK(weft_bootstrap_allgather(boot, words, sizeof *words));
+  *yes = 1;
+  *first_bad = -1;
+  for (int p = 0; p < nranks; p++)
+    if ((words[p] & want) != want) {
+      *yes = 0;
+      if (*first_bad < 0) *first_bad = p;
+    }
+  return WEFT_SUCCESS;
+}
+
 /* Peer-mapped device regions, the IPC handles and allocation undone. */
 static void unmap_device(weft_p2p_t *p) {
   for (int r = 0; r < p->nranks && r < WEFT_DEV_MAX_RANKS; r++)
@@ -110,35 +134,26 @@ static void unmap_device(weft_p2p_t *p) {
 }
 
 weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int device,
-                           const size_t bytes[2], int force_host, weft_p2p_t *out) {
+                           const size_t bytes[3], int force_host, weft_p2p_t *out) {
   weft_result_t rc = WEFT_SUCCESS;
   card_t *cards = NULL;
-  int32_t *ok = NULL;
+  int32_t *words = NULL;
+  int8_t peer_dev[WEFT_DEV_MAX_RANKS];
   memset(out, 0, sizeof *out);
   out->device = device;
   out->rank = rank;
   out->nranks = nranks;
-  out->bytes = bytes[0];
   memset(out->local_dev, -1, sizeof out->local_dev);
   if (nranks > WEFT_DEV_MAX_RANKS)
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
                           "device communicators have at most %d ranks (one host) for now; %d asked",
                           WEFT_DEV_MAX_RANKS, nranks);
   cards = calloc((size_t)nranks, sizeof *cards);
-  ok = calloc((size_t)nranks, sizeof *ok);
-  if (!cards || !ok) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "p2p: out of memory");
-  if (!force_host) {
-    CUDA_GOTO(cudaMalloc((void **)&out->mine, bytes[0]), rc, fail,
-              "p2p: cudaMalloc of the staging region");
-    CUDA_GOTO(cudaMemset(out->mine, 0, bytes[0]), rc, fail, "p2p: cudaMemset");
-    CUDA_GOTO(cudaDeviceSynchronize(), rc, fail, "p2p: cudaDeviceSynchronize");
-    CUDA_GOTO(cudaIpcGetMemHandle(&cards[rank].handle, out->mine), rc, fail,
-              "p2p: cudaIpcGetMemHandle");
-  }
+  words = calloc((size_t)nranks, sizeof *words);
+  if (!cards || !words) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "p2p: out of memory");
   cards[rank].force_host = force_host != 0;
   cards[rank].device = device;
   cards[rank].pid = (int32_t)getpid();
-  cards[rank].addr = (uint64_t)(uintptr_t)out->mine;
   CUDA_GOTO(cudaDeviceGetPCIBusId(cards[rank].bus, sizeof cards[rank].bus, device), rc, fail,
             "p2p: cudaDeviceGetPCIBusId");
   CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
@@ -148,31 +163,47 @@ weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
     for (int q = p + 1; q < nranks; q++)
       out->gpu_shared |= strcmp(cards[p].bus, cards[q].bus) == 0;
   }
-  /* All ranks must choose alike: one pair that cannot map each other stages everyone. */
-  int linked = 0;
-  ok[rank] = !forced && map_peers(cards, out, &linked) ? 1 | (linked ? 2 : 0) : 0;
-  CHECK_GOTO(weft_bootstrap_allgather(boot, ok, sizeof *ok), rc, fail);
-  int all = 1, first_bad = -1;
-  out->nvlink = 1;
-  for (int p = 0; p < nranks; p++) {
-    if (!ok[p] && first_bad < 0) all = 0, first_bad = p;
-    if (!(ok[p] & 2)) out->nvlink = 0;
+  /* All ranks must choose alike: one pair that cannot map each other stages everyone. The
+   * links are known before the region is allocated, so that it holds only what runs over
+   * them (the 128-byte kernel's buffers need NVLink). */
+  int reach = 0, first_bad = -1;
+  int32_t mine = forced ? 0 : reach_peers(cards, out, peer_dev);
+  CHECK_GOTO(all_have(boot, words, rank, nranks, mine, 1, &reach, &first_bad), rc, fail);
+  out->nvlink = reach;
+  for (int p = 0; p < nranks; p++)
+    if (!(words[p] & 2)) out->nvlink = 0;
+  int mapped = 0;
+  if (reach) {
+    out->bytes = bytes[out->nvlink ? 0 : 1];
+    CUDA_GOTO(cudaMalloc((void **)&out->mine, out->bytes), rc, fail,
+              "p2p: cudaMalloc of the staging region");
+    CUDA_GOTO(cudaMemset(out->mine, 0, out->bytes), rc, fail, "p2p: cudaMemset");
+    CUDA_GOTO(cudaDeviceSynchronize(), rc, fail, "p2p: cudaDeviceSynchronize");
+    CUDA_GOTO(cudaIpcGetMemHandle(&cards[rank].handle, out->mine), rc, fail,
+              "p2p: cudaIpcGetMemHandle");
+    cards[rank].addr = (uint64_t)(uintptr_t)out->mine;
+    CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
+    CHECK_GOTO(all_have(boot, words, rank, nranks, map_peers(cards, peer_dev, out), 1, &mapped,
+                        &first_bad),
+               rc, fail);
   }
-  if (!all) { /* a rank that could not map has no link bit: nvlink is 0 already */
+  if (!mapped) {
     unmap_device(out);
+    out->nvlink = 0;
+    memset(out->local_dev, -1, sizeof out->local_dev);
     if (!forced && rank == 0)
       WEFT_WARN(WEFT_SUB_INIT,
                 "p2p: rank %d's GPU cannot map every peer's memory (WEFT_DEBUG=INFO says why); "
                 "every rank stages through host memory, which is slower than NVLink",
                 first_bad);
-    CHECK_GOTO(weft_hoststage_map(boot, rank, nranks, bytes[1], out), rc, fail);
+    CHECK_GOTO(weft_hoststage_map(boot, rank, nranks, bytes[2], out), rc, fail);
   }
   free(cards);
-  free(ok);
+  free(words);
   return WEFT_SUCCESS;
 fail:
   free(cards);
-  free(ok);
+  free(words);
   weft_p2p_unmap(out);
   return rc;
 }

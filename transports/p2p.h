@@ -32,13 +32,14 @@ typedef struct {
   int linked;
 } weft_p2p_t;
 
-/* Collective. Allocates a region of bytes[0] on device (the current device), exchanges
- * handles and maps every peer's region over peer-to-peer access. Where some pair cannot
- * map each other (no peer access, an IPC handle that does not open), or force_host is set
- * on any rank, every rank instead maps host-staged regions of bytes[1]; out->host says
- * which. */
+/* Collective. Learns the links between the ranks' GPUs, allocates a region on device (the
+ * current device) of bytes[0] where every pair is joined by NVLink (out->nvlink), else of
+ * bytes[1], exchanges handles and maps every peer's region over peer-to-peer access. Where
+ * some pair cannot map each other (no peer access, an IPC handle that does not open), or
+ * force_host is set on any rank, every rank instead maps host-staged regions of bytes[2];
+ * out->host says which. */
 weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int device,
-                           const size_t bytes[2], int force_host, weft_p2p_t *out);
+                           const size_t bytes[3], int force_host, weft_p2p_t *out);
 void weft_p2p_unmap(weft_p2p_t *p);
 /* Before the regions go. Ranks of this process may still run kernels that write to ours:
  * their GPUs are synchronized here, which keeps destroy local for one process driving

@@ -1,5 +1,7 @@
 /* For rank functions of the multi-process tests: report a failure with this rank's number
- * and weft's last error, and return 1 (the launcher then fails the test). Needs `rank`. */
+ * and the thread's last weft error, and return 1 (the launcher then fails the test). Needs
+ * `rank`. That error may predate the failure (a call that returned success, or a check of
+ * the test's own, sets none), so it is labelled as what it is. */
 #ifndef WEFT_TEST_RANK_CHECK_H
 #define WEFT_TEST_RANK_CHECK_H
 
@@ -11,7 +13,7 @@
   do {                                                                                             \
     fprintf(stderr, "rank %d: ", rank);                                                            \
     fprintf(stderr, __VA_ARGS__);                                                                  \
-    fprintf(stderr, " (%s)\n", weft_get_last_error(NULL));                                         \
+    fprintf(stderr, " (last weft error on this thread: %s)\n", weft_get_last_error(NULL));         \
     return 1;                                                                                      \
   } while (0)
 

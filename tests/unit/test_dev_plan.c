@@ -504,6 +504,7 @@ static void params_agree(void **st) {
     assert_true(weft_param_str(weft_dev_param_name(i))[0] != 0);
   assert_string_equal(weft_dev_param_name(WEFT_DEV_NPARAMS), "?");
   assert_string_equal(weft_dev_param_name(12), "WEFT_CE_MIN_BYTES");
+  assert_string_equal(weft_dev_param_name(15), "WEFT_DIRECT_READ_MAX_BYTES");
 }
 
 /* The 128-byte kernel's buffers: about 18 MiB on any number of ranks, slots and credits that
