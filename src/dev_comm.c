@@ -180,9 +180,14 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   /* One-shot moves (n-1) x the buffer into each rank in one exchange; two-shot moves
    * 2(n-1)/n x in two. On 2 ranks that is the same traffic, so one-shot wins everywhere:
    * on 2 H200s it beat two-shot from 2 MiB (20.0 vs 24.9 us) to 1 GiB (3.06 vs 3.31 ms;
-   * bench/results/2026-11-30-h200x2-tuning-5.txt). More ranks multiply one-shot's
-   * traffic: 256 KiB there is a guess, not a measurement. */
-  d->oneshot_max = oneshot > 0 ? (uint64_t)oneshot : c->nranks <= 2 ? UINT64_MAX : 256 * 1024;
+   * bench/results/2026-11-30-h200x2-tuning-5.txt). On 4 H200s it won up to 1 MiB (29.5
+   * against 35.6 us) and lost from 2 MiB (56.4 against 46.3; bench/results/
+   * 2026-11-30-h200x4.txt); 3 ranks, where its share of the traffic is smaller, keep that
+   * limit. More ranks multiply it: 256 KiB there is a guess, not a measurement. */
+  d->oneshot_max = oneshot > 0      ? (uint64_t)oneshot
+                   : c->nranks <= 2 ? UINT64_MAX
+                   : c->nranks <= 4 ? 1 << 20
+                                    : 256 * 1024;
   d->ll_max = llmax > 0 ? (uint64_t)llmax : WEFT_DEV_LL_MAX_BYTES;
   d->ll_max_set = llmax > 0;
   d->ll128_max[0] = (uint64_t)ll128;

@@ -26,10 +26,13 @@ static uint64_t round_len(int nranks, const weft_task_t *t, int kind) {
 }
 
 /* Blocks per channel when steps get blocks of their own (see weft_dev_item_t). Rooted
- * collectives keep one: a rank there only sends or only receives. */
+ * collectives keep one: a rank there only sends or only receives. So does two-shot
+ * allreduce: split, its reduced chunks took channels of their own, half of them, and on 4
+ * H200s one block per channel on all of them took 9-22% less time from 8 to 128 MiB (128
+ * MiB 836 us against 1076; bench/results/2026-11-30-h200x4.txt). On 2 ranks two-shot runs
+ * only when forced. */
 static int split_roles(int kind) {
   switch (kind) {
-  case WEFT_DEV_ALLREDUCE_TWOSHOT: return 3;
   case WEFT_DEV_ALLREDUCE_ONESHOT:
   case WEFT_DEV_REDUCE_SCATTER:
   case WEFT_DEV_ALLGATHER:
@@ -146,20 +149,13 @@ static void place_coll(const weft_dev_planner_t *d, const weft_task_t *t, int ki
    * peers' blocks see the same channels. */
   if (d->split && kind == WEFT_DEV_BROADCAST && t->args.root == d->rank && t->sendbuf != t->recvbuf)
     roles = 2;
-  /* two-shot with split roles sends its reduced chunks on channels of their own */
-  uint64_t avail =
-      (uint64_t)(kind == WEFT_DEV_ALLREDUCE_TWOSHOT && roles > 1 ? per_coll / 2 : per_coll);
-  if (avail == 0) { /* a group too full to give two-shot two channels: one role */
-    roles = 1;
-    avail = (uint64_t)per_coll;
-  }
+  uint64_t avail = (uint64_t)per_coll;
   /* alltoallv's sizes differ per rank: only a fixed count agrees everywhere */
   uint64_t nch = kind == WEFT_DEV_ALLTOALLV ? avail : want < avail ? want : avail;
   int chan = slot * per_coll;
   it->roles = (uint8_t)roles;
   it->chan0 = (uint16_t)chan;
-  it->chan1 = (uint16_t)(kind == WEFT_DEV_ALLREDUCE_TWOSHOT && roles > 1 ? (uint64_t)chan + nch
-                                                                         : (uint64_t)chan);
+  it->chan1 = (uint16_t)chan;
   it->nblocks = (uint16_t)(nch * (uint64_t)roles);
 }
 
@@ -341,9 +337,12 @@ uint64_t weft_dev_ll128_capacity(int nranks) {
 }
 
 int64_t weft_dev_ll128_max(const char *param, int nranks, int reduces) {
-  /* auto: only where it ran, 2 ranks on 2 GPUs; more ranks take a byte count */
+  /* auto: where it was measured against the general kernel, 2 ranks on 2 GPUs and 4 on 4;
+   * other counts take a byte count */
   if (!param || !param[0] || strcmp(param, "auto") == 0)
-    return nranks != 2 ? 0 : reduces ? WEFT_DEV_LL128_AUTO_REDUCE_BYTES : WEFT_DEV_LL128_AUTO_BYTES;
+    return nranks == 2   ? reduces ? WEFT_DEV_LL128_AUTO_REDUCE_BYTES : WEFT_DEV_LL128_AUTO_BYTES
+           : nranks == 4 ? reduces ? WEFT_DEV_LL128_AUTO4_REDUCE_BYTES : WEFT_DEV_LL128_AUTO4_BYTES
+                         : 0;
   return parse_bytes(param, weft_dev_ll128_capacity(nranks));
 }
 

@@ -61,6 +61,13 @@ uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min);
  * of 128 MiB 219.2 against 231.8; bench/results/2026-11-30-h200x2-tuning-21.txt). */
 #define WEFT_DEV_LL128_AUTO_BYTES        ((int64_t)16 << 20)
 #define WEFT_DEV_LL128_AUTO_REDUCE_BYTES ((int64_t)64 << 20)
+/* The same on 4 ranks on 4 H200s (bench/results/2026-11-30-h200x4.txt): against the small
+ * low-latency kernel it won at 512 KiB per peer (allgather 14.6 us against 16.1, alltoall
+ * 13.5 against 16.7, reduce_scatter 15.4 against 19.3) and for reductions at 2 and 8 MiB too
+ * (reduce_scatter 48.6 against 54.5, 153.8 against 175.5); at 2 MiB per peer the general
+ * kernel copied faster (allgather 39.1 against 43.8). 3 and 5 ranks are not measured. */
+#define WEFT_DEV_LL128_AUTO4_BYTES        ((int64_t)1 << 20)
+#define WEFT_DEV_LL128_AUTO4_REDUCE_BYTES ((int64_t)8 << 20)
 /* The 128-byte low-latency kernel (ll128.cu): lines per channel, parity and source slot on
  * nranks ranks (its buffers hold the same bytes on any number of ranks: 18 MiB per rank),
  * the bytes they take in each rank's region with the receivers' credits, the lines of the

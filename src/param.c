@@ -40,8 +40,8 @@ static const struct {
      "device: low-latency kernel up to this many bytes per peer (0: 1 MiB, its most)"},
     {"WEFT_LL128_MAX_BYTES", "auto",
      "device over NVLink: past the low-latency kernel, its 128-byte-line kernel up to this many "
-     "bytes per peer (auto, on 2 ranks only: 16 MiB for copies, 64 MiB for reductions; 0: "
-     "never)"},
+     "bytes per peer (auto: on 2 ranks 16 MiB for copies and 64 MiB for reductions, on 4 "
+     "ranks 1 MiB and 8 MiB, else never; 0: never)"},
     {"WEFT_LL_BLOCK_BYTES", "4096",
      "device: payload per block of the low-latency allreduce (16-byte multiple, 512-16384)"},
     {"WEFT_ONESHOT_MAX_BYTES", "0", "device allreduce: one-shot up to this size (0: the tuner's)"},

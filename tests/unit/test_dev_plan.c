@@ -162,7 +162,8 @@ static void alltoallv_blocks_agree(void **st) {
 }
 
 /* Five two-shot allreduces of growing size in one group: items follow each other in blocks
- * and own disjoint channel ranges, the reduced chunks' channels included. */
+ * and own disjoint channel ranges. Two-shot keeps one block per channel, split or not, and
+ * sends its reduced chunks on the channels of its input. */
 static void group_channels_disjoint(void **st) {
   (void)st;
   for (int split = 0; split < 2; split++) {
@@ -182,13 +183,12 @@ static void group_channels_disjoint(void **st) {
     for (int i = 0; i < 5; i++) {
       const weft_dev_item_t *it = &L.items[i];
       assert_int_equal(it->kind, WEFT_DEV_ALLREDUCE_TWOSHOT);
-      assert_int_equal(it->roles, split ? 3 : 1);
+      assert_int_equal(it->roles, 1);
       assert_int_equal(it->block0, blocks);
       assert_int_equal(it->nblocks % it->roles, 0);
       int nch = it->nblocks / it->roles;
       assert_true(nch >= 1 && chan_end(it) <= 64);
-      /* split: the reduced chunks follow the input channels; else they share them */
-      assert_int_equal(it->chan1, split ? it->chan0 + nch : it->chan0);
+      assert_int_equal(it->chan1, it->chan0);
       if (i) assert_true(it->chan0 >= chan_end(&L.items[i - 1]));
       blocks += it->nblocks;
     }
@@ -552,7 +552,10 @@ static void ll128_sizing(void **st) {
         snprintf(buf, sizeof buf, "%llu", (unsigned long long)cap + 1);
         assert_int_equal(weft_dev_ll128_max(buf, n, r), -1);
       }
-      int64_t a = n != 2 ? 0 : r ? WEFT_DEV_LL128_AUTO_REDUCE_BYTES : WEFT_DEV_LL128_AUTO_BYTES;
+      int64_t a = n == 2   ? r ? WEFT_DEV_LL128_AUTO_REDUCE_BYTES : WEFT_DEV_LL128_AUTO_BYTES
+                  : n == 4 ? r ? WEFT_DEV_LL128_AUTO4_REDUCE_BYTES : WEFT_DEV_LL128_AUTO4_BYTES
+                           : 0;
+      assert_true((uint64_t)a <= weft_dev_ll128_capacity(n)); /* auto always fits */
       assert_int_equal(weft_dev_ll128_max(NULL, n, r), a);
       assert_int_equal(weft_dev_ll128_max("auto", n, r), a);
       assert_int_equal(weft_dev_ll128_max("0", n, r), 0);
