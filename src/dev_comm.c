@@ -80,9 +80,9 @@ static size_t ll128_offset(const struct weft_dev *d, int nranks) {
   return (end + WEFT_DEV_LL128_LINE_BYTES - 1) / WEFT_DEV_LL128_LINE_BYTES *
          WEFT_DEV_LL128_LINE_BYTES;
 }
-static size_t region_bytes(const struct weft_dev *d, int nranks) {
-  int on = d->ll128_max[0] || d->ll128_max[1];
-  return ll128_offset(d, nranks) + (on ? weft_dev_ll128_bytes(nranks) : 0);
+/* with_ll128: the 128-byte kernel's buffers too */
+static size_t region_bytes(const struct weft_dev *d, int nranks, int with_ll128) {
+  return ll128_offset(d, nranks) + (with_ll128 ? weft_dev_ll128_bytes(nranks) : 0);
 }
 
 /* Host-staged regions live in /dev/shm and carry PCIe's bandwidth, not NVLink's. On 2 H200s
@@ -100,6 +100,8 @@ static void host_sizing(struct weft_dev *d) {
 }
 
 static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
+  const char *ll128s = weft_param_str("WEFT_LL128_MAX_BYTES"),
+             *ces = weft_param_str("WEFT_CE_MIN_BYTES");
   int ndev = 0;
   cudaError_t ce = cudaGetDeviceCount(&ndev);
   if (ce != cudaSuccess)
@@ -121,9 +123,9 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
           llb = weft_param_int("WEFT_LL_BLOCK_BYTES"), rounds = weft_param_int("WEFT_P2P_ROUNDS"),
           oneshot = weft_param_int("WEFT_ONESHOT_MAX_BYTES"),
           llmax = weft_param_int("WEFT_LL_MAX_BYTES"), sets = weft_param_int("WEFT_P2P_SETS"),
-          ll128 = weft_dev_ll128_max(weft_param_str("WEFT_LL128_MAX_BYTES"), c->nranks, 0),
-          ll128r = weft_dev_ll128_max(weft_param_str("WEFT_LL128_MAX_BYTES"), c->nranks, 1),
-          cemin = weft_dev_ce_min(weft_param_str("WEFT_CE_MIN_BYTES"), c->nranks, 0),
+          ll128 = weft_dev_ll128_max(ll128s, c->nranks, 0),
+          ll128r = weft_dev_ll128_max(ll128s, c->nranks, 1),
+          cemin = weft_dev_ce_min(ces, c->nranks, 0),
           dmin = weft_param_int("WEFT_DIRECT_MIN_BYTES"),
           dch = weft_param_int("WEFT_DIRECT_CHANNELS"),
           dread = weft_param_int("WEFT_DIRECT_READ_MAX_BYTES");
@@ -142,18 +144,17 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
                           (long long)llmax, WEFT_DEV_LL_MAX_BYTES);
   if (ll128 < 0 && weft_dev_ll128_ring(c->nranks))
     return weft_set_error(WEFT_ERR_INVALID_ARG,
-                          "WEFT_LL128_MAX_BYTES=%s: use auto, 0 (never) or a byte count",
-                          weft_param_str("WEFT_LL128_MAX_BYTES"));
+                          "WEFT_LL128_MAX_BYTES=%s: use auto, 0 (never) or a byte count", ll128s);
   if (ll128 < 0)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_LL128_MAX_BYTES=%s: use auto, 0 (never) or a byte count up to "
                           "%llu (the 128-byte kernel's buffers on %d ranks)",
-                          weft_param_str("WEFT_LL128_MAX_BYTES"),
-                          (unsigned long long)weft_dev_ll128_capacity(c->nranks), c->nranks);
+                          ll128s, (unsigned long long)weft_dev_ll128_capacity(c->nranks),
+                          c->nranks);
   if (cemin < 0)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_CE_MIN_BYTES=%s: use 0 (never, the default), auto or a byte count",
-                          weft_param_str("WEFT_CE_MIN_BYTES"));
+                          ces);
   if (dmin < 0 || dread < 0)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "%s=%lld: use 0 or a byte count",
                           dmin < 0 ? "WEFT_DIRECT_MIN_BYTES" : "WEFT_DIRECT_READ_MAX_BYTES",
@@ -302,11 +303,10 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   weft_result_t rc = agree(c, dev_init(c, d, device));
   if (rc == WEFT_SUCCESS) rc = agree_params(c, d);
   if (rc == WEFT_SUCCESS) {
-    struct weft_dev h = *d, pcie = *d;
+    struct weft_dev h = *d;
     host_sizing(&h);
-    pcie.ll128_max[0] = pcie.ll128_max[1] = 0;
-    size_t bytes[3] = {region_bytes(d, c->nranks), region_bytes(&pcie, c->nranks),
-                       region_bytes(&h, c->nranks)};
+    size_t bytes[3] = {region_bytes(d, c->nranks, d->ll128_max[0] || d->ll128_max[1]),
+                       region_bytes(d, c->nranks, 0), region_bytes(&h, c->nranks, 0)};
     rc = weft_p2p_map(c->boot, c->rank, c->nranks, device, bytes,
                       weft_param_int("WEFT_P2P_DISABLE") != 0, &d->p2p);
     if (rc == WEFT_SUCCESS && d->p2p.host) host_sizing(d);

@@ -149,9 +149,9 @@ static void place_coll(const weft_dev_planner_t *d, const weft_task_t *t, int ki
    * peers' blocks see the same channels. */
   if (d->split && kind == WEFT_DEV_BROADCAST && t->args.root == d->rank && t->sendbuf != t->recvbuf)
     roles = 2;
-  uint64_t avail = (uint64_t)per_coll;
   /* alltoallv's sizes differ per rank: only a fixed count agrees everywhere */
-  uint64_t nch = kind == WEFT_DEV_ALLTOALLV ? avail : want < avail ? want : avail;
+  uint64_t avail = (uint64_t)per_coll,
+           nch = kind == WEFT_DEV_ALLTOALLV || want > avail ? avail : want;
   int chan = slot * per_coll;
   it->roles = (uint8_t)roles;
   it->chan0 = (uint16_t)chan;

@@ -82,8 +82,8 @@ uint64_t weft_dev_ll128_fit(int nranks);
 uint64_t weft_dev_ll128_capacity(int nranks);
 /* WEFT_LL128_MAX_BYTES read: the payload per peer up to which the 128-byte kernel runs, past
  * the small one's limit, for copies or reductions: "auto" (or unset) the limits above on 2
- * ranks, the one setup it ran on, and 0 on more; 0 never; a byte count up to the capacity,
- * for both, on any number of ranks. -1 for anything else (the caller says why). */
+ * and 4 ranks, the setups it was measured on, and 0 on other counts; 0 never; a byte count up to
+ * the capacity, for both, on any number of ranks. -1 for anything else (the caller says why). */
 int64_t weft_dev_ll128_max(const char *param, int nranks, int reduces);
 /* Makes it, the planner's item for t, run on windows (window.c found them), and returns its
  * blocks. Allreduce runs two-shot there whatever the tuner chose: in place, one-shot would

@@ -108,15 +108,16 @@ static int map_peers(const card_t *cards, const int8_t *peer_dev, weft_p2p_t *ou
   return 1;
 }
 
-/* 1 where every rank's word has all the bits of want, after an allgather of each rank's. */
+/* *yes: every rank's word, gathered into words, has bit 0 set; *first_bad the first that
+ * has not. */
 static weft_result_t all_have(weft_bootstrap_t *boot, int32_t *words, int rank, int nranks,
-                              int32_t mine, int32_t want, int *yes, int *first_bad) {
+                              int32_t mine, int *yes, int *first_bad) {
   words[rank] = mine;
   CHECK(weft_bootstrap_allgather(boot, words, sizeof *words));
   *yes = 1;
   *first_bad = -1;
   for (int p = 0; p < nranks; p++)
-    if ((words[p] & want) != want) {
+    if (!(words[p] & 1)) {
       *yes = 0;
       if (*first_bad < 0) *first_bad = p;
     }
@@ -168,7 +169,7 @@ weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
    * them (the 128-byte kernel's buffers need NVLink). */
   int reach = 0, first_bad = -1;
   int32_t mine = forced ? 0 : reach_peers(cards, out, peer_dev);
-  CHECK_GOTO(all_have(boot, words, rank, nranks, mine, 1, &reach, &first_bad), rc, fail);
+  CHECK_GOTO(all_have(boot, words, rank, nranks, mine, &reach, &first_bad), rc, fail);
   out->nvlink = reach;
   for (int p = 0; p < nranks; p++)
     if (!(words[p] & 2)) out->nvlink = 0;
@@ -183,9 +184,9 @@ weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
               "p2p: cudaIpcGetMemHandle");
     cards[rank].addr = (uint64_t)(uintptr_t)out->mine;
     CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
-    CHECK_GOTO(all_have(boot, words, rank, nranks, map_peers(cards, peer_dev, out), 1, &mapped,
-                        &first_bad),
-               rc, fail);
+    CHECK_GOTO(
+        all_have(boot, words, rank, nranks, map_peers(cards, peer_dev, out), &mapped, &first_bad),
+        rc, fail);
   }
   if (!mapped) {
     unmap_device(out);

@@ -68,7 +68,8 @@ typedef enum {
  * whole once its first block is resident. */
 typedef struct {
   uint8_t kind, dtype, op;
-  uint8_t roles;  /* 1, 2 (send + gather | receive) or 3 (send | receive | gather) */
+  uint8_t roles;  /* 1, 2 (send + gather | receive), or 3 (send | receive | gather: the planner
+                   * no longer asks for it, see split_roles in dev_plan.c) */
   uint8_t direct; /* on windows: straight between the peers' buffers (weft_dev_launch_t.direct);
                      an allgather's or alltoall's second role copies our own block */
   uint8_t pad_[3];
