@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite on the device machine, with a report under OUT: GPU topology, the gpu test
-# suite (oracle matrix on device buffers, 2 ranks on 2 GPUs with and without split roles,
-# one process driving both GPUs, and 2-3 ranks sharing one GPU; the same through host-staged
+# suite (oracle matrix on device buffers, every device algorithm, rings included, 2 ranks on 2
+# GPUs with and without split roles, one process driving both GPUs, 2-3 ranks sharing one GPU,
+# and 4 ranks on the 2 GPUs; the same through host-staged
 # regions (WEFT_P2P_DISABLE=1, on every rank or on rank 1 alone); a rank SIGKILLed mid-kernel;
 # graph capture, concurrent communicators, a send/recv group cut into several launches
 # (also with WEFT_P2P_SETS=1), failures, the 128-byte low-latency kernel (its sizes and its
@@ -79,6 +80,9 @@ run one_process bash -c 'logged_twice "$@"' _ 'straight into (or from)' "$out/wi
 run gpu_fault "$b/tests/gpu/test_gpu_fault"
 run collectives_2_share "$b/tests/gpu/test_collectives_gpu" 2 --share
 run collectives_3_share "$b/tests/gpu/test_collectives_gpu" 3 --share
+# 4 ranks on the 2 GPUs in turn: every hop of a ring crosses NVLink, and two ranks share each GPU.
+run collectives_4_on_2 "$b/tests/gpu/test_collectives_gpu" 4
+run dev_comm_4_on_2 "$b/tests/gpu/test_dev_comm" 4
 # Host-staged regions (as where GPUs cannot map each other), forced; the INFO log must show it.
 host_matrix() { # log, test args...
   local log=$1

@@ -432,11 +432,16 @@ static void poll_kernel_error(weft_comm_t c) {
   if (e->code != WEFT_DEV_ERR_NONE) {
     char msg[512];
     uint32_t k = e->kind, direct = (k & WEFT_DEV_DIRECT_KIND) != 0;
-    k &= ~WEFT_DEV_DIRECT_KIND;
+    uint32_t ring = (k & WEFT_DEV_RING_KIND) != 0;
+    k &= ~(WEFT_DEV_DIRECT_KIND | WEFT_DEV_RING_KIND);
     uint32_t ll = k >= WEFT_DEV_KIND_COUNT; /* a low-latency kernel's */
     uint32_t ll128 = k >= 2 * WEFT_DEV_KIND_COUNT;
     k -= ll128 ? 2 * WEFT_DEV_KIND_COUNT : ll ? WEFT_DEV_KIND_COUNT : 0;
     const char *what = k < WEFT_DEV_KIND_COUNT ? kinds[k] : "?";
+    if (ring) /* "two-shot" names the segments only */
+      what = k == WEFT_DEV_ALLREDUCE_TWOSHOT ? "ring allreduce"
+             : k == WEFT_DEV_REDUCE_SCATTER  ? "ring reduce_scatter"
+                                             : "ring allgather";
     /* a rank writing into windows against one that is not waits on flags of its own */
     const char *hint = direct ? " (on windows: did every rank pass window buffers, at the same "
                                 "offsets?)"
@@ -484,18 +489,19 @@ void weft_dev_watch(weft_comm_t c) {
 }
 
 void weft_dev_tune(const struct weft_comm *c, weft_task_t *t) {
-  if (t->args.coll != WEFT_COLL_ALLREDUCE) {
-    t->algo = WEFT_ALGO_DIRECT;
-    return;
-  }
+  weft_coll_t k = t->args.coll;
+  t->algo = WEFT_ALGO_DIRECT;
+  if (k != WEFT_COLL_ALLREDUCE && k != WEFT_COLL_REDUCE_SCATTER && k != WEFT_COLL_ALLGATHER) return;
   /* getenv itself, not the parameter table: this runs on every call, and queueing an
    * operation is what limits small ones (a kernel launch alone takes ~4.3 us there). */
   const char *env = getenv("WEFT_ALGO");
   weft_algo_t forced = env ? weft_algo_parse(env) : WEFT_ALGO_AUTO;
-  if (forced == WEFT_ALGO_ONESHOT || forced == WEFT_ALGO_TWOSHOT) {
+  if (forced == WEFT_ALGO_RING ||
+      (k == WEFT_COLL_ALLREDUCE && (forced == WEFT_ALGO_ONESHOT || forced == WEFT_ALGO_TWOSHOT))) {
     t->algo = forced;
     return;
   }
+  if (k != WEFT_COLL_ALLREDUCE) return;
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
   t->algo = bytes <= c->dev->oneshot_max ? WEFT_ALGO_ONESHOT : WEFT_ALGO_TWOSHOT;
 }
@@ -539,7 +545,7 @@ static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int 
  * (*wide). */
 static int ll_kind(const weft_comm_t c, const weft_task_t *tasks, int ntasks, int *wide) {
   *wide = 0;
-  if (ntasks != 1 || c->nranks < 2) return -1;
+  if (ntasks != 1 || c->nranks < 2 || tasks->algo == WEFT_ALGO_RING) return -1;
   const weft_task_t *t = tasks;
   const struct weft_dev *d = c->dev;
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
@@ -593,13 +599,14 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   uint8_t placed[WEFT_DEV_MAX_GROUP];
   rc = check_buffers(c, tasks, ntasks);
   weft_task_t parts[2];
-  if (rc == WEFT_SUCCESS && ntasks == 1 && c->wins &&
-      weft_window_split_allreduce(c, tasks, parts)) {
+  /* a forced ring runs as one, through staging, windows or not */
+  int windows = ntasks == 1 && c->wins && tasks->algo != WEFT_ALGO_RING;
+  if (rc == WEFT_SUCCESS && windows && weft_window_split_allreduce(c, tasks, parts)) {
     leave_device(d->device, saved);
     rc = weft_dev_submit(c, &parts[0], 1, stream);
     return rc != WEFT_SUCCESS ? rc : weft_dev_submit(c, &parts[1], 1, stream);
   }
-  if (rc == WEFT_SUCCESS && ntasks == 1 && c->wins) { /* into a window: copy engines */
+  if (rc == WEFT_SUCCESS && windows) { /* into a window: copy engines */
     int taken = 0;
     weft_result_t wrc = weft_window_try(c, tasks, stream, &taken);
     if (taken) {

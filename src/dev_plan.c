@@ -42,6 +42,7 @@ static int split_roles(int kind) {
   }
 }
 
+/* An allreduce as a ring runs on two-shot's segments (weft_dev_item_t.ring). */
 static int dev_kind(const weft_task_t *t) {
   switch (t->args.coll) {
   case WEFT_COLL_ALLREDUCE:
@@ -142,7 +143,7 @@ static void place_coll(const weft_dev_planner_t *d, const weft_task_t *t, int ki
   /* In place, one-shot's reducers and alltoall's receivers overwrite input that the
    * senders of the same channel may not have read yet; the kernel makes them wait for
    * their sender's round (weft_dev_launch_t.progress), so split roles stay. */
-  int roles = d->split ? split_roles(kind) : 1;
+  int roles = d->split && !it->ring ? split_roles(kind) : 1;
   /* An out-of-place broadcast root also copies its input to its output: on blocks of their
    * own that copy does not hold up its NVLink writes (1 GiB: 345 GB/s against 359 in place,
    * bench/results/2026-11-30-h200x2-rooted-p2p.txt). Roles are a rank's own business; its
@@ -234,6 +235,9 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
     it->count = t->args.count;
     it->send = t->sendbuf;
     it->recv = t->recvbuf;
+    it->ring = t->algo == WEFT_ALGO_RING &&
+               (kind == WEFT_DEV_ALLREDUCE_TWOSHOT || kind == WEFT_DEV_REDUCE_SCATTER ||
+                kind == WEFT_DEV_ALLGATHER);
     uint64_t want = (len * es + d->block_bytes - 1) / d->block_bytes;
     if (want < 1) want = 1;
     if (p2p)

@@ -72,7 +72,9 @@ typedef struct {
                    * no longer asks for it, see split_roles in dev_plan.c) */
   uint8_t direct; /* on windows: straight between the peers' buffers (weft_dev_launch_t.direct);
                      an allgather's or alltoall's second role copies our own block */
-  uint8_t pad_[3];
+  uint8_t ring;   /* allreduce (two-shot's segments), reduce_scatter or allgather as a pipelined
+                     ring: each chunk passes rank to rank + 1 (one role) */
+  uint8_t pad_[2];
   int16_t root;     /* broadcast/reduce root; send/recv peer */
   int16_t a2av;     /* index into the launch's alltoallv table */
   uint16_t block0;  /* first block of this item */
@@ -156,6 +158,9 @@ typedef struct {
 
 /* What a direct item (weft_dev_item_t.direct) records as weft_dev_error_t.kind, or'd in. */
 #define WEFT_DEV_DIRECT_KIND 0x100u
+
+/* ... and a ring item (weft_dev_item_t.ring). */
+#define WEFT_DEV_RING_KIND 0x200u
 
 /* What a low-latency kernel records as weft_dev_error_t.kind. */
 #define WEFT_DEV_LL_KIND(k) (WEFT_DEV_KIND_COUNT + (k))

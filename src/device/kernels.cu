@@ -1,7 +1,8 @@
 /* The device executor: one kernel per launch runs every work item of an operation or a
  * group, each item on its own blocks (one block = one channel). Every collective is a
  * direct exchange through peers' staging slots, cut into rounds of one chunk per block,
- * which is bandwidth-optimal when every GPU reaches every other over NVLink. */
+ * which is bandwidth-optimal when every GPU reaches every other over NVLink; allreduce,
+ * reduce_scatter and allgather can also run as a pipelined ring (WEFT_ALGO=ring). */
 #include <cuda_runtime.h>
 
 #include "dev.h"
@@ -420,6 +421,61 @@ __device__ void reduce_scatter(const Chan &c, const Item &w) {
   }
 }
 
+/* Pipelined ring (weft_dev_item_t.ring): a channel's chunk of each segment travels rank to
+ * rank + 1, one staging slot at a time, so every rank writes to one peer only and each step
+ * waits on one neighbour, the pattern NCCL runs on NVLink. At step s (0..2n-2 for allreduce)
+ * a rank handles segment me - s - 1: it sends its input (s = 0), adds its input to what
+ * came from rank - 1 and sends the sum on (s < n - 1), finishes the sum into its output and
+ * sends it on (s = n - 1: its own segment), or stores what came and passes it on (s >= n).
+ * reduce_scatter stops after step n - 1, allgather starts at it with its own block. Sums
+ * run in ring order (segment g: rank g + 1 first), on every rank alike; an average divides
+ * only in the final step. Needs two staging slots: a rank holds rank - 1's slot while it
+ * waits for one in rank + 1. */
+__device__ void ring(const Chan &c, const Item &w) {
+  const weft_dev_item_t *it = w.it;
+  const int n = c.n, me = c.rank, es = w.es, next = (me + 1) % n, prev = (me + n - 1) % n;
+  const bool ar = it->kind == WEFT_DEV_ALLREDUCE_TWOSHOT, ag = it->kind == WEFT_DEV_ALLGATHER;
+  const char *in = (const char *)it->send;
+  char *out = (char *)it->recv;
+  const uint64_t count = it->count, v = 16 / es;
+  /* allreduce: segments of its buffer as two-shot cuts them; else rank blocks */
+  const uint64_t seg = ar ? ((count + n - 1) / n + v - 1) / v * v : count;
+  const uint64_t in_stride = ag ? 0 : seg, out_stride = ar || ag ? seg : 0;
+  const int first = ag ? n - 1 : 0, last = ar || ag ? 2 * n - 2 : n - 1;
+  const int partial_op = it->op == WEFT_AVG ? WEFT_SUM : it->op;
+  auto seg_len = [&](int g) -> uint64_t {
+    if (!ar) return count;
+    uint64_t base = (uint64_t)g * seg;
+    return count <= base ? 0 : count - base < seg ? count - base : seg;
+  };
+  uint64_t unit = unit_for(seg, w.nb, w.chunk_elems, es, w.rounds);
+  if (unit == 0) return;
+  for (uint64_t off = (uint64_t)w.ci * unit; off < seg; off += (uint64_t)w.nb * unit)
+    for (int s = first; s <= last; s++) {
+      const int g = (me - s - 1 + 2 * n) % n;
+      const uint64_t len = clamp_len(seg_len(g), off, unit);
+      if (!len) continue; /* rank - 1 skipped it one step earlier, rank + 1 will one later */
+      const char *from = nullptr, *mine = in + ((uint64_t)g * in_stride + off) * es;
+      char *dst[2];
+      int nd = 0;
+      const bool sends = s < 2 * n - 2 && !(!ar && !ag && s == n - 1);
+      if (s > first && !(from = c.recv_slot(prev))) return;
+      if (sends && !(dst[nd++] = c.send_slot(next))) return;
+      char *o = out + ((uint64_t)g * out_stride + off) * es;
+      if (s >= n - 1 && !(s == first && o == mine)) dst[nd++] = o; /* in place: already there */
+      if (!ag && s > 0 && s <= n - 1) {
+        const char *src[2] = {from, mine};
+        reduce_any(it->dtype, s == n - 1 ? it->op : partial_op, dst, nd, src, 2, len, n);
+      } else {
+        copy_multi(dst, nd, s == first ? mine : from, len * es);
+      }
+      /* the slot back to rank - 1 first: publishing after it cost nothing, the other way
+       * round 1 GiB allgathers ran 8% longer on 2 H200s (device calls 27 and 29) */
+      if (s > first) c.release(&prev, 1);
+      if (sends) c.publish(&next, 1);
+    }
+}
+
 /* Broadcast (reduce = false) or reduce to the root, directly. */
 __device__ void rooted(const Chan &c, const Item &w, bool reduce) {
   const weft_dev_item_t *it = w.it;
@@ -578,8 +634,11 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
             0,
             role_steps(roles, local % roles)};
   w.chunk_elems = L.chunk_bytes / w.es;
-  w.rounds = it->kind == WEFT_DEV_ALLREDUCE_ONESHOT || it->kind == WEFT_DEV_ALLREDUCE_TWOSHOT ||
-                     it->kind == WEFT_DEV_REDUCE_SCATTER || it->kind == WEFT_DEV_REDUCE
+  /* a ring overlaps its steps already: one round, as long as a chunk, took 16 MiB allreduce
+   * from 113 to 80 us on 2 H200s (bench/results/2026-12-01-h200x2-ring.txt) */
+  w.rounds = !it->ring && (it->kind == WEFT_DEV_ALLREDUCE_ONESHOT ||
+                           it->kind == WEFT_DEV_ALLREDUCE_TWOSHOT ||
+                           it->kind == WEFT_DEV_REDUCE_SCATTER || it->kind == WEFT_DEV_REDUCE)
                  ? L.rounds
                  : 1;
   w.progress = nullptr;
@@ -588,7 +647,9 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
     w.progress = L.progress + (uint64_t)(it->chan0 + w.ci) * (WEFT_DEV_FLAG_STRIDE / 8);
   int ch = it->chan0 + w.ci, ch2 = it->chan1 + w.ci;
   bool two = it->chan1 != it->chan0;
-  Chan c = open_chan(L, ch, &st[0], &bail, it->kind | (it->direct ? WEFT_DEV_DIRECT_KIND : 0));
+  Chan c = open_chan(L, ch, &st[0], &bail,
+                     it->kind | (it->direct ? WEFT_DEV_DIRECT_KIND : 0) |
+                         (it->ring ? WEFT_DEV_RING_KIND : 0));
   Chan r = two ? open_chan(L, ch2, &st[1], &bail, it->kind) : c;
   if (threadIdx.x == 0) bail = 0;
   __syncthreads();
@@ -597,12 +658,16 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
   case WEFT_DEV_ALLREDUCE_TWOSHOT:
     if (it->direct)
       direct_allreduce(c, w);
+    else if (it->ring)
+      ring(c, w);
     else
       allreduce(c, r, w, true);
     break;
   case WEFT_DEV_REDUCE_SCATTER:
     if (it->direct)
       direct_reduce_scatter(c, w);
+    else if (it->ring)
+      ring(c, w);
     else
       reduce_scatter(c, w);
     break;
@@ -611,6 +676,8 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
         (const char *)it->send != (const char *)it->recv + (uint64_t)c.rank * it->count * w.es;
     if (it->direct)
       direct_exchange(c, w, (const char *)it->send, 0, self);
+    else if (it->ring)
+      ring(c, w);
     else
       exchange(c, w, it->count, (const char *)it->send, 0, (char *)it->recv, it->count, self);
     break;

@@ -157,6 +157,64 @@ static int check_concurrent(int rank, int n, weft_comm_t a, weft_comm_t b) {
   return 0;
 }
 
+/* WEFT_ALGO=ring: an allreduce in place (its last segment short), a reduce_scatter and an
+ * allgather in place, in one group, so three rings share the channels of one launch and
+ * each runs many rounds; then the same allreduce captured and replayed in a graph. */
+static int check_ring(int rank, int n, weft_comm_t c, cudaStream_t s) {
+  size_t ar = ((size_t)3 << 20) + 5, blk = ((size_t)1 << 20) + 3, all = blk * (size_t)n;
+  if (ar > all) all = ar;
+  float *a = NULL, *b = NULL, *g = NULL, *h = malloc(all * sizeof *h);
+  if (!h || cudaMalloc((void **)&a, all * 4) || cudaMalloc((void **)&b, all * 4) ||
+      cudaMalloc((void **)&g, all * 4))
+    FAIL("cudaMalloc");
+  setenv("WEFT_ALGO", "ring", 1);
+  fill(h, ar, rank, 5);
+  h2d(a, h, ar * 4);
+  fill(h, all, rank, 6); /* reduce_scatter: block p of every rank's input is p's */
+  h2d(b, h, all * 4);
+  fill(h, blk, rank, 7);
+  h2d(g + (size_t)rank * blk, h, blk * 4);
+  float *rs_out = NULL;
+  if (cudaMalloc((void **)&rs_out, blk * 4)) FAIL("cudaMalloc");
+  weft_group_start();
+  weft_allreduce(a, a, ar, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
+  weft_reduce_scatter(b, rs_out, blk, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
+  weft_allgather(g + (size_t)rank * blk, g, blk, WEFT_F32, c, (weft_stream_t)s);
+  if (weft_group_end() || settle(c, s)) FAIL("ring group failed: %s", weft_get_last_error(c));
+  cudaMemcpy(h, a, ar * 4, cudaMemcpyDeviceToHost);
+  if (!sum_ok(h, ar, n, 5)) FAIL("ring allreduce: wrong sum");
+  cudaMemcpy(h, rs_out, blk * 4, cudaMemcpyDeviceToHost);
+  for (size_t i = 0; i < blk; i++) { /* our block starts rank * blk into fill()'s pattern */
+    float want = 0;
+    for (int r = 0; r < n; r++)
+      want += (float)(r * 1000 + (int)(((size_t)rank * blk + i) % 977) + 6);
+    if (h[i] != want) FAIL("ring reduce_scatter: wrong sum at %zu: %g, not %g", i, h[i], want);
+  }
+  cudaMemcpy(h, g, blk * (size_t)n * 4, cudaMemcpyDeviceToHost);
+  for (size_t i = 0; i < blk * (size_t)n; i++) {
+    int r = (int)(i / blk);
+    if (h[i] != (float)(r * 1000 + (int)((i % blk) % 977) + 7))
+      FAIL("ring allgather: wrong value at %zu", i);
+  }
+  cudaGraph_t gr;
+  cudaGraphExec_t ge;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  weft_result_t rc = weft_allreduce(a, b, ar, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
+  if (cudaStreamEndCapture(s, &gr) != cudaSuccess || rc) FAIL("ring capture failed");
+  if (cudaGraphInstantiate(&ge, gr, 0) != cudaSuccess) FAIL("instantiate failed");
+  for (int rep = 0; rep < 3; rep++)
+    if (replay_sum(rank, n, c, s, ge, a, b, h, ar, 60 + rep)) return 1;
+  unsetenv("WEFT_ALGO");
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(gr);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(g);
+  cudaFree(rs_out);
+  free(h);
+  return 0;
+}
+
 /* One group with more messages to each peer than WEFT_P2P_SETS lets one launch hold, and
  * more items than a launch holds, an allreduce among them: the planner cuts it into several
  * launches, and every message must still arrive whole and in its place. */
@@ -364,8 +422,10 @@ static void *aborter(void *p) {
 }
 
 /* cnt: 1000 floats take the low-latency kernel; 3 MiB of them the 128-byte one over NVLink,
- * 12 MiB its rings (the general kernel on a shared GPU) */
-static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s, size_t cnt) {
+ * 12 MiB its rings (the general kernel on a shared GPU); algo: WEFT_ALGO for the allreduces
+ * (the message names a ring) */
+static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s, size_t cnt,
+                          const char *algo) {
   weft_config_t cfg = WEFT_CONFIG_INIT;
   cfg.device = dev;
   cfg.timeout_ms = 2000;
@@ -374,6 +434,7 @@ static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s, 
   if (cudaMalloc((void **)&d, cnt * sizeof *d) != cudaSuccess) FAIL("cudaMalloc");
   /* rank 1 never calls: rank 0's kernel gives up after the timeout, both comms fail */
   if (weft_comm_split(world, 0, rank, &c, &cfg)) FAIL("split failed");
+  if (algo) setenv("WEFT_ALGO", algo, 1);
   double t0 = now_s();
   if (rank == 0) {
     if (weft_allreduce(d, d, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s)) FAIL("issue failed");
@@ -385,7 +446,14 @@ static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s, 
     }
     if (e != WEFT_ERR_TIMEOUT) FAIL("expected a timeout, got %s", weft_result_string(e));
     if (dt < 1.5 || dt > 5) FAIL("kernel gave up after %.2f s, timeout 2 s", dt);
-    if (!strstr(weft_get_last_error(c), "rank 1")) FAIL("message: %s", weft_get_last_error(c));
+    /* the peer it waited for: rank 1, or in a ring the rank before it */
+    int n = 0;
+    char who[32];
+    weft_comm_count(world, &n);
+    snprintf(who, sizeof who, "for rank %d", algo ? n - 1 : 1);
+    if (!strstr(weft_get_last_error(c), who) ||
+        (algo && !strstr(weft_get_last_error(c), "ring allreduce")))
+      FAIL("message: %s", weft_get_last_error(c));
     printf("rank 0: timeout after %.2f s: %s\n", dt, weft_get_last_error(c));
     if (weft_allreduce(d, d, 10, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s) != WEFT_ERR_TIMEOUT)
       FAIL("a failed comm accepted more work");
@@ -415,6 +483,7 @@ static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s, 
     printf("rank 0: abort ended the kernel after %.2f s\n", dt);
   }
   weft_barrier(world, NULL);
+  unsetenv("WEFT_ALGO");
   weft_comm_destroy(c);
   cudaFree(d);
   return 0;
@@ -476,13 +545,15 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   if (check_ll128(rank, n, a, s)) return 1;
   if (check_ll128_ring(rank, n, a, s)) return 1;
   if (check_concurrent(rank, n, a, b)) return 1;
+  if (check_ring(rank, n, a, s)) return 1;
   if (check_p2p_group(rank, n, a, s)) return 1;
   weft_comm_destroy(a);
   weft_comm_destroy(b);
   if (check_params(rank, dev, world)) return 1;
-  if (check_failures(rank, dev, world, s, 1000)) return 1;
-  if (check_failures(rank, dev, world, s, (size_t)3 << 18)) return 1;
-  if (check_failures(rank, dev, world, s, (size_t)3 << 20)) return 1;
+  if (check_failures(rank, dev, world, s, 1000, NULL)) return 1;
+  if (check_failures(rank, dev, world, s, (size_t)3 << 18, NULL)) return 1;
+  if (check_failures(rank, dev, world, s, (size_t)3 << 20, NULL)) return 1;
+  if (check_failures(rank, dev, world, s, (size_t)3 << 20, "ring")) return 1;
   weft_comm_destroy(world);
   printf("rank %d: ok\n", rank);
   return 0;

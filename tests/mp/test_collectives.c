@@ -234,9 +234,9 @@ static void run_case(ctx_t *c, int kind, const char *algo, weft_dtype_t t, weft_
 
 #ifdef WEFT_TEST_GPU
 static const char *ALGOS[NKINDS][6] = {
-    [AR] = {"auto", "oneshot", "twoshot"},
-    [RS] = {"auto"},
-    [AG] = {"auto"},
+    [AR] = {"auto", "oneshot", "twoshot", "ring"},
+    [RS] = {"auto", "ring"},
+    [AG] = {"auto", "ring"},
     [BC] = {"auto"},
     [RD] = {"auto"},
     [A2A] = {"auto"},
@@ -302,13 +302,17 @@ static int rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
             }
       }
   }
-  if (c.big) { /* 64 MiB per rank, every collective once, tuner's choice */
+  if (c.big) { /* 64 MiB per rank, every collective once, tuner's choice (GPU: and rings) */
     size_t count = (64u << 20) / 4;
     for (int kind = 0; kind < NKINDS; kind++) {
       size_t per = (kind == RS || kind == AG || kind == A2A || kind == A2AV)
                        ? count / (size_t)nranks
                        : count;
       run_case(&c, kind, "auto", WEFT_F32, WEFT_SUM, per, 0, seed++);
+#ifdef WEFT_TEST_GPU
+      if (kind == AR || kind == RS || kind == AG)
+        run_case(&c, kind, "ring", WEFT_F32, WEFT_SUM, per + 1, kind != RS, seed++);
+#endif
     }
   }
   weft_comm_destroy(c.comm);

@@ -2,8 +2,8 @@
  * must land on the same channels whatever the grouping on each side, alltoallv must agree
  * on its blocks although each rank sees other sizes, a group's collectives get disjoint
  * channels (with and without split roles), groups too large for one launch continue in
- * further ones, a refused group changes nothing, and which operations on windows run
- * straight between the peers' buffers. */
+ * further ones, a refused group changes nothing, which operations on windows run straight
+ * between the peers' buffers, and which run as rings. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -593,12 +593,56 @@ static void ce_allreduce_split(void **st) {
   assert_int_equal(weft_dev_ce_split(&t, 2, 1), 0);
 }
 
+/* WEFT_ALGO=ring: allreduce (on two-shot's segments), reduce_scatter and allgather become ring
+ * items on one block per channel even with split roles, on the same channels as otherwise;
+ * other collectives, and allreduce forced otherwise, do not. */
+static void ring_items(void **st) {
+  (void)st;
+  weft_dev_planner_t p = planner(0, 4);
+  p.split = 1;
+  weft_dev_launch_t L, plain;
+  int nb = 0, nb_plain = 0;
+  const weft_coll_t kinds[] = {WEFT_COLL_ALLREDUCE, WEFT_COLL_REDUCE_SCATTER, WEFT_COLL_ALLGATHER,
+                               WEFT_COLL_ALLTOALL, WEFT_COLL_BROADCAST};
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+    weft_task_t t = {.args = {.coll = kinds[i], .count = (uint64_t)1 << 22},
+                     .algo = WEFT_ALGO_RING,
+                     .dtype = WEFT_F32,
+                     .sendbuf = (void *)16,
+                     .recvbuf = (void *)32};
+    assert_int_equal(plan1(&p, &t, 1, &L, &nb), WEFT_SUCCESS);
+    int ring = i < 3;
+    assert_int_equal(L.items[0].ring, ring);
+    if (kinds[i] == WEFT_COLL_ALLREDUCE)
+      assert_int_equal(L.items[0].kind, WEFT_DEV_ALLREDUCE_TWOSHOT);
+    t.algo = kinds[i] == WEFT_COLL_ALLREDUCE ? WEFT_ALGO_TWOSHOT : WEFT_ALGO_DIRECT;
+    assert_int_equal(plan1(&p, &t, 1, &plain, &nb_plain), WEFT_SUCCESS);
+    assert_int_equal(plain.items[0].ring, 0);
+    assert_int_equal(L.items[0].chan0, plain.items[0].chan0);
+    assert_int_equal(L.items[0].nblocks / L.items[0].roles,
+                     plain.items[0].nblocks / plain.items[0].roles);
+    if (ring) {
+      assert_int_equal(L.items[0].roles, 1);
+      assert_int_equal(nb, L.items[0].nblocks);
+      assert_int_equal(L.items[0].chan1, L.items[0].chan0);
+    }
+  }
+  /* one-shot stays one-shot */
+  weft_task_t one = {.args = {.coll = WEFT_COLL_ALLREDUCE, .count = 1000},
+                     .algo = WEFT_ALGO_ONESHOT,
+                     .dtype = WEFT_F32};
+  assert_int_equal(plan1(&p, &one, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(L.items[0].ring, 0);
+  assert_int_equal(L.items[0].kind, WEFT_DEV_ALLREDUCE_ONESHOT);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(p2p_ends_agree),
       cmocka_unit_test(alltoallv_blocks_agree),
       cmocka_unit_test(group_channels_disjoint),
       cmocka_unit_test(split_roles_layout),
+      cmocka_unit_test(ring_items),
       cmocka_unit_test(groups_split_into_launches),
       cmocka_unit_test(matching_groups_cut_alike),
       cmocka_unit_test(refusals_change_nothing),
