@@ -120,7 +120,6 @@ static weft_result_t check_group(const weft_dev_planner_t *d, const weft_task_t 
 static void place_p2p(const weft_dev_planner_t *d, int set, uint64_t want, weft_dev_item_t *it) {
   int per_set = WEFT_DEV_P2P_CHANNELS / d->p2p_sets;
   it->chan0 = (uint16_t)(WEFT_DEV_COLL_CHANNELS + set * per_set);
-  it->chan1 = it->chan0;
   it->roles = 1;
   it->nblocks = (uint16_t)(want < (uint64_t)per_set ? want : (uint64_t)per_set);
 }
@@ -156,7 +155,6 @@ static void place_coll(const weft_dev_planner_t *d, const weft_task_t *t, int ki
   int chan = slot * per_coll;
   it->roles = (uint8_t)roles;
   it->chan0 = (uint16_t)chan;
-  it->chan1 = (uint16_t)chan;
   it->nblocks = (uint16_t)(nch * (uint64_t)roles);
 }
 
@@ -365,7 +363,6 @@ int weft_dev_place_direct(const weft_dev_planner_t *d, const weft_task_t *t, int
   if (want > (uint64_t)most) want = (uint64_t)most;
   if (k == WEFT_COLL_ALLREDUCE) it->kind = WEFT_DEV_ALLREDUCE_TWOSHOT;
   it->roles = 1;
-  it->chan1 = it->chan0;
   it->nblocks = (uint16_t)want;
   return it->nblocks;
 }

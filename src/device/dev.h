@@ -62,14 +62,13 @@ typedef enum {
 } weft_dev_kind_t;
 
 /* An item runs on nblocks = channels x roles blocks. With one role a block does every step
- * of a round in turn (send, then receive or reduce, then gather); with more, each step has
+ * of a round in turn (send, then receive or reduce, then gather); with two, receiving has
  * blocks of its own, so a channel's NVLink writes go on while its reductions run. The
  * blocks of one channel are adjacent (block = channel * roles + role), so a channel is
  * whole once its first block is resident. */
 typedef struct {
   uint8_t kind, dtype, op;
-  uint8_t roles;  /* 1, 2 (send + gather | receive), or 3 (send | receive | gather: the planner
-                   * no longer asks for it, see split_roles in dev_plan.c) */
+  uint8_t roles;  /* 1, or 2 (send + gather | receive) */
   uint8_t direct; /* on windows: straight between the peers' buffers (weft_dev_launch_t.direct);
                      an allgather's or alltoall's second role copies our own block */
   uint8_t ring;   /* allreduce (two-shot's segments), reduce_scatter or allgather as a pipelined
@@ -80,8 +79,8 @@ typedef struct {
   uint16_t block0;  /* first block of this item */
   uint16_t nblocks; /* channels x roles */
   uint16_t chan0;   /* first channel */
-  uint16_t chan1;   /* two-shot's reduced chunks: chan0 with one role, else channels of their own */
-  uint64_t count;   /* elements: per rank block for rs/ag/a2a, whole buffer otherwise */
+  uint16_t pad2_;
+  uint64_t count; /* elements: per rank block for rs/ag/a2a, whole buffer otherwise */
   const void *send;
   void *recv;
 } weft_dev_item_t;

@@ -99,8 +99,7 @@ enum { STEP_SEND = 1, STEP_RECV = 2, STEP_GATHER = 4, STEP_ALL = 7 };
 
 __device__ inline int role_steps(int roles, int role) {
   if (roles <= 1) return STEP_ALL;
-  if (roles == 2) return role == 0 ? STEP_SEND | STEP_GATHER : STEP_RECV;
-  return 1 << role;
+  return role == 0 ? STEP_SEND | STEP_GATHER : STEP_RECV;
 }
 
 /* The peers in the order this rank talks to them: rank+1 first, so that the ranks do not
@@ -164,8 +163,7 @@ __device__ bool collect(const Chan &c, const char *mine, const char **src, int *
   return true;
 }
 
-/* Input chunks travel on c; two-shot's reduced chunks on r (c itself with one role). */
-__device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twoshot) {
+__device__ void allreduce(const Chan &c, const Item &w, bool twoshot) {
   const weft_dev_item_t *it = w.it;
   const int n = c.n, me = c.rank, es = w.es;
   const char *in = (const char *)it->send;
@@ -213,13 +211,13 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
       nd = 0;
       if (twoshot)
         for (int i = 0; i < n - 1; i++) {
-          dst[ndst] = r.send_slot(peers[i]);
+          dst[ndst] = c.send_slot(peers[i]);
           if (!dst[ndst++]) return;
           dsts[nd++] = peers[i];
         }
       reduce_any(it->dtype, it->op, dst, ndst, src, n, mylen, n);
       c.release(srcs, ns);
-      if (twoshot) r.publish(dsts, nd);
+      if (twoshot) c.publish(dsts, nd);
     }
     if (!twoshot || !(w.steps & STEP_GATHER)) continue;
     /* 3. gather: the other segments' reduced chunks */
@@ -227,10 +225,10 @@ __device__ void allreduce(const Chan &c, const Chan &r, const Item &w, bool twos
       int p = peers[i];
       uint64_t base = (uint64_t)p * seg, len = clamp_len(seg_len(p), off, unit);
       if (!len) continue;
-      const char *slot = r.recv_slot(p);
+      const char *slot = c.recv_slot(p);
       if (!slot) return;
       copy1(out + (base + off) * es, slot, len * es);
-      r.release(&p, 1);
+      c.release(&p, 1);
     }
   }
   rounds_done(w);
@@ -620,7 +618,7 @@ __device__ inline void close_chan(const weft_dev_launch_t &L, int ch, const Chan
  * a kernel and the trainer's) can be resident at once. */
 __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
     kernel(const __grid_constant__ weft_dev_launch_t L) {
-  __shared__ ChanState st[2];
+  __shared__ ChanState st;
   __shared__ int bail;
   int b = blockIdx.x, i = 0;
   while (i < L.nitems - 1 && b >= L.items[i].block0 + L.items[i].nblocks)
@@ -645,23 +643,21 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
   if (roles > 1 && it->send == it->recv &&
       (it->kind == WEFT_DEV_ALLREDUCE_ONESHOT || it->kind == WEFT_DEV_ALLTOALL))
     w.progress = L.progress + (uint64_t)(it->chan0 + w.ci) * (WEFT_DEV_FLAG_STRIDE / 8);
-  int ch = it->chan0 + w.ci, ch2 = it->chan1 + w.ci;
-  bool two = it->chan1 != it->chan0;
-  Chan c = open_chan(L, ch, &st[0], &bail,
+  int ch = it->chan0 + w.ci;
+  Chan c = open_chan(L, ch, &st, &bail,
                      it->kind | (it->direct ? WEFT_DEV_DIRECT_KIND : 0) |
                          (it->ring ? WEFT_DEV_RING_KIND : 0));
-  Chan r = two ? open_chan(L, ch2, &st[1], &bail, it->kind) : c;
   if (threadIdx.x == 0) bail = 0;
   __syncthreads();
   switch (it->kind) {
-  case WEFT_DEV_ALLREDUCE_ONESHOT: allreduce(c, r, w, false); break;
+  case WEFT_DEV_ALLREDUCE_ONESHOT: allreduce(c, w, false); break;
   case WEFT_DEV_ALLREDUCE_TWOSHOT:
     if (it->direct)
       direct_allreduce(c, w);
     else if (it->ring)
       ring(c, w);
     else
-      allreduce(c, r, w, true);
+      allreduce(c, w, true);
     break;
   case WEFT_DEV_REDUCE_SCATTER:
     if (it->direct)
@@ -698,8 +694,7 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
   }
   __syncthreads();
   if (bail) return;
-  close_chan(L, ch, &st[0]);
-  if (two) close_chan(L, ch2, &st[1]);
+  close_chan(L, ch, &st);
 }
 
 } // namespace weft

@@ -53,6 +53,22 @@ __device__ inline uint64_t *word(const weft_dev_ll_t &P, int owner, int src, int
   return (uint64_t *)(base + i * LINE) + (threadIdx.x & 7) * 2;
 }
 
+/* A warp's check while it waits for src, every 1024 spins: whether the block gave up, or
+ * (lane 0, every 4096) the operation was aborted or ran past its timeout, which is recorded
+ * for the host as the other kernels do. Every lane calls it alike. */
+__device__ __forceinline__ bool warp_gives_up(const weft_dev_ll_t &P, uint32_t spins,
+                                              uint64_t *start, int src, int ch,
+                                              volatile int *bail) {
+  if ((spins & 1023) != 1023) return false;
+  int give_up = *bail;
+  if (!give_up && (spins & 4095) == 4095 && (threadIdx.x & 31) == 0 &&
+      ll_give_up(P, start, src, ch, WEFT_DEV_LL128_KIND(P.kind))) {
+    *bail = 1;
+    give_up = 1;
+  }
+  return __shfl_sync(FULL, give_up, 0) != 0;
+}
+
 /* Waits until each of this warp's lines that exist carries flag in its last word (the second
  * word of the line's eighth thread); w0/w1 hold the words. Every lane calls it alike. False
  * when the block gave up: a timeout (recorded for the host as the other kernels do) or an
@@ -70,15 +86,7 @@ __device__ bool wait_lines(const weft_dev_ll_t &P, uint64_t *const *at, const bo
       if (has[u] && f != flag) ok = false;
     }
     if (__all_sync(FULL, ok)) return true;
-    if ((spins & 1023) == 1023) {
-      int give_up = *bail;
-      if (!give_up && (spins & 4095) == 4095 && lane == 0 &&
-          ll_give_up(P, &start, src, ch, WEFT_DEV_LL128_KIND(P.kind))) {
-        *bail = 1;
-        give_up = 1;
-      }
-      if (__shfl_sync(FULL, give_up, 0)) return false;
-    }
+    if (warp_gives_up(P, spins, &start, src, ch, bail)) return false;
 #pragma unroll
     for (int u = 0; u < U; u++) {
       uint64_t f = __shfl_sync(FULL, w1[u], flag_lane);
@@ -104,15 +112,7 @@ __device__ bool wait_credit(const weft_dev_ll_t &P, int p, int ch, uint64_t want
   uint64_t start = 0;
   for (uint32_t spins = 0; *known < want; spins++) {
     *known = __shfl_sync(FULL, *w, 0);
-    if ((spins & 1023) == 1023) {
-      int give_up = *bail;
-      if (!give_up && (spins & 4095) == 4095 && (threadIdx.x & 31) == 0 &&
-          ll_give_up(P, &start, p, ch, WEFT_DEV_LL128_KIND(P.kind))) {
-        *bail = 1;
-        give_up = 1;
-      }
-      if (__shfl_sync(FULL, give_up, 0)) return false;
-    }
+    if (warp_gives_up(P, spins, &start, p, ch, bail)) return false;
   }
   __syncwarp();
   return true;
@@ -129,7 +129,7 @@ template <int NR> struct Run {
   /* ring: lines of the slot the channel cycles through, a whole number (q) of steps, where
    * its lines do not fit in the slot (else 0); a receiver credits every cstep steps */
   uint64_t ring, q, cstep;
-  int ahead; /* steps a warp sends before it waits for the first */
+  int ahead; /* steps a warp sends before it waits for the first: 1, or 0 on a ring */
   bool per_peer, reduces;
   const char *in;
   char *out;
@@ -264,8 +264,7 @@ __device__ void ll128_run(const weft_dev_ll_t &P, uint64_t seq, volatile int &ba
   const Run<NR> R(P, seq);
   uint64_t known[NR ? NR : WEFT_DEV_MAX_RANKS] = {};
   uint64_t b = R.l0 + (uint64_t)(threadIdx.x >> 5) * 4 * U;
-  for (int j = 0; j < R.ahead; j++)
-    if (b + j * STEP < R.l1 && !R.send(b + j * STEP, known, bail)) return;
+  if (R.ahead && b < R.l1 && !R.send(b, known, bail)) return;
   for (; b < R.l1 && !bail; b += STEP) {
     if (b + R.ahead * STEP < R.l1 && !R.send(b + R.ahead * STEP, known, bail)) break;
     if (!R.recv(b, bail)) break;
