@@ -456,7 +456,7 @@ __device__ void ring(const Chan &c, const Item &w) {
       const char *from = nullptr, *mine = in + ((uint64_t)g * in_stride + off) * es;
       char *dst[2];
       int nd = 0;
-      const bool sends = s < 2 * n - 2 && !(!ar && !ag && s == n - 1);
+      const bool sends = s < last; /* the last step keeps what it made */
       if (s > first && !(from = c.recv_slot(prev))) return;
       if (sends && !(dst[nd++] = c.send_slot(next))) return;
       char *o = out + ((uint64_t)g * out_stride + off) * es;

@@ -69,6 +69,24 @@ static int replay_sum(int rank, int n, weft_comm_t c, cudaStream_t s, cudaGraphE
   return 0;
 }
 
+/* Captures one allreduce of cnt floats, in to out, then replays it reps times with new
+ * inputs (salts salt0, salt0 + 1, ...), each checked. what names it in failures. */
+static int replay_allreduce(int rank, int n, weft_comm_t c, cudaStream_t s, float *in, float *out,
+                            float *h, size_t cnt, int reps, int salt0, const char *what) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  weft_result_t rc = weft_allreduce(in, out, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
+  if (cudaStreamEndCapture(s, &g) != cudaSuccess || rc) FAIL("%s: capture failed", what);
+  if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) FAIL("%s: instantiate failed", what);
+  int bad = 0;
+  for (int rep = 0; rep < reps && !bad; rep++)
+    bad = replay_sum(rank, n, c, s, ge, in, out, h, cnt, salt0 + rep);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return bad;
+}
+
 static int check_graph(int rank, int n, weft_comm_t c, cudaStream_t s) {
   size_t cnt = 6 << 20; /* 24 MiB: the 128-byte kernel's rings over NVLink, else the general one */
   float *d = NULL, *out = NULL, *h = malloc(cnt * sizeof *h);
@@ -196,17 +214,8 @@ static int check_ring(int rank, int n, weft_comm_t c, cudaStream_t s) {
     if (h[i] != (float)(r * 1000 + (int)((i % blk) % 977) + 7))
       FAIL("ring allgather: wrong value at %zu", i);
   }
-  cudaGraph_t gr;
-  cudaGraphExec_t ge;
-  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-  weft_result_t rc = weft_allreduce(a, b, ar, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
-  if (cudaStreamEndCapture(s, &gr) != cudaSuccess || rc) FAIL("ring capture failed");
-  if (cudaGraphInstantiate(&ge, gr, 0) != cudaSuccess) FAIL("instantiate failed");
-  for (int rep = 0; rep < 3; rep++)
-    if (replay_sum(rank, n, c, s, ge, a, b, h, ar, 60 + rep)) return 1;
+  if (replay_allreduce(rank, n, c, s, a, b, h, ar, 3, 60, "ring allreduce graph")) return 1;
   unsetenv("WEFT_ALGO");
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(gr);
   cudaFree(a);
   cudaFree(b);
   cudaFree(g);
@@ -307,16 +316,7 @@ static int check_ll128(int rank, int n, weft_comm_t c, cudaStream_t s) {
     FAIL("cudaMalloc");
   for (int k = 0; k < 40; k++)
     if (ar_a2a_round(rank, n, c, s, a, b, h, cnt, blk, k)) return 1;
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-  weft_result_t rc = weft_allreduce(a, b, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
-  if (cudaStreamEndCapture(s, &g) != cudaSuccess || rc) FAIL("capture failed");
-  if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) FAIL("instantiate failed");
-  for (int rep = 0; rep < 4; rep++)
-    if (replay_sum(rank, n, c, s, ge, a, b, h, cnt, 50 + rep)) return 1;
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
+  if (replay_allreduce(rank, n, c, s, a, b, h, cnt, 4, 50, "128-byte allreduce graph")) return 1;
   cudaFree(a);
   cudaFree(b);
   free(h);
