@@ -10,10 +10,15 @@ static void alltoall(void **st) {
   (void)st;
   assert_int_equal(sim_sweep(WEFT_COLL_ALLTOALL, WEFT_ALGO_PAIRWISE, 17), 0);
 }
+static void alltoallv(void **st) {
+  (void)st;
+  assert_int_equal(sim_sweep(WEFT_COLL_ALLTOALLV, WEFT_ALGO_PAIRWISE, 17), 0);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(alltoall),
+      cmocka_unit_test(alltoallv),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
