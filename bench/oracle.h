@@ -1,6 +1,7 @@
-/* Exact oracles: integer-valued inputs any rank can regenerate for any rank from a seed,
- * kept small enough that every reduction order gives the same exact result in every dtype
- * (fp8 included), so outputs are compared bit for bit. */
+/* Oracles: inputs any rank can regenerate for any rank from a seed. The exact ones are
+ * small integers, so every reduction order gives the same result in every dtype (fp8
+ * included) and outputs are compared bit for bit; the rounding ones ("wide") are values
+ * whose sums round (floats) or wrap (integers), so that the order of a reduction shows. */
 #ifndef WEFT_ORACLE_H
 #define WEFT_ORACLE_H
 
@@ -16,5 +17,15 @@ void oracle_fill(weft_dtype_t t, weft_op_t op, int rank, void *buf, size_t first
 /* buf[k] = op over all ranks of input at element first + k (AVG divided as weft does) */
 void oracle_reduced(weft_dtype_t t, weft_op_t op, int nranks, void *buf, size_t first, size_t count,
                     uint32_t seed);
+
+/* Rounding oracle: buf[k] = wide input of `rank` at element first + k (already rounded to t). */
+void oracle_fill_wide(weft_dtype_t t, weft_op_t op, int rank, void *buf, size_t first, size_t count,
+                      uint32_t seed);
+/* Checks got[k] against op over nranks ranks' wide inputs at element first + k: integers and
+ * MIN/MAX exactly, float SUM/AVG/PROD within a bound that holds for every reduction order
+ * (see oracle.c). Returns the first k out of bounds, or count; then *want, *have and *tol
+ * describe that element. */
+size_t oracle_check_wide(weft_dtype_t t, weft_op_t op, int nranks, const void *got, size_t first,
+                         size_t count, uint32_t seed, double *want, double *have, double *tol);
 
 #endif

@@ -174,6 +174,14 @@ weft_result_t weft_barrier(weft_comm_t comm, weft_stream_t stream);
 weft_result_t weft_group_start(void);
 weft_result_t weft_group_end(void);
 
+/* ---- debugging ---- */
+
+/* The algorithm chosen for the last operation this process issued on comm (the last of a
+ * group): "ring", "rhd", "tree", "direct", "pairwise" or "chain" on host buffers, "oneshot",
+ * "twoshot", "ring" or "direct" on device buffers; "none" before the first (and for a NULL
+ * comm). Tests and benchmarks use it to show which algorithm ran. */
+const char *weft_comm_last_algo(weft_comm_t comm);
+
 /* ---- environment parameters (WEFT_*): one table, printable ---- */
 int weft_param_count(void);
 /* value is the current setting (environment or default). */

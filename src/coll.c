@@ -48,7 +48,11 @@ static weft_result_t need_buf(const char *fn, const char *name, const void *p, s
 static weft_result_t submit(weft_comm_t comm, weft_task_t *t, weft_stream_t stream) {
   t->args.nranks = comm->nranks;
   t->args.rank = comm->rank;
-  weft_tune(comm, t);
+  weft_result_t trc = weft_tune(comm, t);
+  if (trc != WEFT_SUCCESS) {
+    weft_task_free(t);
+    return trc;
+  }
   if (weft_group_active()) return weft_group_add(comm, t, stream);
   if (comm->dev) {
     weft_result_t rc = weft_dev_submit(comm, t, 1, stream);

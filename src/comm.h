@@ -57,8 +57,9 @@ struct weft_comm {
   int *local_rank; /* index among ranks on this host, -1 elsewhere */
   int nlocal;
   int spin;
-  int yield;      /* more local ranks than cores: yield instead of pausing while spinning */
-  int full_check; /* WEFT_CHECK=1 */
+  int yield;            /* more local ranks than cores: yield instead of pausing while spinning */
+  int full_check;       /* WEFT_CHECK=1 */
+  atomic_int last_algo; /* weft_algo_t of the last task tuned (weft_comm_last_algo) */
 
   struct weft_dev *dev;     /* device communicators only (dev_comm.c) */
   struct weft_winset *wins; /* registered windows (window.c), NULL until the first */
@@ -114,8 +115,12 @@ void weft_call_name(char *buf, size_t len, weft_coll_t coll, uint64_t count, wef
 /* WEFT_CHECK=1 (check.c): compares every rank's call before running it. */
 int weft_check_applies(const weft_work_t *op);
 weft_result_t weft_check_call(struct weft_comm *comm, const weft_work_t *op);
-/* Tuner: fills task->algo and task->args.chunk when automatic. */
-void weft_tune(const struct weft_comm *comm, weft_task_t *task);
+/* Tuner: fills task->algo and task->args.chunk. Fails (nothing changed) when WEFT_ALGO names
+ * no algorithm, or one the collective has but that cannot serve this call. */
+weft_result_t weft_tune(struct weft_comm *comm, weft_task_t *task);
+/* WEFT_ALGO as the tuners read it: WEFT_ALGO_AUTO when unset, an error naming the valid
+ * values when it is not an algorithm's name. */
+weft_result_t weft_algo_forced(const char *value, weft_algo_t *algo);
 void weft_task_free(weft_task_t *t);
 /* Frees a heap-allocated op, its tasks and what they own. */
 void weft_work_free(weft_work_t *op);

@@ -19,8 +19,9 @@ static const struct {
     {"WEFT_TRANSPORT", "auto", "force a transport between all ranks: auto, shm or tcp"},
     {"WEFT_ALGO", "auto",
      "force an algorithm: auto, ring, rhd, tree, direct, pairwise, chain (host); auto, "
-     "oneshot, twoshot, ring (device allreduce; ring also device reduce_scatter and "
-     "allgather; other device collectives are direct)"},
+     "oneshot, twoshot, ring (device allreduce; ring and direct also device reduce_scatter and "
+     "allgather). Collectives without it keep the tuner's choice; an unknown name, or one that "
+     "cannot serve the call (rhd for reduce_scatter on 3 ranks), fails the call"},
     {"WEFT_CHUNK_BYTES", "0", "pipeline chunk size in bytes (0: the tuner picks)"},
     {"WEFT_SHM_RING_BYTES", "262144", "bytes of each shared-memory ring (one per local pair)"},
     {"WEFT_TCP_FRAME_BYTES", "524288", "largest TCP frame payload; larger frames are refused"},

@@ -2,6 +2,8 @@
  * pipeline chunk; WEFT_ALGO and WEFT_CHUNK_BYTES override it (tests and benchmarks). The
  * constants are for shared memory and TCP on one host; collbench measures the crossovers. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
@@ -73,18 +75,30 @@ static double cost(weft_coll_t coll, weft_algo_t a, int n, double m, const link_
   }
 }
 
-static int usable(const weft_task_t *t, weft_algo_t a) {
-  if (!weft_algo_lookup(t->args.coll, a)) return 0;
+/* Why forced algorithm a cannot serve t, or NULL when it can. */
+static const char *unusable(const weft_task_t *t, weft_algo_t a) {
   int n = t->args.nranks;
-  if (a == WEFT_ALGO_RHD && t->args.coll != WEFT_COLL_ALLREDUCE && (n & (n - 1))) return 0;
-  return 1;
+  if (a == WEFT_ALGO_RHD && t->args.coll != WEFT_COLL_ALLREDUCE && (n & (n - 1)))
+    return "it needs a power-of-two number of ranks";
+  return NULL;
 }
 
-void weft_tune(const struct weft_comm *c, weft_task_t *t) {
-  if (c->dev) {
-    weft_dev_tune(c, t);
-    return;
-  }
+weft_result_t weft_algo_forced(const char *value, weft_algo_t *algo) {
+  *algo = value && value[0] ? weft_algo_parse(value) : WEFT_ALGO_AUTO;
+  if (*algo != WEFT_ALGO_COUNT) return WEFT_SUCCESS;
+  char names[160] = "";
+  for (int a = 0; a < WEFT_ALGO_COUNT; a++)
+    snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", a ? ", " : "",
+             weft_algo_name((weft_algo_t)a));
+  return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_ALGO=%.40s is not an algorithm (valid: %s)",
+                        value, names);
+}
+
+/* Host buffers. A forced algorithm the collective does not have at all (ring for broadcast)
+ * leaves the choice to the cost model, so that one setting can force what it names across a
+ * whole run; one it has but that cannot serve this call fails the call instead of being
+ * replaced, so that a test or benchmark is never told it ran what did not run. */
+static weft_result_t host_tune(const struct weft_comm *c, weft_task_t *t, weft_algo_t forced) {
   int n = c->nranks;
   size_t es = weft_dtype_size(t->dtype);
   double m = (double)t->args.count * (double)es;
@@ -95,14 +109,17 @@ void weft_tune(const struct weft_comm *c, weft_task_t *t) {
   for (int p = 0; p < n; p++)
     remote |= c->peer_tr[p] == WEFT_TR_TCP;
   const link_cost_t *L = remote ? &TCP : &SHM;
-  weft_algo_t forced = weft_algo_parse(weft_param_str("WEFT_ALGO"));
-  if (forced != WEFT_ALGO_AUTO && forced != WEFT_ALGO_COUNT && usable(t, forced)) {
+  if (forced != WEFT_ALGO_AUTO && weft_algo_lookup(t->args.coll, forced)) {
+    const char *why = unusable(t, forced);
+    if (why)
+      return weft_set_error(WEFT_ERR_UNSUPPORTED, "WEFT_ALGO=%s cannot run %s on %d ranks: %s",
+                            weft_algo_name(forced), weft_coll_name(t->args.coll), n, why);
     t->algo = forced;
   } else {
     double best = INFINITY;
     t->algo = WEFT_ALGO_DIRECT;
     for (int a = WEFT_ALGO_RING; a < WEFT_ALGO_COUNT; a++) {
-      if (!usable(t, (weft_algo_t)a)) continue;
+      if (!weft_algo_lookup(t->args.coll, (weft_algo_t)a) || unusable(t, (weft_algo_t)a)) continue;
       double v = cost(t->args.coll, (weft_algo_t)a, n, m, L);
       if (v < best) {
         best = v;
@@ -122,4 +139,20 @@ void weft_tune(const struct weft_comm *c, weft_task_t *t) {
   WEFT_TRACE(WEFT_SUB_TUNE, "%s %.0f bytes on %d ranks: %s, chunk %llu elements",
              weft_coll_name(t->args.coll), m, n, weft_algo_name(t->algo),
              (unsigned long long)t->args.chunk);
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_tune(struct weft_comm *c, weft_task_t *t) {
+  /* getenv itself, not the parameter table: this runs on every call, and on device
+   * communicators queueing is what limits small operations. */
+  weft_algo_t forced;
+  CHECK(weft_algo_forced(getenv("WEFT_ALGO"), &forced));
+  CHECK(c->dev ? weft_dev_tune(c, t, forced) : host_tune(c, t, forced));
+  atomic_store(&c->last_algo, (int)t->algo);
+  return WEFT_SUCCESS;
+}
+
+const char *weft_comm_last_algo(weft_comm_t comm) {
+  int a = comm ? atomic_load(&comm->last_algo) : WEFT_ALGO_AUTO;
+  return a == WEFT_ALGO_AUTO ? "none" : weft_algo_name((weft_algo_t)a);
 }
