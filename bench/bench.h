@@ -16,6 +16,7 @@ enum {
   B_BROADCAST,
   B_REDUCE,
   B_ALLTOALL,
+  B_ALLTOALLV,
   B_SENDRECV,
   B_NCOLLS
 };
@@ -49,9 +50,22 @@ typedef struct {
 
 extern const bench_coll_t bench_colls[B_NCOLLS];
 
-/* Elements per rank for a sweep size in bytes (nccl-tests: size is the largest buffer). */
+/* Elements per rank for a sweep size in bytes (nccl-tests: size is the largest buffer);
+ * alltoallv's is its base count per pair (see bench_a2av). */
 size_t bench_count(int coll, size_t bytes, size_t es, int nranks);
-double bench_busbw(int coll, double algbw, int nranks);
+/* The row's size column: nccl-tests' size, or for alltoallv the bytes a rank sends, mean
+ * over the ranks (the gaps between blocks are not moved, so not counted). */
+size_t bench_row_bytes(int coll, size_t count, size_t es, int nranks);
+double bench_busbw(int coll, double algbw, size_t count, int nranks);
+/* Whether the collective has an in-place form (sendrecv and alltoallv have none). */
+int bench_has_in_place(int coll);
+/* alltoallv's layout for base count `count` on `rank`: sendcounts, sdispls, recvcounts,
+ * rdispls (nranks each, in elements), uneven per pair, gaps between the blocks, received
+ * blocks in the reverse order of the sent ones. NULL when out of memory. */
+const size_t *bench_a2av(size_t count, int rank, int nranks);
+/* alltoallv's receive buffer is filled with this byte before a checked call: the gaps
+ * must still hold it afterwards. */
+#define BENCH_GAP_BYTE 0xA5
 /* One call of coll on the given buffers. */
 weft_result_t bench_call(int coll, const void *s, void *r, size_t count, const bench_opts_t *o,
                          weft_comm_t comm, int rank, int nranks);
@@ -77,9 +91,10 @@ int bench_gpu_alloc(size_t bytes, void **s, void **r);
 void bench_gpu_free(void *s, void *r);
 long bench_gpu_check(int coll, char *ds, char *dr, size_t count, const bench_opts_t *o,
                      weft_comm_t comm, int rank, int nranks, int in_place, weft_result_t *rc);
+/* *algo: weft_comm_last_algo right after the timed (or captured) calls of weft. */
 double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_opts_t *o,
                       weft_comm_t comm, void *peer, int rank, int nranks, weft_result_t *rc,
-                      double *submit);
+                      double *submit, const char **algo);
 #endif
 
 #ifdef WEFT_HAVE_MPI

@@ -2,7 +2,8 @@
  * With no arguments it sweeps every collective on 4 local CPU ranks; --ranks N spawns N
  * ranks; under mpirun (or with WEFT_ROOT / torchrun variables) it is one rank of a job.
  * Rank 0 prints one row per size: time, algbw and busbw (nccl-tests' formulas) and #wrong,
- * out-of-place then in-place, and, with --compare mpi, Open MPI's figures and the ratio. */
+ * out-of-place then in-place, with --compare the peer's figures and the ratio, and last the
+ * algorithm weft ran (weft_comm_last_algo) each way. */
 #ifdef WEFT_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -82,13 +83,15 @@ static void usage(FILE *f) {
           "  -i, --stepbytes SIZE  add SIZE each step instead of multiplying\n"
           "  -n, --iters N         timed iterations per size (default 20)\n"
           "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
-          "  -c, --check 0|1       check results against the oracle (#wrong; default 1)\n"
+          "  -c, --check 0|1       check results against the oracle (#wrong; default 1;\n"
+          "                        with 0, #wrong reads n/a and JSON's wrong null)\n"
           "  -d, --datatype T      float double half bfloat16 int8 uint8 int32 int64 fp8_e4m3 "
           "fp8_e5m2\n"
           "  -o, --op OP           sum prod min max avg (default sum)\n"
           "  -r, --root R          root of broadcast and reduce (default 0)\n"
           "  -C, --collective C    allreduce reduce_scatter allgather broadcast reduce alltoall "
-          "sendrecv all\n"
+          "alltoallv\n"
+          "                        sendrecv all\n"
           "                        (comma list allowed; default all)\n"
           "      --ranks N         spawn N local ranks (default 4; ignored under mpirun)\n"
           "      --json FILE       write every row as JSON\n"
@@ -162,6 +165,18 @@ static void sb_printf(sbuf_t *s, const char *fmt, ...) {
   }
 }
 
+/* s as a JSON string: the library's messages may hold quotes */
+static void sb_json_str(sbuf_t *sb, const char *s) {
+  sb_printf(sb, "\"");
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\')
+      sb_printf(sb, "\\%c", *s);
+    else
+      sb_printf(sb, "%c", (unsigned char)*s < 0x20 ? ' ' : *s);
+  }
+  sb_printf(sb, "\"");
+}
+
 typedef struct {
   bench_opts_t *o;
   int argc;
@@ -175,9 +190,19 @@ typedef struct {
   void *nccl;
 } peer_t;
 
-static double reduce_max(double v, weft_comm_t comm) {
+/* Agreement between the ranks on the host communicator; a failure there stops the run like
+ * a failed measured call (it is the same library). */
+static int ctl_failed(weft_result_t rc, weft_comm_t ctl, int rank) {
+  if (rc == WEFT_SUCCESS) return 0;
+  fprintf(stderr, "collbench: rank %d: exchanging results failed: %s: %s\n", rank,
+          weft_result_string(rc), weft_get_last_error(ctl));
+  return 1;
+}
+
+static double reduce_max(double v, weft_comm_t comm, int rank, int *failed) {
   double out = v;
-  weft_allreduce(&v, &out, 1, WEFT_F64, WEFT_MAX, comm, NULL);
+  if (ctl_failed(weft_allreduce(&v, &out, 1, WEFT_F64, WEFT_MAX, comm, NULL), comm, rank))
+    *failed = 1;
   return out;
 }
 
@@ -207,13 +232,17 @@ static void free_bufs(const bench_opts_t *o, char *s, char *r) {
 }
 
 /* Seconds per call on this rank (or < 0 on failure, with *rc set); on GPUs *submit gets
- * the host's seconds per call of queueing them (else -1). */
+ * the host's seconds per call of queueing them (else -1). *algo: what the timed calls ran,
+ * taken before anything else is issued on comm (the barriers and result exchanges are
+ * calls too). */
 static double time_calls(int coll, char *in, char *out, size_t count, const bench_opts_t *o,
                          weft_comm_t comm, void *nccl, int rank, int nranks, weft_result_t *rc,
-                         double *submit) {
+                         double *submit, const char **algo) {
   *submit = -1;
+  *algo = "n/a";
 #ifdef WEFT_HAVE_CUDA
-  if (o->gpu) return bench_gpu_time(coll, in, out, count, o, comm, nccl, rank, nranks, rc, submit);
+  if (o->gpu)
+    return bench_gpu_time(coll, in, out, count, o, comm, nccl, rank, nranks, rc, submit, algo);
 #endif
   (void)nccl;
   *rc = WEFT_SUCCESS;
@@ -223,15 +252,19 @@ static double time_calls(int coll, char *in, char *out, size_t count, const benc
   double t0 = now_s();
   for (int i = 0; i < o->iters && *rc == WEFT_SUCCESS; i++)
     *rc = bench_call(coll, in, out, count, o, comm, rank, nranks);
+  *algo = weft_comm_last_algo(comm);
   return *rc == WEFT_SUCCESS ? (now_s() - t0) / (o->iters > 0 ? o->iters : 1) : -1;
 }
 
 static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *o, const peer_t *pr,
                     int argc, char **argv) {
-  size_t es = weft_dtype_size(o->dtype);
-  size_t max_in, max_out, max_count = o->max_bytes / es + 1;
-  bench_buf_elems(B_ALLTOALL, max_count, nranks, &max_in, &max_out);
-  size_t bytes = (max_in > max_out ? max_in : max_out) * es + 64;
+  size_t es = weft_dtype_size(o->dtype), bytes = 0;
+  for (int c = 0; c < B_NCOLLS; c++) { /* the largest buffer any collective needs */
+    size_t nin, nout;
+    bench_buf_elems(c, bench_count(c, o->max_bytes, es, nranks), nranks, &nin, &nout);
+    if ((nin > nout ? nin : nout) * es > bytes) bytes = (nin > nout ? nin : nout) * es;
+  }
+  bytes += 64;
   char *sbuf = NULL, *rbuf = NULL;
   weft_comm_t ctl = o->ctl;
   int comparing = pr->name != NULL;
@@ -261,6 +294,7 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
   size_t devmem = 0;
   weft_comm_device_memory(comm, &devmem);
   sbuf_t js = {0};
+  char fail_msg[512] = "";
   int failed = 0, tty = isatty(2);
   double start = now_s(), last_progress = start;
   if (rank == 0) {
@@ -286,8 +320,10 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
               WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, host, nranks);
     for (int i = 0; i < argc; i++)
       sb_printf(&js, "%s%s", i ? " " : "", argv[i]);
-    sb_printf(&js, "\",\n  \"gpu\": %d,\n  \"graph\": %d,\n  \"device_memory_bytes\": %zu,", o->gpu,
-              o->graph, devmem);
+    sb_printf(&js,
+              "\",\n  \"gpu\": %d,\n  \"graph\": %d,\n  \"check\": %d,\n  "
+              "\"device_memory_bytes\": %zu,",
+              o->gpu, o->graph, o->check, devmem);
     if (comparing) sb_printf(&js, "\n  \"peer\": \"%s %s\",", pr->name, pr->version);
     sb_printf(&js, "\n  \"rows\": [");
   }
@@ -305,9 +341,11 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
              bench_colls[coll].name, "size", "count", "type", "redop", "root", "time", "algbw",
              "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
       if (comparing) printf(" %10s %8s %6s", "peer time", "peer bus", "ratio");
+      printf(" %8s %8s", "algo", "algo");
       printf("\n#%11s %12s %9s %6s %5s %10s %8s %8s %6s %10s %8s %8s %6s", "(B)", "(elements)", "",
              "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
       if (comparing) printf(" %10s %8s %6s", "(us)", "(GB/s)", "peer/weft");
+      printf(" %8s %8s", "(oop)", "(ip)");
       printf("\n");
     }
     for (size_t b = o->min_bytes; b <= o->max_bytes && !failed;
@@ -316,12 +354,12 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
       done_sizes++;
       size_t count = bench_count(coll, b, es, nranks);
       if (count == 0) continue;
-      size_t nin, nout;
-      bench_buf_elems(coll, count, nranks, &nin, &nout);
-      size_t row_bytes = (nin > nout ? nin : nout) * es;
+      size_t row_bytes = bench_row_bytes(coll, count, es, nranks);
       double t[2] = {0, 0}, sub[2] = {-1, -1}; /* sub: weft's and the peer's queueing */
-      long wrong[2] = {0, 0};
-      int has_in_place = coll != B_SENDRECV; /* a send and a receive of one buffer */
+      long wrong[2] = {-1, -1};                /* -1: not checked (-c 0) */
+      /* what the timed calls ran, and the checked call where that differed */
+      const char *algo[2] = {"n/a", "n/a"}, *check_algo[2] = {NULL, NULL};
+      int has_in_place = bench_has_in_place(coll);
       for (int ip = 0; ip < 1 + has_in_place; ip++) {
         weft_result_t rc = WEFT_SUCCESS;
         long w = 0;
@@ -331,24 +369,33 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
 #endif
         if (o->check && !o->gpu)
           w = bench_check(coll, sbuf, ip ? sbuf : rbuf, count, o, comm, rank, nranks, ip, &rc);
+        if (o->check) check_algo[ip] = weft_comm_last_algo(comm);
         char *in, *out;
         bench_layout(coll, sbuf, rbuf, count, es, rank, ip, &in, &out);
         double dt = -1, st = -1;
         if (rc == WEFT_SUCCESS)
-          dt = time_calls(coll, in, out, count, o, comm, NULL, rank, nranks, &rc, &st);
+          dt = time_calls(coll, in, out, count, o, comm, NULL, rank, nranks, &rc, &st, &algo[ip]);
         if (rc != WEFT_SUCCESS) {
-          fprintf(stderr, "collbench: rank %d: %s of %zu bytes failed: %s: %s\n", rank,
-                  bench_colls[coll].name, row_bytes, weft_result_string(rc),
+          fprintf(stderr, "collbench: rank %d: %s of %zu bytes%s failed: %s: %s\n", rank,
+                  bench_colls[coll].name, row_bytes, ip ? " in place" : "", weft_result_string(rc),
                   weft_get_last_error(comm));
+          snprintf(fail_msg, sizeof fail_msg, "%s of %zu bytes%s: %s: %s", bench_colls[coll].name,
+                   row_bytes, ip ? " in place" : "", weft_result_string(rc),
+                   weft_get_last_error(comm));
           failed = 1;
           break;
         }
-        t[ip] = reduce_max(dt, ctl);
-        if (ip == 0 && o->gpu && !o->graph) sub[0] = reduce_max(st, ctl);
-        long wsum = 0;
-        weft_allreduce(&w, &wsum, 1, WEFT_I64, WEFT_SUM, ctl, NULL);
-        wrong[ip] = wsum;
-        if (wsum) failed = 2;
+        if (check_algo[ip] && strcmp(check_algo[ip], algo[ip]) == 0) check_algo[ip] = NULL;
+        t[ip] = reduce_max(dt, ctl, rank, &failed);
+        if (ip == 0 && o->gpu && !o->graph) sub[0] = reduce_max(st, ctl, rank, &failed);
+        if (o->check) {
+          long wsum = 0;
+          if (ctl_failed(weft_allreduce(&w, &wsum, 1, WEFT_I64, WEFT_SUM, ctl, NULL), ctl, rank))
+            failed = 1;
+          wrong[ip] = wsum;
+          if (wsum && !failed) failed = 2;
+        }
+        if (failed == 1) break;
       }
       if (failed == 1) break;
       double peer = -1;
@@ -358,10 +405,11 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
       if (pr->nccl) {
         weft_result_t prc = WEFT_SUCCESS;
         double pst = -1;
-        double pt =
-            time_calls(coll, sbuf, rbuf, count, o, comm, pr->nccl, rank, nranks, &prc, &pst);
-        if (o->gpu && !o->graph) sub[1] = reduce_max(pst, ctl);
-        double worst = reduce_max(pt < 0 ? 1e30 : pt, ctl);
+        const char *unused;
+        double pt = time_calls(coll, sbuf, rbuf, count, o, comm, pr->nccl, rank, nranks, &prc, &pst,
+                               &unused);
+        if (o->gpu && !o->graph) sub[1] = reduce_max(pst, ctl, rank, &failed);
+        double worst = reduce_max(pt < 0 ? 1e30 : pt, ctl, rank, &failed);
         peer = worst >= 1e30 ? -1 : worst;
       }
       if (rank == 0) {
@@ -370,15 +418,18 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
         double alg[2] = {0, 0}, bus[2] = {0, 0};
         for (int ip = 0; ip < 1 + has_in_place; ip++) {
           alg[ip] = row_bytes / t[ip] / 1e9;
-          bus[ip] = bench_busbw(coll, alg[ip], nranks);
+          bus[ip] = bench_busbw(coll, alg[ip], count, nranks);
         }
-        printf("%12zu %12zu %9s %6s %5d %10.2f %8.2f %8.2f %6ld", row_bytes, count,
-               weft_dtype_name(o->dtype), opn, root, t[0] * 1e6, alg[0], bus[0], wrong[0]);
+        char wtxt[2][24];
+        for (int ip = 0; ip < 2; ip++)
+          snprintf(wtxt[ip], sizeof wtxt[ip], wrong[ip] < 0 ? "n/a" : "%ld", wrong[ip]);
+        printf("%12zu %12zu %9s %6s %5d %10.2f %8.2f %8.2f %6s", row_bytes, count,
+               weft_dtype_name(o->dtype), opn, root, t[0] * 1e6, alg[0], bus[0], wtxt[0]);
         if (has_in_place)
-          printf(" %10.2f %8.2f %8.2f %6ld", t[1] * 1e6, alg[1], bus[1], wrong[1]);
+          printf(" %10.2f %8.2f %8.2f %6s", t[1] * 1e6, alg[1], bus[1], wtxt[1]);
         else
           printf(" %10s %8s %8s %6s", "n/a", "n/a", "n/a", "n/a");
-        double pbus = peer > 0 ? bench_busbw(coll, row_bytes / peer / 1e9, nranks) : 0;
+        double pbus = peer > 0 ? bench_busbw(coll, row_bytes / peer / 1e9, count, nranks) : 0;
         if (o->plot && npts == cap_pts) {
           size_t ncap = cap_pts ? cap_pts * 2 : 64;
           plot_point_t *np = realloc(pts, ncap * sizeof *np);
@@ -392,15 +443,17 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
           else
             printf(" %10s %8s %6s", "n/a", "n/a", "n/a");
         }
-        printf("\n");
+        printf(" %8s %8s\n", algo[0], algo[1]);
         fflush(stdout);
         for (int ip = 0; ip < 1 + has_in_place; ip++) {
           sb_printf(&js,
                     "%s\n    {\"coll\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", \"nranks\": "
                     "%d, \"bytes\": %zu, \"count\": %zu, \"in_place\": %d, \"time_us\": %.3f, "
-                    "\"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %ld",
+                    "\"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %s, \"algo\": \"%s\"",
                     first_row ? "" : ",", bench_colls[coll].name, weft_dtype_name(o->dtype), opn,
-                    nranks, row_bytes, count, ip, t[ip] * 1e6, alg[ip], bus[ip], wrong[ip]);
+                    nranks, row_bytes, count, ip, t[ip] * 1e6, alg[ip], bus[ip],
+                    wrong[ip] < 0 ? "null" : wtxt[ip], algo[ip]);
+          if (check_algo[ip]) sb_printf(&js, ", \"check_algo\": \"%s\"", check_algo[ip]);
           if (peer > 0 && ip == 0)
             sb_printf(&js,
                       ", \"peer\": \"%s\", \"peer_time_us\": %.3f, \"peer_busbw\": %.4f, "
@@ -424,7 +477,12 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
     }
   }
   if (rank == 0) {
-    sb_printf(&js, "\n  ]\n}\n");
+    sb_printf(&js, "\n  ]");
+    if (failed == 1) { /* the rows before the failure stand; say why there are no more */
+      sb_printf(&js, ",\n  \"error\": ");
+      sb_json_str(&js, fail_msg[0] ? fail_msg : "a rank failed; see its messages");
+    }
+    sb_printf(&js, "\n}\n");
     if (o->json) {
       FILE *f = fopen(o->json, "w");
       if (!f || fwrite(js.buf, 1, js.len, f) != js.len) {
@@ -439,10 +497,14 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
     } else if (o->plot) {
       printf("# collbench: plot in %s\n", o->plot);
     }
-    if (!failed)
+    if (!failed && o->check)
       printf("# collbench: done in %.1f s, no errors\n", now_s() - start);
+    else if (!failed)
+      printf("# collbench: done in %.1f s, results not checked (-c 0)\n", now_s() - start);
     else if (failed == 2)
       printf("# collbench: WRONG RESULTS (see #wrong)\n");
+    else
+      printf("# collbench: FAILED: %s\n", fail_msg[0] ? fail_msg : "see the messages above");
   }
   free(js.buf);
   free(pts);

@@ -52,6 +52,10 @@ long bench_gpu_check(int coll, char *ds, char *dr, size_t count, const bench_opt
   if (!cuda_ok(cudaMemcpyAsync(din, hin, in_b, cudaMemcpyHostToDevice, (cudaStream_t)o->stream),
                "cudaMemcpyAsync"))
     goto out;
+  if (coll == B_ALLTOALLV && /* its gaps must come back untouched */
+      !cuda_ok(cudaMemsetAsync(dout, BENCH_GAP_BYTE, out_b, (cudaStream_t)o->stream),
+               "cudaMemsetAsync"))
+    goto out;
   *rc = bench_call(coll, din, dout, count, o, comm, rank, nranks);
   if (*rc != WEFT_SUCCESS) goto out;
   if (!cuda_ok(cudaStreamSynchronize((cudaStream_t)o->stream), "cudaStreamSynchronize")) goto out;
@@ -122,10 +126,11 @@ static void trace_report(const trace_t *t, cudaEvent_t e0, float total_ms, const
 
 /* Seconds per call of `iters` calls after `warmup`, measured on the stream. peer != NULL
  * runs NCCL instead of weft. *submit: host seconds per call spent queueing them (stream
- * launches only, else -1); near the stream time, the host is what limits. */
+ * launches only, else -1); near the stream time, the host is what limits. *algo is taken
+ * right after weft's timed calls are queued (or captured): the barriers are calls too. */
 double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_opts_t *o,
                       weft_comm_t comm, void *peer, int rank, int nranks, weft_result_t *rc,
-                      double *submit) {
+                      double *submit, const char **algo) {
   cudaStream_t s = (cudaStream_t)o->stream;
   cudaEvent_t e0 = NULL, e1 = NULL;
   trace_t tr;
@@ -134,6 +139,7 @@ double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_o
   double secs = -1, t0 = 0;
   *rc = WEFT_SUCCESS;
   *submit = -1;
+  *algo = "n/a";
 #define CALL()                                                                                     \
   (peer ? bench_nccl_call(peer, coll, in, out, count, o, rank, nranks)                             \
         : bench_call(coll, in, out, count, o, comm, rank, nranks))
@@ -147,6 +153,7 @@ double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_o
     if (!cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture")) goto out;
     for (int i = 0; i < o->iters && *rc == WEFT_SUCCESS; i++)
       *rc = CALL();
+    if (!peer) *algo = weft_comm_last_algo(comm);
     cudaError_t ce = cudaStreamEndCapture(s, &g);
     if (*rc != WEFT_SUCCESS || !cuda_ok(ce, "cudaStreamEndCapture")) goto out;
     if (!cuda_ok(cudaGraphInstantiate(&ge, g, 0), "cudaGraphInstantiate")) goto out;
@@ -172,6 +179,7 @@ double bench_gpu_time(int coll, void *in, void *out, size_t count, const bench_o
       if (i == 0) tr.stamp[2] = host_s();
     }
     *submit = (host_s() - t0) / o->iters;
+    if (!peer) *algo = weft_comm_last_algo(comm);
   }
   tr.stamp[3] = host_s();
   cudaEventRecord(e1, s);

@@ -159,6 +159,17 @@ weft_result_t bench_nccl_call(void *peer, int coll, const void *s, void *r, size
     }
     e = p->group_end();
     break;
+  case B_ALLTOALLV: { /* NCCL has no alltoallv: the same blocks as grouped sends and receives */
+    const size_t *v = bench_a2av(count, rank, nranks), n = (size_t)nranks;
+    if (!v) return WEFT_ERR_NO_MEMORY;
+    p->group_start();
+    for (int q = 0; q < nranks; q++) {
+      p->send((const char *)s + v[n + (size_t)q] * es, v[q], t, q, p->comm, st);
+      p->recv((char *)r + v[3 * n + (size_t)q] * es, v[2 * n + (size_t)q], t, q, p->comm, st);
+    }
+    e = p->group_end();
+    break;
+  }
   default:
     p->group_start();
     p->send(s, count, t, (rank + 1) % nranks, p->comm, st);

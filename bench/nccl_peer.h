@@ -14,7 +14,7 @@ void bench_nccl_close(void *peer);
 int bench_nccl_register(void *peer, void *buf, size_t bytes, void **handle, char *why, size_t len);
 void bench_nccl_deregister(void *peer, void *handle);
 /* One call of coll through NCCL on o->stream; alltoall is a group of sends and receives,
- * as in nccl-tests. */
+ * as in nccl-tests, and so is alltoallv (NCCL has none), on the same blocks as weft's. */
 weft_result_t bench_nccl_call(void *peer, int coll, const void *s, void *r, size_t count,
                               const bench_opts_t *o, int rank, int nranks);
 
