@@ -1,35 +1,70 @@
 /* Fuzz target: arbitrary bytes from a bootstrap-ring neighbour (src/bootstrap.c's failure
  * channel: notices and goodbyes). Every result must be one of weft's codes, naming a real
- * rank; never a crash. */
+ * rank, and bytes without the magic are never taken as a message; never a crash. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "outcome.h"
 #include "socket.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size > 1 << 16) return 0;
+enum { NEIGHBOUR = 0 }; /* rank 1's previous rank: the sender of the input */
+
+/* quiet: nothing to report (a bye, then the close it announced); lost: the neighbour's
+ * socket closed without a bye; refuse: the bytes were no valid notice, reported as a
+ * protocol error of the neighbour (a notice saying just that reads the same); accept: a
+ * notice taken as sent, with what every rank would then print. */
+void fuzz_outcome(const uint8_t *data, size_t size, char *out, size_t len) {
+  snprintf(out, len, "skip");
+  if (size > 1 << 16) return;
   int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 0;
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return;
   weft_sock_nonblock(sv[0]);
   weft_bootstrap_t b = {
       .rank = 1, .nranks = 4, .magic = 0x1122334455667788ull, .prev_fd = sv[0], .next_fd = -1};
   if (size && send(sv[1], data, size, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) size = 0;
   close(sv[1]);
-  for (int i = 0; i < 4096; i++) {
-    weft_notice_t n = {0};
-    weft_result_t rc = weft_bootstrap_check(&b, &n);
-    if (rc == WEFT_SUCCESS) continue;
-    if (rc < 0 || rc > WEFT_ERR_IN_PROGRESS || n.origin < 0 || n.origin >= b.nranks) {
-      fprintf(stderr, "fuzz_notice: bad result %d origin %d\n", (int)rc, n.origin);
-      abort();
-    }
-    break;
+  weft_notice_t n = {0};
+  weft_result_t rc = WEFT_SUCCESS;
+  for (int i = 0; i < 4096 && rc == WEFT_SUCCESS; i++) {
+    n = (weft_notice_t){0};
+    rc = weft_bootstrap_check(&b, &n);
   }
   close(sv[0]);
+  /* What a refusal looks like: the neighbour blamed, no text taken from the bytes. */
+  int plain = n.origin == NEIGHBOUR && !n.text[0];
+  uint64_t magic = 0;
+  memcpy(&magic, data, size < sizeof magic ? size : sizeof magic);
+  if (size >= sizeof magic && magic != b.magic && (rc == WEFT_SUCCESS || !plain || n.seq)) {
+    fprintf(stderr, "fuzz_notice: a message with a wrong magic was taken\n");
+    abort();
+  }
+  if (rc == WEFT_SUCCESS) {
+    snprintf(out, len, "quiet");
+    return;
+  }
+  if (rc < 0 || rc > WEFT_ERR_IN_PROGRESS || n.origin < 0 || n.origin >= b.nranks || n.code != rc ||
+      n.text[sizeof n.text - 1] != 0) {
+    fprintf(stderr, "fuzz_notice: bad result %d origin %d code %d\n", (int)rc, n.origin, n.code);
+    abort();
+  }
+  if (plain && rc == WEFT_ERR_PEER_LOST && n.seq == 0)
+    snprintf(out, len, "lost origin %d", n.origin);
+  else if (plain && rc == WEFT_ERR_PROTOCOL)
+    snprintf(out, len, "refuse %s origin %d seq %llu", fuzz_result_name(rc), n.origin,
+             (unsigned long long)n.seq);
+  else
+    snprintf(out, len, "accept %s origin %d seq %llu text \"%s\"", fuzz_result_name(rc), n.origin,
+             (unsigned long long)n.seq, n.text);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  char out[512];
+  fuzz_outcome(data, size, out, sizeof out);
   return 0;
 }

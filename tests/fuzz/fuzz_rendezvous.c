@@ -1,7 +1,8 @@
 /* Fuzz target: arbitrary bytes as the rendezvous root's answer to a rank (src/bootstrap.c:
  * reply header and address table). A fake root on loopback reads the rank's hello and sends
  * the input back. One rank only, so even a well-formed table never makes weft connect to an
- * address taken from the input. Every outcome must be a weft result; never a crash. */
+ * address taken from the input. Every outcome must be a weft result, a reply without the
+ * magic is never taken; never a crash. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "outcome.h"
 
 typedef struct {
   int listen_fd;
@@ -37,17 +39,20 @@ static void *fake_root(void *arg) {
   return NULL;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size > 4096) return 0;
+/* accept: the reply was taken, with the communicator magic it carried; refuse: init failed
+ * with the code named. */
+void fuzz_outcome(const uint8_t *data, size_t size, char *out, size_t len) {
+  snprintf(out, len, "skip");
+  if (size > 4096) return;
   setenv("WEFT_SOCKET_IFADDR", "127.0.0.1", 1);
   root_t r = {.data = data, .size = size};
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
+  socklen_t alen = sizeof a;
   r.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
   if (r.listen_fd < 0 || bind(r.listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-      listen(r.listen_fd, 4) != 0 || getsockname(r.listen_fd, (struct sockaddr *)&a, &len) != 0) {
+      listen(r.listen_fd, 4) != 0 || getsockname(r.listen_fd, (struct sockaddr *)&a, &alen) != 0) {
     if (r.listen_fd >= 0) close(r.listen_fd);
-    return 0;
+    return;
   }
   pthread_t t;
   pthread_create(&t, NULL, fake_root, &r);
@@ -55,11 +60,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   weft_id_body_t id = {.magic = 0x1122334455667788ull, .version = WEFT_WIRE_VERSION, .root = a};
   weft_bootstrap_t *b = NULL;
   weft_result_t rc = weft_bootstrap_init(&id, 0, 1, 2000, NULL, &b);
-  if (rc == WEFT_SUCCESS)
-    weft_bootstrap_free(b);
-  else if (rc < 0 || rc > WEFT_ERR_IN_PROGRESS)
+  uint64_t magic = 0;
+  memcpy(&magic, data, size < sizeof magic ? size : sizeof magic);
+  if (rc == WEFT_SUCCESS && magic != id.magic) {
+    fprintf(stderr, "fuzz_rendezvous: a reply with a wrong magic was taken\n");
     abort();
+  }
+  if (rc == WEFT_SUCCESS) {
+    snprintf(out, len, "accept magic %#llx", (unsigned long long)b->magic);
+    weft_bootstrap_free(b);
+  } else if (rc < 0 || rc > WEFT_ERR_IN_PROGRESS) {
+    abort();
+  } else {
+    snprintf(out, len, "refuse %s", fuzz_result_name(rc));
+  }
   pthread_join(t, NULL);
   close(r.listen_fd);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  char out[128];
+  fuzz_outcome(data, size, out, sizeof out);
   return 0;
 }
