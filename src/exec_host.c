@@ -358,6 +358,7 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
   weft_comm_t c = x->comm;
   int64_t deadline = weft_deadline(c->timeout_ms);
   int idle = 0;
+  int64_t spin_end = 0;
   uint64_t token[WEFT_TR_COUNT] = {0};
   while (x->remaining) {
     int sleepy = idle >= c->spin;
@@ -385,11 +386,18 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
       return weft_set_error(WEFT_ERR_ABORTED, "%s (op %llu) ended: communicator aborted", what,
                             (unsigned long long)seq);
     if (++idle < c->spin) {
-      if (c->yield)
-        sched_yield();
-      else
+      if (!c->yield) {
         cpu_relax();
-      continue;
+        continue;
+      }
+      /* A yield can cost a whole time slice on a loaded host (2000 of them: seconds), and
+       * notices and the deadline are looked at only once spinning ends: cap it in time. */
+      if (idle == 1) spin_end = weft_now_ms() + 10;
+      if (idle % 16 != 0 || weft_now_ms() < spin_end) {
+        sched_yield();
+        continue;
+      }
+      idle = c->spin;
     }
     if (weft_now_ms() > deadline) {
       char buf[160];

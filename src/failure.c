@@ -1,6 +1,7 @@
-/* Failure notices (see failure.h). A rank learns of a failure from a notice (shm header
+/* Failure notices (see failure.h). A rank learns of a failure from a notice (shm segment
  * or ring socket), from a ring neighbour whose socket closed without a bye, or from a
- * local peer whose process is gone; it then forwards the notice, keeping its origin. */
+ * local peer whose process is gone or whose heartbeat stopped; it then forwards the notice,
+ * keeping its origin and its text. */
 #include "failure.h"
 
 #include <stdio.h>
@@ -20,7 +21,7 @@ void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char
 
 static weft_result_t check(weft_comm_t c, int ring) {
   weft_notice_t n = {0};
-  /* The ring's notices carry the reporter's message; the shm header's only its code. */
+  /* Notices carry the reporter's message; a local finding (seq 0) may carry its own. */
   weft_result_t rc = ring && c->boot ? weft_bootstrap_check(c->boot, &n) : WEFT_SUCCESS;
   for (int t = 0; t < WEFT_TR_COUNT && rc == WEFT_SUCCESS; t++)
     if (c->tr[t] && c->tr_state[t] && c->tr[t]->check) rc = c->tr[t]->check(c->tr_state[t], &n);
@@ -31,10 +32,12 @@ static weft_result_t check(weft_comm_t c, int ring) {
     return weft_set_error(rc, "rank %d: a neighbour reported this rank's own failure", c->rank);
   char what[192];
   unsigned long long op = (unsigned long long)n.seq;
+  /* Found here (seq 0), with the detector's precise words (a stopped rank): those alone. */
+  if (n.seq == 0 && n.text[0]) return weft_set_error(rc, "rank %d: %s", c->rank, n.text);
   if (n.seq == 0)
     snprintf(what, sizeof what,
-             "rank %d is gone (its process died or stopped, or it left "
-             "without destroying the communicator)",
+             "rank %d is gone (its process died, or it left without destroying the "
+             "communicator)",
              n.origin);
   else if (rc == WEFT_ERR_PEER_LOST)
     snprintf(what, sizeof what, "rank %d is gone (noticed during op %llu)", n.origin, op);

@@ -36,15 +36,20 @@ typedef struct {
   int32_t pid;
   uint32_t nlocal;
   uint64_t magic;
-  _Atomic int32_t notice; /* origin + 1 of a failure a peer told us about; 0: none */
-  int32_t notice_code;
-  uint64_t notice_seq;
+  /* local index + 1 of the first peer that told us of a failure; its notice, with its
+   * message, is in its own segment (so a local notice says as much as one over the ring) */
+  _Atomic int32_t notice;
   _Atomic int32_t left;       /* the owner destroyed its communicator: its exit is no failure */
   _Atomic uint32_t heartbeat; /* bumped every 100 ms by the owner's heartbeat thread */
-  char pad[16];
+  char pad[28];
 } seg_hdr_t;
 
 _Static_assert(sizeof(seg_hdr_t) == 64, "the segment header is one cache line");
+
+/* After the header: the owner's own failure notice, written once before it tells anyone. */
+#define NOTICE_AREA 256
+_Static_assert(sizeof(weft_notice_t) <= NOTICE_AREA, "a notice fits its area");
+#define RINGS_OFF (sizeof(seg_hdr_t) + NOTICE_AREA)
 
 typedef struct {
   int rank, nranks, nlocal, my_local;
@@ -60,13 +65,16 @@ typedef struct {
 } shm_t;
 
 static ring_ctl_t *ring_ctl(const shm_t *s, int owner_local, int sender_local) {
-  return (ring_ctl_t *)(s->segs[owner_local] + sizeof(seg_hdr_t) +
+  return (ring_ctl_t *)(s->segs[owner_local] + RINGS_OFF +
                         (size_t)sender_local * (sizeof(ring_ctl_t) + s->ring_bytes));
 }
 static char *ring_data(const shm_t *s, int owner_local, int sender_local) {
   return (char *)ring_ctl(s, owner_local, sender_local) + sizeof(ring_ctl_t);
 }
 static seg_hdr_t *hdr(const shm_t *s, int local) { return (seg_hdr_t *)s->segs[local]; }
+static weft_notice_t *own_notice(const shm_t *s, int local) {
+  return (weft_notice_t *)(s->segs[local] + sizeof(seg_hdr_t));
+}
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
   return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
@@ -105,7 +113,7 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
   int64_t rb = weft_param_int("WEFT_SHM_RING_BYTES");
   if (rb < 4096) rb = 4096;
   s->ring_bytes = ((size_t)rb + 4095) & ~(size_t)4095;
-  s->seg_bytes = sizeof(seg_hdr_t) + (size_t)s->nlocal * (sizeof(ring_ctl_t) + s->ring_bytes);
+  s->seg_bytes = RINGS_OFF + (size_t)s->nlocal * (sizeof(ring_ctl_t) + s->ring_bytes);
   s->segs = calloc((size_t)s->nlocal, sizeof *s->segs);
   s->beat_seen = calloc((size_t)s->nlocal, sizeof *s->beat_seen);
   s->beat_when = calloc((size_t)s->nlocal, sizeof *s->beat_when);
@@ -206,15 +214,15 @@ static void shm_wake(void *state) {
   ring_bell(s, s->my_local);
 }
 
+/* Called once per communicator: the notice is complete in this rank's segment before any
+ * peer's header points to it (the compare-exchange publishes it). */
 static void shm_notify(void *state, const weft_notice_t *n) {
   shm_t *s = state;
+  *own_notice(s, s->my_local) = *n;
   for (int l = 0; l < s->nlocal; l++) {
     if (l == s->my_local || !s->segs[l]) continue;
-    seg_hdr_t *h = hdr(s, l);
     int32_t none = 0;
-    h->notice_code = (int32_t)n->code;
-    h->notice_seq = n->seq;
-    atomic_compare_exchange_strong(&h->notice, &none, n->origin + 1);
+    atomic_compare_exchange_strong(&hdr(s, l)->notice, &none, s->my_local + 1);
     ring_bell(s, l);
   }
 }
@@ -242,10 +250,11 @@ static void shm_beat(void *state) {
 static weft_result_t shm_check(void *state, weft_notice_t *n) {
   shm_t *s = state;
   seg_hdr_t *h = hdr(s, s->my_local);
-  int32_t origin = atomic_load(&h->notice);
-  if (origin > 0) {
-    *n = (weft_notice_t){
-        .origin = origin - 1, .code = (weft_result_t)h->notice_code, .seq = h->notice_seq};
+  int32_t teller = atomic_load(&h->notice) - 1;
+  if (teller >= 0 && teller < s->nlocal && s->segs[teller]) {
+    const weft_notice_t *src = own_notice(s, teller);
+    *n = (weft_notice_t){.origin = src->origin, .code = src->code, .seq = src->seq};
+    snprintf(n->text, sizeof n->text, "%.*s", (int)sizeof n->text - 1, src->text);
     return n->code;
   }
   int64_t now = weft_now_ms();
@@ -263,11 +272,12 @@ static weft_result_t shm_check(void *state, weft_notice_t *n) {
       s->beat_seen[l] = beat;
       s->beat_when[l] = now;
     } else if (s->heartbeat_ms > 0 && now - s->beat_when[l] > s->heartbeat_ms) {
+      /* The notice's text is what the user reads (failure.c quotes it): say stopped. */
       *n = (weft_notice_t){.origin = p, .code = WEFT_ERR_PEER_LOST};
-      return weft_set_error(WEFT_ERR_PEER_LOST,
-                            "rank %d (pid %d) has not run for %lld ms: stopped (SIGSTOP, a "
-                            "debugger) or frozen",
-                            p, (int)hdr(s, l)->pid, (long long)(now - s->beat_when[l]));
+      snprintf(n->text, sizeof n->text,
+               "rank %d (pid %d) has not run for %lld ms: stopped (SIGSTOP, a debugger) or frozen",
+               p, (int)hdr(s, l)->pid, (long long)(now - s->beat_when[l]));
+      return WEFT_ERR_PEER_LOST;
     }
   }
   return WEFT_SUCCESS;
