@@ -10,10 +10,16 @@
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* How long the other ranks may run on after one failed (WEFT_TEST_TIME_SCALE stretches it,
+ * as it does the tests' own bounds): weft sees a dead peer at once (its bootstrap socket
+ * closes), so this is slack for a loaded machine, not a detection time. */
+enum { LAUNCH_GRACE_S = 10 };
 
 int launch_in_child(int (*fn)(void)) {
   pid_t pid = fork();
@@ -97,8 +103,14 @@ int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s) {
     }
     pids[r] = p;
   }
-  int failed = 0, left = nranks;
-  time_t end = time(NULL) + timeout_s;
+  /* After a failure the others get a grace period to see the lost peer and fail by
+   * themselves (their messages say what they saw), then are killed, so a rank failing early
+   * ends the run in seconds rather than at timeout_s. */
+  const char *ts = getenv("WEFT_TEST_TIME_SCALE");
+  double scale = ts && atof(ts) > 0 ? atof(ts) : 1;
+  int64_t grace_ms = (int64_t)(LAUNCH_GRACE_S * 1000 * scale);
+  int failed = 0, left = nranks, first = -1, killed = 0;
+  int64_t end = launch_now_ms() + (int64_t)timeout_s * 1000, grace_end = INT64_MAX;
   while (left > 0) {
     int st;
     pid_t p = waitpid(-1, &st, WNOHANG);
@@ -113,20 +125,33 @@ int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s) {
               fprintf(stderr, "launch: rank %d died with signal %d\n", r, WTERMSIG(st));
             else
               fprintf(stderr, "launch: rank %d exited with %d\n", r, WEXITSTATUS(st));
+            if (first < 0 && !killed) {
+              first = r;
+              grace_end = launch_now_ms() + grace_ms;
+            }
           }
         }
       continue;
     }
     if (p < 0 && errno == ECHILD) break;
-    if (time(NULL) > end) {
-      fprintf(stderr, "launch: ranks still running after %d s: killing them\n", timeout_s);
+    int64_t now = launch_now_ms();
+    if (!killed && (now > end || now > grace_end)) {
+      if (now > end)
+        fprintf(stderr, "launch: ranks still running after %d s: killing them:", timeout_s);
+      else
+        fprintf(stderr,
+                "launch: rank %d failed %lld ms ago: killing the ranks still running:", first,
+                (long long)grace_ms);
       for (int r = 0; r < nranks; r++)
-        if (pids[r] > 0) kill(pids[r], SIGKILL);
-      failed = 1;
-      end = time(NULL) + 3600;
+        if (pids[r] > 0) {
+          fprintf(stderr, " %d", r);
+          kill(pids[r], SIGKILL);
+        }
+      fprintf(stderr, "\n");
+      failed = killed = 1;
     }
-    struct timespec ts = {0, 2000000};
-    nanosleep(&ts, NULL);
+    struct timespec sl = {0, 2000000};
+    nanosleep(&sl, NULL);
   }
   free(pids);
   munmap(slot, sizeof *slot);

@@ -9,8 +9,10 @@
 
 typedef int (*launch_fn)(int rank, int nranks, weft_unique_id_t id, void *arg);
 
-/* Runs fn in nranks child processes; returns 0 when every rank returned 0 in time. A rank
- * that fails or outlives timeout_s gets its siblings killed, and the result is nonzero. */
+/* Runs fn in nranks child processes; returns 0 when every rank returned 0 in time. Once a
+ * rank exits non-zero or dies, the others get a grace period (10 s, times
+ * WEFT_TEST_TIME_SCALE) to end by themselves, then are killed; after timeout_s all are
+ * killed. Either way the result is nonzero. */
 int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s);
 
 /* Runs fn in a forked child and returns its exit status (0-255; 0 if the child failed).

@@ -29,7 +29,12 @@ static long shm_files(void) {
   return n;
 }
 
-static size_t heap(void) { return mallinfo2().uordblks; }
+/* Bytes in use: from the heap arenas, plus blocks of 128 KiB and more, which glibc maps
+ * on their own and uordblks leaves out. */
+static size_t heap(void) {
+  struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
