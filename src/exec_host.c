@@ -14,7 +14,7 @@
 #include "err.h"
 #include "failure.h"
 #include "reduce.h"
-#include "socket.h"
+#include "clock.h"
 
 typedef struct {
   const weft_sched_t *s;

@@ -19,21 +19,6 @@
 #include "err.h"
 #include "param.h"
 
-int64_t weft_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t weft_default_timeout_ms(void) {
-  int64_t t = weft_param_int("WEFT_TIMEOUT_MS");
-  return t > 0 ? t : 300000;
-}
-
-int64_t weft_deadline(int64_t timeout_ms) {
-  return weft_now_ms() + (timeout_ms > 0 ? timeout_ms : weft_default_timeout_ms());
-}
-
 const char *weft_sock_addr_str(const struct sockaddr_in *a, char *buf, size_t len) {
   char ip[INET_ADDRSTRLEN] = "?";
   inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);

@@ -9,13 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "weft.h"
-
-int64_t weft_now_ms(void);
-/* WEFT_TIMEOUT_MS, or 300000 when unset or not positive. */
-int64_t weft_default_timeout_ms(void);
-/* deadline for a timeout in ms from now (timeout <= 0: the default) */
-int64_t weft_deadline(int64_t timeout_ms);
 
 /* Listens on WEFT_SOCKET_IFADDR (or all interfaces) at port (0: any); *bound gets the
  * actual port. */

@@ -18,7 +18,7 @@
 #include "err.h"
 #include "param.h"
 #include "shmseg.h"
-#include "socket.h"
+#include "clock.h"
 #include "transport.h"
 
 #define HINT "lower WEFT_SHM_RING_BYTES"
