@@ -338,9 +338,11 @@ static weft_result_t build_queues(exec_t *x) {
   return WEFT_SUCCESS;
 }
 
-/* A step failed with rc: report the root cause instead when there is one. A peer's closed
- * socket is often the echo of a failure it already announced, or of our own abort. */
-static weft_result_t root_cause(weft_comm_t c, weft_result_t rc, const char *what, uint64_t seq) {
+/* A step with peer failed with rc: report the root cause instead when there is one. A peer's
+ * closed socket is often the echo of a failure it already announced, or of our own abort;
+ * else it is the peer's death, which may show on its data connection before any notice. */
+static weft_result_t root_cause(weft_comm_t c, weft_result_t rc, int peer, const char *what,
+                                uint64_t seq) {
   if (atomic_load(&c->aborted))
     return weft_set_error(WEFT_ERR_ABORTED, "%s (op %llu) ended: communicator aborted", what,
                           (unsigned long long)seq);
@@ -349,6 +351,7 @@ static weft_result_t root_cause(weft_comm_t c, weft_result_t rc, const char *wha
     snprintf(first, sizeof first, "%s", weft_thread_error());
     weft_result_t why = weft_fail_check(c);
     if (why != WEFT_SUCCESS) return why;
+    if (rc == WEFT_ERR_PEER_LOST) return weft_fail_peer_gone(c, peer, first);
     weft_set_error(rc, "%s", first);
   }
   return rc;
@@ -370,7 +373,7 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
       weft_result_t rc = run_sends(x, x->active[a], &moved);
       if (rc == WEFT_SUCCESS) rc = run_recvs(x, x->active[a], &moved);
       if (rc == WEFT_SUCCESS) continue;
-      rc = root_cause(c, rc, what, seq);
+      rc = root_cause(c, rc, x->active[a], what, seq);
       /* The notice the others get names the peer that was lost, not this rank. */
       int none = -1;
       if (rc == WEFT_ERR_PEER_LOST)

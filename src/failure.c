@@ -19,6 +19,9 @@ void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char
     if (c->tr[t] && c->tr_state[t] && c->tr[t]->notify) c->tr[t]->notify(c->tr_state[t], &n);
 }
 
+/* How a rank that found a peer dead says it, whichever channel showed it first. */
+#define GONE "rank %d is gone (its process died, or it left without destroying the communicator)"
+
 static weft_result_t check(weft_comm_t c, int ring) {
   weft_notice_t n = {0};
   /* Notices carry the reporter's message; a local finding (seq 0) may carry its own. */
@@ -35,10 +38,7 @@ static weft_result_t check(weft_comm_t c, int ring) {
   /* Found here (seq 0), with the detector's precise words (a stopped rank): those alone. */
   if (n.seq == 0 && n.text[0]) return weft_set_error(rc, "rank %d: %s", c->rank, n.text);
   if (n.seq == 0)
-    snprintf(what, sizeof what,
-             "rank %d is gone (its process died, or it left without destroying the "
-             "communicator)",
-             n.origin);
+    snprintf(what, sizeof what, GONE, n.origin);
   else if (rc == WEFT_ERR_PEER_LOST)
     snprintf(what, sizeof what, "rank %d is gone (noticed during op %llu)", n.origin, op);
   else if (rc == WEFT_ERR_TIMEOUT)
@@ -58,3 +58,10 @@ static weft_result_t check(weft_comm_t c, int ring) {
 weft_result_t weft_fail_check(weft_comm_t c) { return check(c, 1); }
 
 weft_result_t weft_fail_check_local(weft_comm_t c) { return check(c, 0); }
+
+weft_result_t weft_fail_peer_gone(weft_comm_t c, int peer, const char *detail) {
+  WEFT_INFO(WEFT_SUB_NET, "rank %d: rank %d lost: %s", c->rank, peer, detail);
+  char what[192];
+  snprintf(what, sizeof what, GONE, peer);
+  return weft_set_error(WEFT_ERR_PEER_LOST, "rank %d: %s", c->rank, what);
+}

@@ -14,5 +14,8 @@ weft_result_t weft_fail_check(weft_comm_t c);
 /* The same without the bootstrap ring, for threads other than the one that may be using
  * the ring (the heartbeat thread watching a device communicator). */
 weft_result_t weft_fail_check_local(weft_comm_t c);
+/* A data connection to peer was lost and no notice explains it: the peer is dead, said as
+ * weft_fail_check says it of a dead rank (detail, the transport's words, is logged at INFO). */
+weft_result_t weft_fail_peer_gone(weft_comm_t c, int peer, const char *detail);
 
 #endif
