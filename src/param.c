@@ -1,5 +1,6 @@
-/* The table of every WEFT_* variable. README.md's table is generated from the same
- * entries (collbench --params prints them); keep the help text short and true. */
+/* The table of every WEFT_* variable (collbench --params prints it). docs/parameters.md
+ * documents the same entries by hand (test_api checks that it names each one); keep the help
+ * text short and true. */
 #include "param.h"
 
 #include <stdlib.h>

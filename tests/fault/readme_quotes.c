@@ -1,5 +1,5 @@
-/* Reads the quoted messages of README.md's Failures table (see readme_quotes.h). The path
- * comes from the build (WEFT_README), so the check cannot silently find no README. */
+/* Reads the quoted messages of the Failures table in docs/failures.md (see readme_quotes.h).
+ * The path comes from the build (WEFT_README), so the check cannot silently find no file. */
 #include "readme_quotes.h"
 
 #include <ctype.h>

@@ -1,7 +1,7 @@
 /* Fault tests: a rank is SIGKILLed or SIGSTOPped, aborts from another thread, or strangers
  * hit the rendezvous port. Survivors must fail fast (by notices, not timeouts, where there is
  * something to notice: see "Time bounds"), never hang or crash, recover, and get the messages
- * README quotes. Each scenario passes or fails once. usage: test_faults [shm|tcp|auto] */
+ * docs/failures.md quotes. Each scenario passes or fails once. usage: test_faults [shm|tcp|auto] */
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
@@ -249,7 +249,8 @@ static void run(scenario_t sc) {
   reap(sc, pids);
   char quotes[2048] = "";
   int nq = readme_row(sc) ? readme_quotes(readme_row(sc), quotes, sizeof quotes) : 0;
-  if (readme_row(sc)) check(nq > 0, "README: %s", nq < 0 ? quotes : "the row quotes no message");
+  if (readme_row(sc))
+    check(nq > 0, "docs/failures.md: %s", nq < 0 ? quotes : "the row quotes no message");
   int64_t worst = 0, first_start = INT64_MAX;
   for (int r = 0; r < N; r++)
     if (sh->t_start[r] > 0 && sh->t_start[r] < first_start) first_start = sh->t_start[r];
@@ -280,8 +281,8 @@ static void run(scenario_t sc) {
             sh->msg[r]);
     }
     if (nq > 0)
-      check(readme_quoted(quotes, sh->msg[r]), "rank %d got a message README does not quote: %s", r,
-            sh->msg[r]);
+      check(readme_quoted(quotes, sh->msg[r]),
+            "rank %d got a message docs/failures.md does not quote: %s", r, sh->msg[r]);
   }
   char summary[96];
   snprintf(summary, sizeof summary, "survivors failed within %5lld ms (bound %lld ms)",

@@ -499,8 +499,8 @@ static int rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
   return c.failures ? 1 : 0;
 }
 
-/* Every allreduce result that all ranks hold must be the same bytes on each (README: ranks
- * agree bit for bit). Returns the number of results that differ. */
+/* Every allreduce result that all ranks hold must be the same bytes on each (docs/architecture.md:
+ * ranks agree bit for bit). Returns the number of results that differ. */
 static int compare_across_ranks(const ctx_t *c, int n) {
   int compared = 0, differ = 0;
   for (size_t s = 0; s < SLOTS; s++) {

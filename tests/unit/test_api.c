@@ -159,10 +159,10 @@ static void tables(void **st) {
   assert_int_equal(weft_dtype_size(WEFT_DTYPE_COUNT), 0);
 }
 
-/* The README's table documents every variable of the param table. */
-static void readme_lists_every_param(void **st) {
+/* docs/parameters.md documents every variable of the param table. */
+static void docs_list_every_param(void **st) {
   (void)st;
-  FILE *f = fopen(WEFT_SOURCE_ROOT "/README.md", "r");
+  FILE *f = fopen(WEFT_SOURCE_ROOT "/docs/parameters.md", "r");
   assert_non_null(f);
   static char text[1 << 17];
   size_t n = fread(text, 1, sizeof text - 1, f);
@@ -173,7 +173,7 @@ static void readme_lists_every_param(void **st) {
     char cell[64];
     weft_param_info(i, &name, NULL, NULL, NULL);
     snprintf(cell, sizeof cell, "| `%s` |", name);
-    if (!strstr(text, cell)) fail_msg("README.md has no table row for %s", name);
+    if (!strstr(text, cell)) fail_msg("docs/parameters.md has no table row for %s", name);
   }
 }
 
@@ -203,7 +203,7 @@ int main(void) {
                                      cmocka_unit_test(env_init),
                                      cmocka_unit_test(streams),
                                      cmocka_unit_test(tables),
-                                     cmocka_unit_test(readme_lists_every_param),
+                                     cmocka_unit_test(docs_list_every_param),
                                      cmocka_unit_test(own_threads_leave_the_environment_alone)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
