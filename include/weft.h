@@ -12,6 +12,14 @@
 extern "C" {
 #endif
 
+/* What libweft.so exports: the functions declared here and nothing else (the library is
+ * built with hidden visibility; tests reach internals through the static library). */
+#if defined(__GNUC__) || defined(__clang__)
+#define WEFT_API __attribute__((visibility("default")))
+#else
+#define WEFT_API
+#endif
+
 #define WEFT_VERSION_MAJOR 0
 #define WEFT_VERSION_MINOR 1
 #define WEFT_VERSION_PATCH 0
@@ -75,37 +83,37 @@ typedef struct {
   { sizeof(weft_config_t), 0, -1 }
 
 /* Version as WEFT_VERSION_CODE of the library actually loaded. */
-int weft_get_version(void);
-const char *weft_result_string(weft_result_t r);
+WEFT_API int weft_get_version(void);
+WEFT_API const char *weft_result_string(weft_result_t r);
 /* Last error message of this comm's asynchronous work or, with comm NULL (or when the comm
  * has none), of the calling thread's last failed call. Never NULL. */
-const char *weft_get_last_error(weft_comm_t comm);
+WEFT_API const char *weft_get_last_error(weft_comm_t comm);
 
 /* ---- communicators ---- */
 
 /* Makes an id for a new communicator and starts its rendezvous service in this process;
  * hand the id to every rank (e.g. through MPI_Bcast or a file). */
-weft_result_t weft_get_unique_id(weft_unique_id_t *id);
-weft_result_t weft_comm_init(weft_comm_t *comm, int nranks, weft_unique_id_t id, int rank,
-                             const weft_config_t *config);
+WEFT_API weft_result_t weft_get_unique_id(weft_unique_id_t *id);
+WEFT_API weft_result_t weft_comm_init(weft_comm_t *comm, int nranks, weft_unique_id_t id, int rank,
+                                      const weft_config_t *config);
 /* From WEFT_ROOT=host:port, WEFT_RANK, WEFT_NRANKS, or torchrun's MASTER_ADDR, MASTER_PORT,
  * RANK, WORLD_SIZE. Rank 0 listens on the port. */
-weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config);
+WEFT_API weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config);
 /* Ranks with the same color form a new communicator, ordered by key then old rank.
  * WEFT_SPLIT_NOCOLOR gives *newcomm = NULL. Collective over comm. */
-weft_result_t weft_comm_split(weft_comm_t comm, int color, int key, weft_comm_t *newcomm,
-                              const weft_config_t *config);
+WEFT_API weft_result_t weft_comm_split(weft_comm_t comm, int color, int key, weft_comm_t *newcomm,
+                                       const weft_config_t *config);
 /* Waits for this comm's queued work, then frees it. Local: peers are not waited for. */
-weft_result_t weft_comm_destroy(weft_comm_t comm);
+WEFT_API weft_result_t weft_comm_destroy(weft_comm_t comm);
 /* Safe from any thread: every blocked or queued operation of comm ends with
  * WEFT_ERR_ABORTED. The comm still has to be destroyed. */
-weft_result_t weft_comm_abort(weft_comm_t comm);
+WEFT_API weft_result_t weft_comm_abort(weft_comm_t comm);
 /* First error of asynchronous work on comm, WEFT_SUCCESS if none. */
-weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t *error);
-weft_result_t weft_comm_count(weft_comm_t comm, int *count);
+WEFT_API weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t *error);
+WEFT_API weft_result_t weft_comm_count(weft_comm_t comm, int *count);
 /* Device memory comm holds on its GPU (staging slots, flags, counters); 0 on host comms. */
-weft_result_t weft_comm_device_memory(weft_comm_t comm, size_t *bytes);
-weft_result_t weft_comm_rank(weft_comm_t comm, int *rank);
+WEFT_API weft_result_t weft_comm_device_memory(weft_comm_t comm, size_t *bytes);
+WEFT_API weft_result_t weft_comm_rank(weft_comm_t comm, int *rank);
 
 /* ---- symmetric windows (device communicators) ----
  * Collective: every rank registers a device buffer of its own (any part of a cudaMalloc
@@ -120,59 +128,64 @@ weft_result_t weft_comm_rank(weft_comm_t comm, int *rank);
  * allocation is whole 2 MiB pages, as PyTorch's caching allocator hands out; into other
  * allocations the copy engines write slowly, so the kernels do. */
 typedef struct weft_window *weft_window_t;
-weft_result_t weft_window_register(weft_comm_t comm, void *buf, size_t bytes, weft_window_t *win);
+WEFT_API weft_result_t weft_window_register(weft_comm_t comm, void *buf, size_t bytes,
+                                            weft_window_t *win);
 /* Collective. Waits for comm's work on the GPU; when it returns on a rank, no peer maps
  * that rank's buffer any more, which may then be freed. */
-weft_result_t weft_window_deregister(weft_comm_t comm, weft_window_t win);
+WEFT_API weft_result_t weft_window_deregister(weft_comm_t comm, weft_window_t win);
 
 /* ---- host streams ----
  * A host stream orders asynchronous operations issued by one thread: the call returns
  * once the operation is queued, and the caller may compute while the progress thread
  * moves data. Passing NULL as stream makes the call blocking. */
-weft_result_t weft_stream_create(weft_stream_t *stream);
+WEFT_API weft_result_t weft_stream_create(weft_stream_t *stream);
 /* Waits for all work queued on stream; returns the first error any of it met. */
-weft_result_t weft_stream_synchronize(weft_stream_t stream);
+WEFT_API weft_result_t weft_stream_synchronize(weft_stream_t stream);
 /* WEFT_SUCCESS when all work is done, WEFT_ERR_IN_PROGRESS while some is queued. */
-weft_result_t weft_stream_query(weft_stream_t stream);
-weft_result_t weft_stream_destroy(weft_stream_t stream);
+WEFT_API weft_result_t weft_stream_query(weft_stream_t stream);
+WEFT_API weft_result_t weft_stream_destroy(weft_stream_t stream);
 
 /* ---- collectives (count in elements; NCCL's argument conventions) ---- */
 
-weft_result_t weft_allreduce(const void *sendbuf, void *recvbuf, size_t count, weft_dtype_t dtype,
-                             weft_op_t op, weft_comm_t comm, weft_stream_t stream);
+WEFT_API weft_result_t weft_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                      weft_dtype_t dtype, weft_op_t op, weft_comm_t comm,
+                                      weft_stream_t stream);
 /* sendbuf holds nranks * recvcount elements. */
-weft_result_t weft_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
-                                  weft_dtype_t dtype, weft_op_t op, weft_comm_t comm,
-                                  weft_stream_t stream);
+WEFT_API weft_result_t weft_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                           weft_dtype_t dtype, weft_op_t op, weft_comm_t comm,
+                                           weft_stream_t stream);
 /* recvbuf holds nranks * sendcount elements. */
-weft_result_t weft_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
-                             weft_dtype_t dtype, weft_comm_t comm, weft_stream_t stream);
-weft_result_t weft_broadcast(const void *sendbuf, void *recvbuf, size_t count, weft_dtype_t dtype,
-                             int root, weft_comm_t comm, weft_stream_t stream);
+WEFT_API weft_result_t weft_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                      weft_dtype_t dtype, weft_comm_t comm, weft_stream_t stream);
+WEFT_API weft_result_t weft_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                      weft_dtype_t dtype, int root, weft_comm_t comm,
+                                      weft_stream_t stream);
 /* recvbuf is only written (and may be NULL) on ranks other than root. */
-weft_result_t weft_reduce(const void *sendbuf, void *recvbuf, size_t count, weft_dtype_t dtype,
-                          weft_op_t op, int root, weft_comm_t comm, weft_stream_t stream);
+WEFT_API weft_result_t weft_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                   weft_dtype_t dtype, weft_op_t op, int root, weft_comm_t comm,
+                                   weft_stream_t stream);
 /* count elements to and from every rank: buffers hold nranks * count. */
-weft_result_t weft_alltoall(const void *sendbuf, void *recvbuf, size_t count, weft_dtype_t dtype,
-                            weft_comm_t comm, weft_stream_t stream);
+WEFT_API weft_result_t weft_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                     weft_dtype_t dtype, weft_comm_t comm, weft_stream_t stream);
 /* Counts and displacements in elements, one per rank. */
-weft_result_t weft_alltoallv(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
-                             void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
-                             weft_dtype_t dtype, weft_comm_t comm, weft_stream_t stream);
+WEFT_API weft_result_t weft_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                                      const size_t *sdispls, void *recvbuf,
+                                      const size_t *recvcounts, const size_t *rdispls,
+                                      weft_dtype_t dtype, weft_comm_t comm, weft_stream_t stream);
 /* Matched in issue order per (sender, receiver) pair; put a send and a recv between the
  * same ranks in one group to avoid a deadlock. */
-weft_result_t weft_send(const void *sendbuf, size_t count, weft_dtype_t dtype, int peer,
-                        weft_comm_t comm, weft_stream_t stream);
-weft_result_t weft_recv(void *recvbuf, size_t count, weft_dtype_t dtype, int peer, weft_comm_t comm,
-                        weft_stream_t stream);
-weft_result_t weft_barrier(weft_comm_t comm, weft_stream_t stream);
+WEFT_API weft_result_t weft_send(const void *sendbuf, size_t count, weft_dtype_t dtype, int peer,
+                                 weft_comm_t comm, weft_stream_t stream);
+WEFT_API weft_result_t weft_recv(void *recvbuf, size_t count, weft_dtype_t dtype, int peer,
+                                 weft_comm_t comm, weft_stream_t stream);
+WEFT_API weft_result_t weft_barrier(weft_comm_t comm, weft_stream_t stream);
 
 /* Operations issued between start and end (on this thread) run as one: concurrently, and
  * with the stream of the first one. A group spanning several communicators completes before
  * weft_group_end returns (each comm progresses on its own thread). Nestable; errors are
  * reported by weft_group_end. */
-weft_result_t weft_group_start(void);
-weft_result_t weft_group_end(void);
+WEFT_API weft_result_t weft_group_start(void);
+WEFT_API weft_result_t weft_group_end(void);
 
 /* ---- debugging ---- */
 
@@ -180,17 +193,17 @@ weft_result_t weft_group_end(void);
  * group): "ring", "rhd", "tree", "direct", "pairwise" or "chain" on host buffers, "oneshot",
  * "twoshot", "ring" or "direct" on device buffers; "none" before the first (and for a NULL
  * comm). Tests and benchmarks use it to show which algorithm ran. */
-const char *weft_comm_last_algo(weft_comm_t comm);
+WEFT_API const char *weft_comm_last_algo(weft_comm_t comm);
 
 /* ---- environment parameters (WEFT_*): one table, printable ---- */
-int weft_param_count(void);
+WEFT_API int weft_param_count(void);
 /* value is the current setting (environment or default). */
-weft_result_t weft_param_info(int index, const char **name, const char **value,
-                              const char **default_value, const char **help);
+WEFT_API weft_result_t weft_param_info(int index, const char **name, const char **value,
+                                       const char **default_value, const char **help);
 
-const char *weft_dtype_name(weft_dtype_t dtype);
-size_t weft_dtype_size(weft_dtype_t dtype);
-const char *weft_op_name(weft_op_t op);
+WEFT_API const char *weft_dtype_name(weft_dtype_t dtype);
+WEFT_API size_t weft_dtype_size(weft_dtype_t dtype);
+WEFT_API const char *weft_op_name(weft_op_t op);
 
 #ifdef MPI_VERSION
 /* Open MPI helper, compiled into the caller (include mpi.h before weft.h): libweft itself
