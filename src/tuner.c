@@ -19,7 +19,7 @@ typedef struct {
   double ring_step; /* extra per ring step: every step waits for the slowest neighbour */
 } link_cost_t;
 
-/* Calibrated with scripts/device_tune.sh on a 32-core host (2026-11-30, 4 and 8 ranks):
+/* Calibrated with scripts/host/tune.sh on a 32-core host (2026-11-30, 4 and 8 ranks):
  * shm moves and reduces about 4 GB/s per rank once the data leaves the cache, and a ring
  * step costs ~50 us of synchronisation, which is why rhd beats ring up to ~8 MiB there. */
 static const link_cost_t SHM = {2.0e-6, 0.24e-9, 0.24e-9, 50e-6};

@@ -1,6 +1,6 @@
 // Host cost of the CUDA runtime calls on weft's launch path, per call, on the device
 // machine: what queueing one operation can cost at best. Built and run there by
-// scripts/device_gpu_tune.sh 4 (nvcc -O2 -arch=sm_90).
+// scripts/gpu/tune.sh 4 (nvcc -O2 -arch=sm_90).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>

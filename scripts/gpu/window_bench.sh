@@ -9,9 +9,9 @@
 # alltoall of 16 MiB-4 GiB on the kernels alone (WEFT_CE_MIN_BYTES=0, the default), against
 # which the copy engines' threshold was chosen. Tables in OUT/sweep-direct*.txt, rows in
 # OUT/sweep-direct-*.json.
-# usage: scripts/device_window_bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
+# usage: scripts/gpu/window_bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
 set -uo pipefail
-out=${1:?usage: device_window_bench.sh OUT [BUILD]}
+out=${1:?usage: scripts/gpu/window_bench.sh OUT [BUILD]}
 b=${2:-build-dev}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}

@@ -13,7 +13,7 @@
 #        It ran twice: *-tuning-3.txt before the two-input reduction loop (prims.cuh,
 #        reduce_multi with NIN = 2), *-tuning-3b.txt after it.
 #   4 -> bench/results/2026-11-30-h200x2-tuning-4.txt: the host cost of each CUDA call on
-#        the launch path (scripts/device_api_cost.cu), then small operations' queueing time.
+#        the launch path (scripts/probes/api_cost.cu), then small operations' queueing time.
 #   5 -> bench/results/2026-11-30-h200x2-tuning-5.txt: rounds per channel (WEFT_P2P_ROUNDS)
 #        1, 4 and 8 on the four collectives, then allreduce one-shot against two-shot (with
 #        and without split roles), 256 KiB-1 GiB.
@@ -45,7 +45,7 @@
 #        (no low-latency kernel past 256 KiB), CUDA_DEVICE_MAX_CONNECTIONS=32 (streams share
 #        fewer hardware queues), NCCL_CUMEM_ENABLE=0 (NCCL maps peers through legacy IPC) or
 #        NCCL_P2P_DISABLE=1 (NCCL maps no peer memory); --trace stamps of every loop on both
-#        ranks (scripts/trace_stalls.py lists the slow ones with the call that was slowest)
+#        ranks (scripts/gpu/trace_stalls.py lists the slow ones with the call that was slowest)
 #        and the machine's steal time (/proc/stat) around each run; the CUDA contexts on each
 #        GPU; then send/recv with 4-32 channels a message (WEFT_P2P_SETS). Raw traces in RAW.
 #   13 -> bench/results/2026-11-30-h200x2-tuning-13.txt: tuning 12's loops with NCCL in the
@@ -62,18 +62,18 @@
 # of place (until tuning 12 this line said B was NCCL's; it never was);
 # in the space-separated ones of experiment 1: size, weft time (us), then NCCL's columns
 # (time or busbw as awk picked them: $14 time, $15 busbw, $16 ratio, $17 empty).
-# usage: scripts/device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13|14|15 [BUILD] [RAW]
+# usage: scripts/gpu/tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13|14|15 [BUILD] [RAW]
 set -uo pipefail
-exp=${1:?usage: device_gpu_tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13|14|15 [BUILD] [RAW]}
+exp=${1:?usage: scripts/gpu/tune.sh 1|2|3|4|5|6|7|8|9|10|11|12|13|14|15 [BUILD] [RAW]}
 b=${2:-build-dev}
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cb=$b/bench/collbench
 # size:time(us)/busbw(GB/s) per line of a collbench table, one line per collective
 pairs() { awk '/^# [a-z_]+$/ {if (l) print l; l = $2 ":"} !/^#/ && NF > 8 {l = l " " $1 ":" $6 "/" $8}
   END {if (l) print l}'; }
-api_cost() { # raw dir: builds and runs scripts/device_api_cost.cu there
+api_cost() { # raw dir: builds and runs scripts/probes/api_cost.cu there
   mkdir -p "$1"
-  nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$1/api_cost" "$(dirname "$0")/device_api_cost.cu" &&
+  nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$1/api_cost" "$(dirname "$0")/../probes/api_cost.cu" &&
     "$1/api_cost"
 }
 submit_table() { # json: coll bytes time submit peer_time peer_submit (out of place)

@@ -1,18 +1,18 @@
 // Copy-engine peer copies between two processes, one per GPU, through CUDA IPC mappings (as
 // weft's windows map their peers): one way, both ways at once, pulls, and both ways on two
-// streams each; the single-process numbers are in device_ce_probe.cu. Answers: such copies
+// streams each; the single-process numbers are in ce_probe.cu. Answers: such copies
 // run at 392 GB/s each way as within a process, but at 272-296 into allocations that are not
 // whole 2 MiB pages (plus64), and at half that beside a kernel polling host memory (hostspin);
 // the SMs' stores (sm) reach 365 either way (bench/results/2026-11-30-h200x2-ipc-probe.txt).
-// usage: nvcc -O2 -gencode arch=compute_90,code=sm_90 -o ce_ipc_probe device_ce_ipc_probe.cu
+// usage: nvcc -O2 -gencode arch=compute_90,code=sm_90 -o ce_ipc_probe ce_ipc_probe.cu
 //        && ./ce_ipc_probe [peer] [spin|hostspin] [random] [plus64] [sm]
-//        (the CUDA build also makes it: build/device_ce_ipc_probe)
+//        (the CUDA build also makes it: build/ce_ipc_probe, with -Dprobes=true)
 #include <cstring>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "device_probe.cuh"
+#include "probe.cuh"
 
 static const size_t BYTES = (size_t)1 << 30;
 static int spin_mode;   /* 1: a kernel polls local memory during the copies, 2: host memory */

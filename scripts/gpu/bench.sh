@@ -6,10 +6,10 @@
 # Then small allreduces as CUDA-graph replays against NCCL's (sweep-graph-allreduce.*), and
 # host-staged regions against NCCL's shared-memory transport (sweep-hoststaged.*), and
 # sendrecv, broadcast and reduce, f32, 8 B-4 GiB (sweep-rooted-p2p.*), and the collectives
-# on registered windows (scripts/device_window_bench.sh, sweep-direct*).
-# usage: scripts/device_gpu_bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
+# on registered windows (scripts/gpu/window_bench.sh, sweep-direct*).
+# usage: scripts/gpu/bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
 set -uo pipefail
-out=${1:?usage: device_gpu_bench.sh OUT [BUILD]}
+out=${1:?usage: scripts/gpu/bench.sh OUT [BUILD]}
 b=${2:-build-dev}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -33,6 +33,6 @@ WEFT_P2P_DISABLE=1 NCCL_P2P_DISABLE=1 "$b/bench/collbench" -C $colls -b 8 -e 256
 "$b/bench/collbench" -C sendrecv,broadcast,reduce -b 1G -e 4G -f 4 -n "${ITERS:-20}" -w 3 -c 0 \
   --compare nccl --json "$out/sweep-rooted-p2p-large.json" >> "$out/sweep-rooted-p2p.txt" 2>&1 ||
   rc=1
-"$(dirname "$0")/device_window_bench.sh" "$out" "$b" || rc=1
+"$(dirname "$0")/window_bench.sh" "$out" "$b" || rc=1
 grep -h "WRONG\|failed" "$out"/sweep-*.txt
 exit $rc

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Host-buffer run on a many-core machine (the GPU machine's CPUs): build, run the
 # multi-process tests, then collbench against Open MPI in the same runs.
-# usage: scripts/device_host_bench.sh OUTDIR
+# usage: scripts/host/bench.sh OUTDIR
 set -uo pipefail
 out=${1:?usage: $0 OUTDIR}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0
 { nproc; uname -r; mpirun --version | head -1; meson --version; } > "$out/machine.txt" 2>&1
 rm -rf build-dev

@@ -4,13 +4,13 @@
 // global -> shared memory -> the peer's global, the Hopper copy unit each SM has) and the copy
 // engines (cudaMemcpyAsync), for the question whether anything but the copy engines passes
 // the ~364 GB/s weft's kernels reach.
-// usage: nvcc -O2 -gencode arch=compute_90,code=sm_90 -o nvlink_probe device_nvlink_probe.cu
+// usage: nvcc -O2 -gencode arch=compute_90,code=sm_90 -o nvlink_probe nvlink_probe.cu
 //        && ./nvlink_probe [random] [plus64]   (the CUDA build also makes
-//        build/device_nvlink_probe)
+//        build/scripts/probes/nvlink_probe, with -Dprobes=true)
 #include <cstdint>
 #include <cstring>
 
-#include "device_probe.cuh"
+#include "probe.cuh"
 
 static const size_t BYTES = (size_t)1 << 30;
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Measures each algorithm (and ring chunk sizes) per size on local ranks, to set the
-# tuner's crossovers on a many-core host. usage: scripts/device_tune.sh OUTDIR [build dir]
+# tuner's crossovers on a many-core host. usage: scripts/host/tune.sh OUTDIR [build dir]
 set -uo pipefail
 out=${1:?usage: $0 OUTDIR}
 b=${2:-build-dev}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 if [ ! -x "$b/bench/collbench" ]; then
   meson setup "$b" -Dtests=false > "$out/build.log" 2>&1 && ninja -C "$b" >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 fi

@@ -11,9 +11,9 @@
 # engines, and their misuse), and compute-sanitizer memcheck and
 # racecheck over a short collbench run of every collective and over the oracle matrix
 # (memcheck over the windows test too).
-# usage: scripts/device_gpu_suite.sh OUT [BUILD]   (BUILD: a build dir made with -Dcuda=enabled)
+# usage: scripts/gpu/suite.sh OUT [BUILD]   (BUILD: a build dir made with -Dcuda=enabled)
 set -uo pipefail
-out=${1:?usage: device_gpu_suite.sh OUT [BUILD]}
+out=${1:?usage: scripts/gpu/suite.sh OUT [BUILD]}
 b=${2:-build-dev}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}

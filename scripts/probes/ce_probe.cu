@@ -3,8 +3,8 @@
 // issued back to back on one stream (what a chunked pipeline would pay per copy), and an
 // alltoall of 4 GiB done the way a path on registered buffers would: each GPU copies its
 // peer's block into the peer's output and, on a second stream, its own block locally.
-// usage: nvcc -O2 -gencode arch=compute_90,code=sm_90 -o ce_probe device_ce_probe.cu && ./ce_probe
-#include "device_probe.cuh"
+// usage: nvcc -O2 -gencode arch=compute_90,code=sm_90 -o ce_probe ce_probe.cu && ./ce_probe
+#include "probe.cuh"
 
 static const size_t BYTES = (size_t)1 << 30;
 
