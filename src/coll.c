@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "comm.h"
 #include "dev_comm.h"
 #include "dtype.h"
@@ -25,13 +26,12 @@ static weft_result_t check_op(const char *fn, weft_op_t op) {
   return WEFT_SUCCESS;
 }
 
-/* Byte size of count elements, refusing overflow. */
+/* Byte size of count * mult elements, refusing overflow. */
 static weft_result_t bytes_of(const char *fn, size_t count, size_t mult, weft_dtype_t t,
                               size_t *out) {
-  size_t es = weft_dtype_size(t);
-  if (mult && count > SIZE_MAX / mult / es)
+  size_t elems;
+  if (!weft_mul_fits(count, mult, &elems) || !weft_mul_fits(elems, weft_dtype_size(t), out))
     return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: count %zu is too large", fn, count);
-  *out = count * mult * es;
   return WEFT_SUCCESS;
 }
 
@@ -206,10 +206,19 @@ weft_result_t weft_alltoallv(const void *sendbuf, const size_t *sendcounts, cons
   if (!sendcounts || !sdispls || !recvcounts || !rdispls)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: a count or displacement array is NULL", fn);
   size_t n = (size_t)comm->nranks, es = weft_dtype_size(dtype), send_end = 0, recv_end = 0;
+  size_t total = 0;
   for (size_t p = 0; p < n; p++) {
-    if (sendcounts[p] > SIZE_MAX / es - sdispls[p] || recvcounts[p] > SIZE_MAX / es - rdispls[p])
-      return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: count + displacement overflows for rank %zu",
-                            fn, p);
+    /* Every block's end in bytes must fit, even an empty one's: the executors and the device
+     * planner turn displacements into byte offsets. Past this loop, each (displacement +
+     * count) * element size, and so every offset inside a block, is known to fit. */
+    size_t se, re;
+    if (!weft_extent_fits(sdispls[p], sendcounts[p], es, &se) ||
+        !weft_extent_fits(rdispls[p], recvcounts[p], es, &re) ||
+        !weft_add_fits(total, sendcounts[p], &total))
+      return weft_set_error(WEFT_ERR_INVALID_ARG,
+                            "%s: (displacement + count) * %zu bytes overflows for rank %zu (send "
+                            "%zu + %zu, recv %zu + %zu)",
+                            fn, es, p, sdispls[p], sendcounts[p], rdispls[p], recvcounts[p]);
     if (sendcounts[p] && sdispls[p] + sendcounts[p] > send_end)
       send_end = sdispls[p] + sendcounts[p];
     if (recvcounts[p] && rdispls[p] + recvcounts[p] > recv_end)
@@ -238,8 +247,7 @@ weft_result_t weft_alltoallv(const void *sendbuf, const size_t *sendcounts, cons
                    .sendbuf = sendbuf,
                    .recvbuf = recvbuf,
                    .owned = v};
-  for (size_t p = 0; p < n; p++)
-    t.args.count += sendcounts[p];
+  t.args.count = total;
   return submit(comm, &t, stream);
 }
 

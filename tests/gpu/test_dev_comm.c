@@ -522,10 +522,19 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
     FAIL("host buffer accepted");
   if (!strstr(weft_get_last_error(NULL), "host memory")) FAIL("unclear message");
   float *probe = NULL;
-  /* a broadcast: the general kernel (the low-latency ones never take it); 256 floats of
-   * allreduce: the small one */
+  /* a displacement whose byte offset wraps is refused before anything runs (it used to pass,
+   * and the kernel faulted, losing the CUDA context); the comm goes on working below */
   size_t pn = (size_t)1 << 22;
   if (cudaMalloc((void **)&probe, pn * sizeof *probe) != cudaSuccess) FAIL("cudaMalloc");
+  size_t ones[64], zeros[64] = {0}, huge[64];
+  for (int p = 0; p < n && p < 64; p++)
+    ones[p] = 1, huge[p] = SIZE_MAX;
+  if (weft_alltoallv(probe, ones, huge, probe + pn / 2, ones, zeros, WEFT_F32, a,
+                     (weft_stream_t)s) != WEFT_ERR_INVALID_ARG ||
+      !strstr(weft_get_last_error(NULL), "overflows"))
+    FAIL("alltoallv with displacement SIZE_MAX not refused: %s", weft_get_last_error(NULL));
+  /* a broadcast: the general kernel (the low-latency ones never take it); 256 floats of
+   * allreduce: the small one */
   cudaMemset(probe, 0, pn * sizeof *probe);
   cudaDeviceSynchronize();
   size_t before = 0;

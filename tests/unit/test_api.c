@@ -56,6 +56,13 @@ static void bad_arguments_change_nothing(void **st) {
   size_t c[1] = {4}, d[1] = {0}, c2[1] = {3};
   EXPECT_INVALID(weft_alltoallv(s, c, d, r, NULL, d, WEFT_F32, comm, NULL), "weft_alltoallv");
   EXPECT_INVALID(weft_alltoallv(s, c, d, r, c2, d, WEFT_F32, comm, NULL), "self block");
+  /* displacements whose byte offset wraps (issue 20: these returned success and read outside
+   * sendbuf; on a device communicator the kernel faulted and the CUDA context was lost) */
+  size_t one[1] = {1}, zero[1] = {0}, huge[1] = {SIZE_MAX}, quarter[1] = {SIZE_MAX / 4 + 1};
+  EXPECT_INVALID(weft_alltoallv(s, one, huge, r, one, zero, WEFT_F32, comm, NULL), "overflows");
+  EXPECT_INVALID(weft_alltoallv(s, one, quarter, r, one, zero, WEFT_F32, comm, NULL), "overflows");
+  EXPECT_INVALID(weft_alltoallv(s, one, zero, r, one, huge, WEFT_F32, comm, NULL), "overflows");
+  EXPECT_INVALID(weft_alltoallv(s, zero, huge, r, zero, zero, WEFT_F32, comm, NULL), "overflows");
   EXPECT_INVALID(weft_group_end(), "weft_group_end");
   EXPECT_INVALID(weft_barrier(NULL, NULL), "weft_barrier");
   weft_window_t win = (weft_window_t)1;
