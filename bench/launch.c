@@ -21,6 +21,12 @@
  * closes), so this is slack for a loaded machine, not a detection time. */
 enum { LAUNCH_GRACE_S = 10 };
 
+double launch_time_scale(void) {
+  const char *ts = getenv("WEFT_TEST_TIME_SCALE");
+  double scale = ts ? atof(ts) : 0;
+  return scale > 0 ? scale : 1;
+}
+
 int launch_in_child(int (*fn)(void)) {
   pid_t pid = fork();
   if (pid == 0) _exit(fn() & 255);
@@ -106,9 +112,7 @@ int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s) {
   /* After a failure the others get a grace period to see the lost peer and fail by
    * themselves (their messages say what they saw), then are killed, so a rank failing early
    * ends the run in seconds rather than at timeout_s. */
-  const char *ts = getenv("WEFT_TEST_TIME_SCALE");
-  double scale = ts && atof(ts) > 0 ? atof(ts) : 1;
-  int64_t grace_ms = (int64_t)(LAUNCH_GRACE_S * 1000 * scale);
+  int64_t grace_ms = (int64_t)(LAUNCH_GRACE_S * 1000 * launch_time_scale());
   int failed = 0, left = nranks, first = -1, killed = 0;
   int64_t end = launch_now_ms() + (int64_t)timeout_s * 1000, grace_end = INT64_MAX;
   while (left > 0) {

@@ -192,14 +192,8 @@ void oracle_fill_wide(weft_dtype_t t, weft_op_t op, int rank, void *buf, size_t 
  * contribution fails; e4m3 6 and e5m2 56 catch only gross errors (their exactness is what
  * the integer-valued cases check, and their order what the bit-identity check sees). */
 static double unit_roundoff(weft_dtype_t t) {
-  switch (t) {
-  case WEFT_F32: return 0x1p-24;
-  case WEFT_F64: return 0x1p-53;
-  case WEFT_F16: return 0x1p-11 + 0x1p-24;
-  case WEFT_BF16: return 0x1p-8 + 0x1p-24;
-  case WEFT_FP8_E4M3: return 0x1p-4 + 0x1p-24;
-  default: return 0x1p-3 + 0x1p-24; /* e5m2 */
-  }
+  double u = ldexp(1, -(frac_bits(t) + 1));
+  return t == WEFT_F32 || t == WEFT_F64 ? u : u + 0x1p-24;
 }
 
 /* The smallest subnormal of t: below the normal range a rounding errs by up to half of it,

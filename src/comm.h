@@ -118,9 +118,6 @@ weft_result_t weft_check_call(struct weft_comm *comm, const weft_work_t *op);
 /* Tuner: fills task->algo and task->args.chunk. Fails (nothing changed) when WEFT_ALGO names
  * no algorithm, or one the collective has but that cannot serve this call. */
 weft_result_t weft_tune(struct weft_comm *comm, weft_task_t *task);
-/* WEFT_ALGO as the tuners read it: WEFT_ALGO_AUTO when unset, an error naming the valid
- * values when it is not an algorithm's name. */
-weft_result_t weft_algo_forced(const char *value, weft_algo_t *algo);
 void weft_task_free(weft_task_t *t);
 /* Frees a heap-allocated op, its tasks and what they own. */
 void weft_work_free(weft_work_t *op);

@@ -488,22 +488,20 @@ void weft_dev_watch(weft_comm_t c) {
   if (failed || atomic_load(&c->aborted)) weft_dev_abort(c);
 }
 
-weft_result_t weft_dev_tune(const struct weft_comm *c, weft_task_t *t, weft_algo_t forced) {
+void weft_dev_tune(const struct weft_comm *c, weft_task_t *t, weft_algo_t forced) {
   weft_coll_t k = t->args.coll;
   t->algo = WEFT_ALGO_DIRECT;
-  if (k != WEFT_COLL_ALLREDUCE && k != WEFT_COLL_REDUCE_SCATTER && k != WEFT_COLL_ALLGATHER)
-    return WEFT_SUCCESS;
+  if (k != WEFT_COLL_ALLREDUCE && k != WEFT_COLL_REDUCE_SCATTER && k != WEFT_COLL_ALLGATHER) return;
   /* As on host buffers, a forced algorithm the device collective does not have leaves the
    * choice to the defaults. */
   if (forced == WEFT_ALGO_RING || (k != WEFT_COLL_ALLREDUCE && forced == WEFT_ALGO_DIRECT) ||
       (k == WEFT_COLL_ALLREDUCE && (forced == WEFT_ALGO_ONESHOT || forced == WEFT_ALGO_TWOSHOT))) {
     t->algo = forced;
-    return WEFT_SUCCESS;
+    return;
   }
-  if (k != WEFT_COLL_ALLREDUCE) return WEFT_SUCCESS;
+  if (k != WEFT_COLL_ALLREDUCE) return;
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
   t->algo = bytes <= c->dev->oneshot_max ? WEFT_ALGO_ONESHOT : WEFT_ALGO_TWOSHOT;
-  return WEFT_SUCCESS;
 }
 
 /* Device buffers only: a host pointer would fault the kernel and poison the context. */

@@ -27,7 +27,7 @@ weft_result_t weft_dev_submit(struct weft_comm *c, weft_task_t *tasks, int ntask
                               weft_stream_t stream);
 /* Picks the device algorithm for t: forced (from WEFT_ALGO, WEFT_ALGO_AUTO when unset) where
  * the device collective has it, else by size (WEFT_ONESHOT_MAX_BYTES). */
-weft_result_t weft_dev_tune(const struct weft_comm *c, weft_task_t *t, weft_algo_t forced);
+void weft_dev_tune(const struct weft_comm *c, weft_task_t *t, weft_algo_t forced);
 /* From the heartbeat thread and queries: a kernel's error becomes the comm's failure, and
  * a failed comm makes its kernels give up. */
 void weft_dev_watch(struct weft_comm *c);

@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "comm.h"
 #include "dtype.h"
 #include "err.h"
 #include "failure.h"
 #include "reduce.h"
-#include "clock.h"
 
 typedef struct {
   const weft_sched_t *s;

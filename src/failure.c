@@ -61,7 +61,5 @@ weft_result_t weft_fail_check_local(weft_comm_t c) { return check(c, 0); }
 
 weft_result_t weft_fail_peer_gone(weft_comm_t c, int peer, const char *detail) {
   WEFT_INFO(WEFT_SUB_NET, "rank %d: rank %d lost: %s", c->rank, peer, detail);
-  char what[192];
-  snprintf(what, sizeof what, GONE, peer);
-  return weft_set_error(WEFT_ERR_PEER_LOST, "rank %d: %s", c->rank, what);
+  return weft_set_error(WEFT_ERR_PEER_LOST, "rank %d: " GONE, c->rank, peer);
 }

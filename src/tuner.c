@@ -83,7 +83,9 @@ static const char *unusable(const weft_task_t *t, weft_algo_t a) {
   return NULL;
 }
 
-weft_result_t weft_algo_forced(const char *value, weft_algo_t *algo) {
+/* WEFT_ALGO as the tuners read it: WEFT_ALGO_AUTO when unset, an error naming the valid
+ * values when it is not an algorithm's name. */
+static weft_result_t algo_forced(const char *value, weft_algo_t *algo) {
   *algo = value && value[0] ? weft_algo_parse(value) : WEFT_ALGO_AUTO;
   if (*algo != WEFT_ALGO_COUNT) return WEFT_SUCCESS;
   char names[160] = "";
@@ -146,8 +148,11 @@ weft_result_t weft_tune(struct weft_comm *c, weft_task_t *t) {
   /* getenv itself, not the parameter table: this runs on every call, and on device
    * communicators queueing is what limits small operations. */
   weft_algo_t forced;
-  CHECK(weft_algo_forced(getenv("WEFT_ALGO"), &forced));
-  CHECK(c->dev ? weft_dev_tune(c, t, forced) : host_tune(c, t, forced));
+  CHECK(algo_forced(getenv("WEFT_ALGO"), &forced));
+  if (c->dev)
+    weft_dev_tune(c, t, forced);
+  else
+    CHECK(host_tune(c, t, forced));
   atomic_store(&c->last_algo, (int)t->algo);
   return WEFT_SUCCESS;
 }

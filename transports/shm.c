@@ -15,10 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "err.h"
 #include "param.h"
 #include "shmseg.h"
-#include "clock.h"
 #include "transport.h"
 
 #define HINT "lower WEFT_SHM_RING_BYTES"
@@ -252,9 +252,8 @@ static weft_result_t shm_check(void *state, weft_notice_t *n) {
   seg_hdr_t *h = hdr(s, s->my_local);
   int32_t teller = atomic_load(&h->notice) - 1;
   if (teller >= 0 && teller < s->nlocal && s->segs[teller]) {
-    const weft_notice_t *src = own_notice(s, teller);
-    *n = (weft_notice_t){.origin = src->origin, .code = src->code, .seq = src->seq};
-    snprintf(n->text, sizeof n->text, "%.*s", (int)sizeof n->text - 1, src->text);
+    *n = *own_notice(s, teller);
+    n->text[sizeof n->text - 1] = 0; /* written by another process: bound it here */
     return n->code;
   }
   int64_t now = weft_now_ms();

@@ -232,7 +232,7 @@ static void reap(scenario_t sc, pid_t *pids) {
 
 static void run(scenario_t sc) {
   int64_t bound = 0; /* notice-based: from t_death; by timeout: from t_start, after timeout */
-  if (sc == KILL_BOOTSTRAP || (sc == STOP_DURING && tcp_only())) bound = SHORT_MS + SLACK_MS;
+  if (by_timeout(sc)) bound = SHORT_MS + SLACK_MS;
   if (sc == KILL_DURING || sc == KILL_BETWEEN) bound = LIVENESS_MS + SLACK_MS;
   if (sc == STOP_DURING && !tcp_only()) bound = HEARTBEAT_MS + BEAT_PERIOD + LIVENESS_MS + SLACK_MS;
   if (sc == ABORT_THREAD) bound = SLACK_MS;
@@ -248,9 +248,9 @@ static void run(scenario_t sc) {
   }
   reap(sc, pids);
   char quotes[2048] = "";
-  int nq = readme_row(sc) ? readme_quotes(readme_row(sc), quotes, sizeof quotes) : 0;
-  if (readme_row(sc))
-    check(nq > 0, "docs/failures.md: %s", nq < 0 ? quotes : "the row quotes no message");
+  const char *row = readme_row(sc);
+  int nq = row ? readme_quotes(row, quotes, sizeof quotes) : 0;
+  if (row) check(nq > 0, "docs/failures.md: %s", nq < 0 ? quotes : "the row quotes no message");
   int64_t worst = 0, first_start = INT64_MAX;
   for (int r = 0; r < N; r++)
     if (sh->t_start[r] > 0 && sh->t_start[r] < first_start) first_start = sh->t_start[r];
@@ -354,8 +354,7 @@ static void noise_at_root(void) {
 
 int main(int argc, char **argv) {
   if (argc > 1) setenv("WEFT_TRANSPORT", argv[1], 1);
-  const char *ts = getenv("WEFT_TEST_TIME_SCALE");
-  if (ts && atof(ts) > 0) scale = atof(ts);
+  scale = launch_time_scale();
   char hb[32];
   snprintf(hb, sizeof hb, "%lld", (long long)HEARTBEAT_MS);
   setenv("WEFT_HEARTBEAT_MS", hb, 1);

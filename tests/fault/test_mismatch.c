@@ -29,11 +29,7 @@ static shared_t *sh;
 
 /* Detection comes from fingerprints and notices, not from the 20 s timeout: 3 s, stretched by
  * WEFT_TEST_TIME_SCALE (the sanitizer runs set 3), stays far below it. */
-static int64_t bound_ms(void) {
-  const char *s = getenv("WEFT_TEST_TIME_SCALE");
-  double k = s ? atof(s) : 1;
-  return (int64_t)(3000 * (k > 1 ? k : 1));
-}
+static int64_t bound_ms(void) { return (int64_t)(3000 * launch_time_scale()); }
 
 typedef enum { COLL, COUNT, DTYPE, OP, ROOT, A2AV, SENDRECV, CROSS, NCASES } case_t;
 static const char *NAMES[] = {

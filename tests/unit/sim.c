@@ -69,7 +69,6 @@ typedef struct {
 
 static const char *buf_names[WEFT_BUF_COUNT] = {"sendbuf", "recvbuf", "scratch"};
 static const char *kind_names[] = {"send", "recv", "recv_reduce", "copy", "reduce"};
-static const char *op_names[WEFT_OP_COUNT] = {"sum", "prod", "min", "max", "avg"};
 
 static uint32_t rnd(uint32_t *s) {
   *s ^= *s << 13;
@@ -82,8 +81,8 @@ static uint32_t rnd(uint32_t *s) {
 static void say(const sim_case_t *c, const char *fmt, ...) {
   fprintf(stderr, "sim: %s/%s n=%d %s %s count=%llu chunk=%llu in_place=%d root=%d seed=%u: ",
           weft_coll_name(c->coll), weft_algo_name(c->algo), c->nranks, weft_dtype_name(c->dtype),
-          (unsigned)c->op < WEFT_OP_COUNT ? op_names[c->op] : "?", (unsigned long long)c->count,
-          (unsigned long long)c->chunk, c->in_place, c->root, c->seed);
+          weft_op_name(c->op), (unsigned long long)c->count, (unsigned long long)c->chunk,
+          c->in_place, c->root, c->seed);
   va_list ap;
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
