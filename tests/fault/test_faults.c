@@ -38,7 +38,7 @@ static int64_t ms(double base) { return (int64_t)(base * scale); }
 #define OP_TIMEOUT_MS ms(20000) /* comm timeout_ms where notices must do the work */
 #define SHORT_MS      ms(3000)  /* comm timeout_ms where only a timeout can tell */
 #define HEARTBEAT_MS  ms(1000)  /* WEFT_HEARTBEAT_MS: a silent local peer is stopped */
-#define BEAT_PERIOD   100       /* the heartbeat thread's period (src/comm.c) */
+#define BEAT_PERIOD   100       /* the heartbeat thread's period (src/core/comm.c) */
 #define LIVENESS_MS   100       /* shm checks local pids and heartbeats this often */
 #define HEAD_START    200       /* strangers reach the root before ranks 1-3 join */
 

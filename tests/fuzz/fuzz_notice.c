@@ -1,4 +1,4 @@
-/* Fuzz target: arbitrary bytes from a bootstrap-ring neighbour (src/bootstrap.c's failure
+/* Fuzz target: arbitrary bytes from a bootstrap-ring neighbour (src/bootstrap/bootstrap.c's failure
  * channel: notices and goodbyes). Every result must be one of weft's codes, naming a real
  * rank, and bytes without the magic are never taken as a message; never a crash. */
 #include <stddef.h>

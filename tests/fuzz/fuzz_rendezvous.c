@@ -1,8 +1,8 @@
-/* Fuzz target: arbitrary bytes as the rendezvous root's answer to a rank (src/bootstrap.c:
- * reply header and address table). A fake root on loopback reads the rank's hello and sends
- * the input back. One rank only, so even a well-formed table never makes weft connect to an
- * address taken from the input. Every outcome must be a weft result, a reply without the
- * magic is never taken; never a crash. */
+/* Fuzz target: arbitrary bytes as the rendezvous root's answer to a rank
+ * (src/bootstrap/bootstrap.c: reply header and address table). A fake root on loopback reads the
+ * rank's hello and sends the input back. One rank only, so even a well-formed table never makes
+ * weft connect to an address taken from the input. Every outcome must be a weft result, a reply
+ * without the magic is never taken; never a crash. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* Fuzz target: arbitrary bytes as a TCP data stream from a peer (transports/tcp.c's frame
+/* Fuzz target: arbitrary bytes as a TCP data stream from a peer (transports/tcp/tcp.c's frame
  * parser and staging ring). The bytes must end cleanly or be refused as a protocol error;
  * any other result, or a crash or sanitizer report, is a bug. */
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* Symmetric windows (src/window.c) on device communicators, 2+ ranks: allgather and alltoall
+/* Symmetric windows (src/gpu/window.c) on device communicators, 2+ ranks: allgather and alltoall
  * into registered buffers (the kernels writing straight into the peers' recvbufs, the copy
  * engines from WEFT_CE_MIN_BYTES where allocations are whole 2 MiB pages), reduce_scatter from them
  * (reading the peers' sendbufs) and allreduce (both), against the oracle, at 16 MiB and odd sizes,
@@ -135,7 +135,7 @@ static int check_chain(int rank, int n, weft_comm_t c, cudaStream_t s, char *win
 }
 
 /* Bytes rounded up to whole 2 MiB pages: only windows in such allocations take the copy
- * engines (src/window.c). */
+ * engines (src/gpu/window.c). */
 static size_t pages(size_t bytes) {
   const size_t pg = (size_t)2 << 20;
   return (bytes + pg - 1) / pg * pg;

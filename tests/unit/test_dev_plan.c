@@ -1,4 +1,4 @@
-/* The device launch planner (src/dev_plan.c) without a GPU: the two ends of every message
+/* The device launch planner (src/gpu/dev_plan.c) without a GPU: the two ends of every message
  * must land on the same channels whatever the grouping on each side, alltoallv must agree
  * on its blocks although each rank sees other sizes, a group's collectives get disjoint
  * channels (with and without split roles), groups too large for one launch continue in

@@ -1,4 +1,4 @@
-/* src/dtype.c and src/reduce.c: the small-float codecs round to nearest even, saturate
+/* src/util/dtype.c and src/util/reduce.c: the small-float codecs round to nearest even, saturate
  * fp8, keep NaN; every integer the oracles use is exact; reductions match a scalar loop. */
 #include <setjmp.h>
 #include <stdarg.h>

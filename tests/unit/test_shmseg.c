@@ -1,4 +1,4 @@
-/* src/shmseg.c: a created segment is zeroed and shared with a second mapping of its name;
+/* src/util/shmseg.c: a created segment is zeroed and shared with a second mapping of its name;
  * opening a name nobody created, or asking for more than /dev/shm holds, fails with a
  * message and leaves no name behind. */
 #include <setjmp.h>

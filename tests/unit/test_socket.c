@@ -1,5 +1,5 @@
-/* The acceptor behind every listening port of weft (src/socket.c: the rendezvous root, the
- * bootstrap ring and the tcp transport all use it): strangers sending garbage, a wrong magic,
+/* The acceptor behind every listening port of weft (src/bootstrap/socket.c: the rendezvous root,
+ * the bootstrap ring and the tcp transport all use it): strangers sending garbage, a wrong magic,
  * 3 bytes then closing, nothing at all, or a flood of idle connections are refused without
  * delaying a valid peer that comes after them. */
 #include <setjmp.h>

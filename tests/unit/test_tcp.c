@@ -1,4 +1,4 @@
-/* The TCP frame parser (transports/tcp.c) on crafted streams: well-formed frames arrive
+/* The TCP frame parser (transports/tcp/tcp.c) on crafted streams: well-formed frames arrive
  * whole; a wrong magic, a zero or oversized length and a skipped sequence are protocol
  * errors; a peer that closes in the middle of a frame is a lost peer. */
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* The host tuner (src/tuner.c): what WEFT_ALGO may force and what it must refuse, that the
+/* The host tuner (src/host/tuner.c): what WEFT_ALGO may force and what it must refuse, that the
  * cost model only ever picks an algorithm that can serve the call, and that the last choice
  * is what weft_comm_last_algo reports. Runs on a bare communicator struct: no ranks. */
 #include <setjmp.h>
