@@ -518,6 +518,27 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
   return failed ? 1 : 0;
 }
 
+/* Init failed on this rank: the reason on stderr, and on rank 0 the FAILED line and a JSON
+ * file that says why (no rows), as a run that fails later leaves them. */
+static int init_failed(const bench_opts_t *o, int rank, const char *what) {
+  const char *msg = weft_get_last_error(NULL);
+  fprintf(stderr, "collbench: rank %d: %s: %s\n", rank, what, msg);
+  if (rank != 0) return 1;
+  printf("# collbench: FAILED: %s: %s\n", what, msg);
+  if (o->json) {
+    sbuf_t js = {0};
+    sb_printf(&js, "{\n  \"tool\": \"collbench\",\n  \"rows\": [],\n  \"error\": ");
+    sb_json_str(&js, msg);
+    sb_printf(&js, "\n}\n");
+    FILE *f = fopen(o->json, "w");
+    if (!f || !js.buf || fwrite(js.buf, 1, js.len, f) != js.len)
+      fprintf(stderr, "collbench: cannot write %s\n", o->json);
+    if (f) fclose(f);
+    free(js.buf);
+  }
+  return 1;
+}
+
 /* One rank's whole run over host communicator `host`: on GPUs, a device communicator split
  * from it (and NCCL's, with --compare nccl) runs the collectives. */
 static int rank_entry(weft_comm_t host, int rank, int nranks, const bench_opts_t *opts, int argc,
@@ -535,8 +556,7 @@ static int rank_entry(weft_comm_t host, int rank, int nranks, const bench_opts_t
     cfg.device = dev;
     if (dev < 0) return 1;
     if (weft_comm_split(host, 0, rank, &comm, &cfg) != WEFT_SUCCESS) {
-      fprintf(stderr, "collbench: rank %d: device communicator on GPU %d: %s\n", rank, dev,
-              weft_get_last_error(NULL));
+      init_failed(&o, rank, "the device communicator (weft_comm_split)");
       bench_gpu_teardown(o.stream);
       return 1;
     }
@@ -557,10 +577,8 @@ static int rank_entry(weft_comm_t host, int rank, int nranks, const bench_opts_t
 static int local_rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
   run_arg_t *a = arg;
   weft_comm_t comm;
-  if (weft_comm_init(&comm, nranks, id, rank, NULL) != WEFT_SUCCESS) {
-    fprintf(stderr, "collbench: rank %d: weft_comm_init: %s\n", rank, weft_get_last_error(NULL));
-    return 1;
-  }
+  if (weft_comm_init(&comm, nranks, id, rank, NULL) != WEFT_SUCCESS)
+    return init_failed(a->o, rank, "weft_comm_init");
   int rc = rank_entry(comm, rank, nranks, a->o, a->argc, a->argv);
   weft_comm_destroy(comm);
   return rc;
@@ -712,8 +730,7 @@ int main(int argc, char **argv) {
       rc = rank_entry(comm, rank, n, &o, argc, argv);
       weft_comm_destroy(comm);
     } else {
-      fprintf(stderr, "collbench: rank %d: weft_comm_init_mpi: %s\n", rank,
-              weft_get_last_error(NULL));
+      init_failed(&o, rank, "weft_comm_init_mpi");
     }
     MPI_Finalize();
     return rc;
@@ -729,10 +746,8 @@ int main(int argc, char **argv) {
   }
   if (getenv("WEFT_ROOT") || getenv("MASTER_ADDR")) {
     weft_comm_t comm;
-    if (weft_comm_init_env(&comm, NULL) != WEFT_SUCCESS) {
-      fprintf(stderr, "collbench: weft_comm_init_env: %s\n", weft_get_last_error(NULL));
-      return 1;
-    }
+    if (weft_comm_init_env(&comm, NULL) != WEFT_SUCCESS) /* its rank is not known: as rank 0 */
+      return init_failed(&o, 0, "weft_comm_init_env");
     int rank, n;
     weft_comm_rank(comm, &rank);
     weft_comm_count(comm, &n);

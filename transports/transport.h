@@ -1,6 +1,7 @@
 /* The transport interface: a byte channel per ordered pair of ranks, with non-blocking
  * send, and peek/consume on the receive side so that reductions can read incoming bytes
- * where they lie. Every transport fills one weft_transport_t with designated initializers;
+ * where they lie. Every transport fills one weft_transport_t with designated initializers
+ * and takes a line in weft_transports (select.c), which also picks one for every pair;
  * `size` lets the struct grow; optional operations may be NULL. */
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
@@ -23,9 +24,24 @@ typedef struct {
   int wake_fd; /* eventfd that weft_comm_abort writes, for transports that poll */
 } weft_transport_init_t;
 
+/* The tuner's alpha-beta-gamma costs of a link (host/tuner.c says how they were measured). */
+typedef struct {
+  double alpha;     /* seconds per message */
+  double beta;      /* seconds per byte moved */
+  double gamma;     /* seconds per byte reduced */
+  double ring_step; /* extra per ring step: every step waits for the slowest neighbour */
+} weft_link_cost_t;
+
 typedef struct weft_transport {
   size_t size;
-  const char *name;
+  const char *name; /* as WEFT_TRANSPORT names it */
+  /* Selection: each pair of ranks takes the transport of highest priority that reaches it. */
+  int priority;
+  /* Whether it carries bytes between two ranks; same_host: their host identities match. */
+  int (*reaches)(int same_host);
+  /* The longest one wait sleeps when only this transport has traffic in flight. */
+  int wait_ms;
+  weft_link_cost_t cost;
   /* Collective over the communicator; allocates *state. */
   weft_result_t (*setup)(const weft_transport_init_t *init, void **state);
   void (*teardown)(void *state);
@@ -46,10 +62,24 @@ typedef struct weft_transport {
   weft_result_t (*check)(void *state, weft_notice_t *n);
   /* Optional: called every 100 ms by the comm's heartbeat thread. */
   void (*beat)(void *state);
+  /* Optional, for transports whose hardware reads and writes user memory (verbs, to come):
+   * pins buf for the transport; *handle goes back to dereg. */
+  weft_result_t (*reg)(void *state, void *buf, size_t bytes, void **handle);
+  void (*dereg)(void *state, void *handle);
 } weft_transport_t;
 
-extern const weft_transport_t weft_transport_shm;
-extern const weft_transport_t weft_transport_tcp;
+/* Every transport of this build, in select.c's list. */
+enum { WEFT_MAX_TRANSPORTS = 4 };
+extern const weft_transport_t *const weft_transports[];
+extern const int weft_ntransports;
+
+/* Collective (every rank decides from the same table): peer_tr[p] is the index in
+ * weft_transports of the one serving rank to p. host_of[r] is rank r's host (ranks of one
+ * host share a number); force is WEFT_TRANSPORT ("auto" or "" for the priorities). A forced
+ * transport that cannot reach some pair fails, naming it. A rank's own pair takes the first
+ * transport that reaches its host. */
+weft_result_t weft_transport_select(int rank, int nranks, const int *host_of, const char *force,
+                                    uint8_t *peer_tr);
 
 /* For tests/fuzz: feeds bytes to a TCP receive channel as if a peer had sent them and drains
  * it as the executor does. WEFT_SUCCESS or WEFT_ERR_PEER_LOST (clean end of the bytes) for a

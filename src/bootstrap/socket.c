@@ -38,8 +38,8 @@ void weft_sock_nodelay(int fd) {
 
 /* WEFT_SOCKET_IFADDR, else the address of WEFT_SOCKET_IFNAME, else any. */
 static weft_result_t bind_addr(struct in_addr *addr) {
-  const char *ifaddr = weft_param_str("WEFT_SOCKET_IFADDR");
-  const char *ifname = weft_param_str("WEFT_SOCKET_IFNAME");
+  const char *ifaddr = weft_param_get_str(WEFT_PARAM_SOCKET_IFADDR);
+  const char *ifname = weft_param_get_str(WEFT_PARAM_SOCKET_IFNAME);
   addr->s_addr = htonl(INADDR_ANY);
   if (ifaddr[0]) {
     if (inet_pton(AF_INET, ifaddr, addr) != 1)

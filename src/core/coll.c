@@ -7,7 +7,6 @@
 
 #include "checked.h"
 #include "comm.h"
-#include "dev_comm.h"
 #include "dtype.h"
 #include "err.h"
 #include "group.h"
@@ -40,6 +39,11 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
   return alen && blen && x < y + blen && y < x + alen;
 }
 
+/* Whether p lies off bytes into base, in integers: base may be NULL when nothing moves. */
+static int block_at(const void *base, size_t off, const void *p) {
+  return (uintptr_t)base + off == (uintptr_t)p;
+}
+
 static weft_result_t need_buf(const char *fn, const char *name, const void *p, size_t bytes) {
   if (bytes && !p) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: %s is NULL", fn, name);
   return WEFT_SUCCESS;
@@ -54,28 +58,7 @@ static weft_result_t submit(weft_comm_t comm, weft_task_t *t, weft_stream_t stre
     return trc;
   }
   if (weft_group_active()) return weft_group_add(comm, t, stream);
-  if (comm->dev) {
-    weft_result_t rc = weft_dev_submit(comm, t, 1, stream);
-    weft_task_free(t);
-    return rc;
-  }
-  if (!stream) {
-    weft_work_t op = {.tasks = t, .ntasks = 1};
-    weft_result_t rc = weft_enqueue(comm, &op);
-    weft_task_free(t);
-    return rc;
-  }
-  weft_work_t *op = calloc(1, sizeof *op);
-  weft_task_t *copy = malloc(sizeof *copy);
-  if (!op || !copy) {
-    free(op);
-    free(copy);
-    weft_task_free(t);
-    return weft_set_error(WEFT_ERR_NO_MEMORY, "out of memory queueing an operation");
-  }
-  *copy = *t;
-  *op = (weft_work_t){.tasks = copy, .ntasks = 1, .stream = stream};
-  return weft_enqueue(comm, op);
+  return comm->engine->submit(comm, t, 1, stream);
 }
 
 weft_result_t weft_allreduce(const void *sendbuf, void *recvbuf, size_t count, weft_dtype_t dtype,
@@ -109,7 +92,7 @@ weft_result_t weft_reduce_scatter(const void *sendbuf, void *recvbuf, size_t rec
   CHECK(bytes_of(fn, recvcount, 1, dtype, &rb));
   CHECK(need_buf(fn, "sendbuf", sendbuf, sb));
   CHECK(need_buf(fn, "recvbuf", recvbuf, rb));
-  int in_place = (const char *)sendbuf + (size_t)comm->rank * rb == (const char *)recvbuf;
+  int in_place = block_at(sendbuf, (size_t)comm->rank * rb, recvbuf);
   if (!in_place && overlap(sendbuf, sb, recvbuf, rb))
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "%s: recvbuf overlaps sendbuf but is not sendbuf + rank * recvcount", fn);
@@ -131,7 +114,7 @@ weft_result_t weft_allgather(const void *sendbuf, void *recvbuf, size_t sendcoun
   CHECK(bytes_of(fn, sendcount, (size_t)comm->nranks, dtype, &rb));
   CHECK(need_buf(fn, "sendbuf", sendbuf, sb));
   CHECK(need_buf(fn, "recvbuf", recvbuf, rb));
-  int in_place = (const char *)recvbuf + (size_t)comm->rank * sb == (const char *)sendbuf;
+  int in_place = block_at(recvbuf, (size_t)comm->rank * sb, sendbuf);
   if (!in_place && overlap(sendbuf, sb, recvbuf, rb))
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "%s: sendbuf overlaps recvbuf but is not recvbuf + rank * sendcount", fn);
@@ -287,8 +270,9 @@ weft_result_t weft_barrier(weft_comm_t comm, weft_stream_t stream) {
                    .dtype = WEFT_U8,
                    .op = WEFT_MAX,
                    .sendbuf = &zero};
-  if (comm->dev) { /* device buffers; stream-ordered like any device operation */
-    t.sendbuf = t.recvbuf = weft_dev_scratch(comm);
+  void *byte = comm->engine->barrier_byte(comm);
+  if (byte) { /* the engine's memory (device buffers), stream-ordered like its operations */
+    t.sendbuf = t.recvbuf = byte;
     t.args.in_place = 1;
     return submit(comm, &t, stream);
   }

@@ -1,6 +1,6 @@
 /* Communicator lifecycle: unique ids, init (from an id or the environment), split, abort
- * and destroy. Init is: bootstrap ring, host identities (who shares memory with whom),
- * then each transport's collective setup. */
+ * and destroy. Init is: bootstrap ring, host identities (who shares memory with whom), each
+ * transport's collective setup, then the setup of the engine that serves the config. */
 #include "comm.h"
 
 #include <arpa/inet.h>
@@ -12,16 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dev_comm.h"
 #include "err.h"
-#include "failure.h"
 #include "param.h"
 #include "socket.h"
 
 enum { HOSTID_BYTES = 64 };
 
 static void host_identity(char out[HOSTID_BYTES]) {
-  const char *forced = weft_param_str("WEFT_HOSTID");
+  const char *forced = weft_param_get_str(WEFT_PARAM_HOSTID);
   memset(out, 0, HOSTID_BYTES);
   if (forced[0]) {
     snprintf(out, HOSTID_BYTES, "id:%.60s", forced);
@@ -65,6 +63,23 @@ void weft_comm_fail(weft_comm_t c, weft_result_t err, const char *msg, uint64_t 
   if (first) weft_fail_notify(c, err, seq ? seq : 1, msg);
 }
 
+weft_result_t weft_comm_agree(weft_comm_t c, weft_result_t mine, const char *what) {
+  int32_t *st = calloc((size_t)c->nranks, sizeof *st);
+  if (!st) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
+  st[c->rank] = (int32_t)mine;
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", weft_thread_error());
+  weft_result_t rc = weft_bootstrap_allgather(c->boot, st, sizeof *st);
+  if (rc == WEFT_SUCCESS && mine != WEFT_SUCCESS) /* our own reason first */
+    rc = weft_set_error(mine, "%s", msg);
+  for (int p = 0; p < c->nranks && rc == WEFT_SUCCESS; p++)
+    if (st[p] != WEFT_SUCCESS)
+      rc = weft_set_error((weft_result_t)st[p], "weft_comm_init: rank %d %s (%s)", p, what,
+                          weft_result_string((weft_result_t)st[p]));
+  free(st);
+  return rc;
+}
+
 static void *heartbeat_main(void *arg) {
   weft_comm_t c = arg;
   pthread_mutex_lock(&c->mu);
@@ -74,11 +89,11 @@ static void *heartbeat_main(void *arg) {
     ts.tv_nsec += 100000000L;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_cond_timedwait(&c->hb_cv, &c->mu, &ts);
-    for (int t = 0; t < WEFT_TR_COUNT; t++)
+    for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
       if (c->tr[t] && c->tr_state[t] && c->tr[t]->beat) c->tr[t]->beat(c->tr_state[t]);
-    if (c->dev) { /* no host thread waits in a device operation: watch for its failures */
+    if (c->engine) { /* failures no host thread waits for (a kernel's) */
       pthread_mutex_unlock(&c->mu);
-      weft_dev_watch(c);
+      c->engine->watch(c);
       pthread_mutex_lock(&c->mu);
     }
   }
@@ -98,10 +113,10 @@ static void heartbeat_stop(weft_comm_t c) {
 
 static void comm_free(weft_comm_t c) {
   heartbeat_stop(c);
-  weft_dev_free(c);
+  if (c->engine) c->engine->free(c);
   weft_progress_stop(c);
   weft_bootstrap_bye(c->boot); /* our sockets close next: that is no failure */
-  for (int t = 0; t < WEFT_TR_COUNT; t++)
+  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
     if (c->tr[t] && c->tr_state[t]) c->tr[t]->teardown(c->tr_state[t]);
   weft_bootstrap_free(c->boot);
   for (int i = 0; i < WEFT_SCHED_CACHE; i++)
@@ -118,55 +133,13 @@ static void comm_free(weft_comm_t c) {
   free(c);
 }
 
-/* Decides the transport for every pair from the same table on every rank, so that the
- * collective setups agree. */
-static weft_result_t choose_transports(weft_comm_t c, char (*hosts)[HOSTID_BYTES], uint8_t *use_shm,
-                                       uint8_t *use_tcp, int *any_tcp) {
-  const char *force = weft_param_str("WEFT_TRANSPORT");
-  int f_shm = strcmp(force, "shm") == 0, f_tcp = strcmp(force, "tcp") == 0;
-  if (!f_shm && !f_tcp && strcmp(force, "auto") != 0 && force[0])
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_TRANSPORT=%s: use auto, shm or tcp", force);
-  *any_tcp = 0;
-  for (int i = 0; i < c->nranks; i++)
-    for (int j = 0; j < c->nranks; j++) {
-      int same = memcmp(hosts[i], hosts[j], HOSTID_BYTES) == 0;
-      if (f_shm && !same)
-        return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                              "WEFT_TRANSPORT=shm, but ranks %d and %d are on different hosts", i,
-                              j);
-      int tcp = i != j && (!same || f_tcp);
-      if (tcp) *any_tcp = 1;
-      if (i == c->rank) {
-        use_tcp[j] = (uint8_t)tcp;
-        use_shm[j] = (uint8_t)!tcp;
-        c->peer_tr[j] = tcp ? WEFT_TR_TCP : WEFT_TR_SHM;
-      }
-    }
-  return WEFT_SUCCESS;
-}
-
-static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
-  weft_result_t rc = WEFT_SUCCESS;
-  char(*hosts)[HOSTID_BYTES] = NULL;
-  uint8_t *use = NULL;
-  CHECK_GOTO(weft_bootstrap_init(id, c->rank, c->nranks, c->timeout_ms, &c->aborted, &c->boot), rc,
-             out);
-  c->magic = c->boot->magic;
-  hosts = calloc((size_t)c->nranks, HOSTID_BYTES);
-  use = calloc((size_t)c->nranks * 2, 1);
-  c->local_rank = malloc(sizeof(int) * (size_t)c->nranks);
-  c->peer_tr = calloc((size_t)c->nranks, 1);
-  c->chan_send = calloc((size_t)c->nranks, sizeof *c->chan_send);
-  c->chan_recv = calloc((size_t)c->nranks, sizeof *c->chan_recv);
-  if (!hosts || !use || !c->local_rank || !c->peer_tr || !c->chan_send || !c->chan_recv)
-    ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "comm init: out of memory");
-  host_identity(hosts[c->rank]);
-  CHECK_GOTO(weft_bootstrap_allgather(c->boot, hosts, HOSTID_BYTES), rc, out);
-  c->nlocal = 0;
-  for (int p = 0; p < c->nranks; p++)
-    c->local_rank[p] = memcmp(hosts[p], hosts[c->rank], HOSTID_BYTES) == 0 ? c->nlocal++ : -1;
-  int any_tcp = 0;
-  CHECK_GOTO(choose_transports(c, hosts, use, use + c->nranks, &any_tcp), rc, out);
+/* Each transport that serves some pair (a rank's own pair too) sets up collectively; every
+ * rank knows which from the same table, so the setups agree. */
+static weft_result_t setup_transports(weft_comm_t c, const int *host_of) {
+  uint8_t *use = calloc((size_t)c->nranks, 1);
+  if (!use) return weft_set_error(WEFT_ERR_NO_MEMORY, "comm init: out of memory");
+  weft_result_t rc = weft_transport_select(c->rank, c->nranks, host_of,
+                                           weft_param_get_str(WEFT_PARAM_TRANSPORT), c->peer_tr);
   weft_transport_init_t in = {.boot = c->boot,
                               .rank = c->rank,
                               .nranks = c->nranks,
@@ -174,28 +147,72 @@ static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
                               .nlocal = c->nlocal,
                               .magic = c->magic,
                               .abort_flag = &c->aborted,
-                              .wake_fd = c->wake_fd};
-  in.use = use;
-  c->tr[WEFT_TR_SHM] = &weft_transport_shm;
-  CHECK_GOTO(weft_transport_shm.setup(&in, &c->tr_state[WEFT_TR_SHM]), rc, out);
-  if (any_tcp) {
-    in.use = use + c->nranks;
-    c->tr[WEFT_TR_TCP] = &weft_transport_tcp;
-    CHECK_GOTO(weft_transport_tcp.setup(&in, &c->tr_state[WEFT_TR_TCP]), rc, out);
+                              .wake_fd = c->wake_fd,
+                              .use = use};
+  for (int t = 0; t < weft_ntransports && rc == WEFT_SUCCESS; t++) {
+    int any = 0;
+    for (int p = 0; p < c->nranks; p++)
+      any |= use[p] = c->peer_tr[p] == t;
+    if (!any) continue;
+    c->tr[t] = weft_transports[t];
+    rc = c->tr[t]->setup(&in, &c->tr_state[t]);
   }
+  free(use);
+  return rc;
+}
+
+static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
+  weft_result_t rc = WEFT_SUCCESS;
+  char(*hosts)[HOSTID_BYTES] = NULL;
+  int *host_of = NULL;
+  CHECK_GOTO(weft_bootstrap_init(id, c->rank, c->nranks, c->timeout_ms, &c->aborted, &c->boot), rc,
+             out);
+  c->magic = c->boot->magic;
+  /* every WEFT_* variable read from here on has passed its rule, on every rank */
+  CHECK_GOTO(weft_comm_agree(c, weft_params_check(), "refused its WEFT_* settings"), rc, out);
+  hosts = calloc((size_t)c->nranks, HOSTID_BYTES);
+  host_of = calloc((size_t)c->nranks, sizeof *host_of);
+  c->local_rank = malloc(sizeof(int) * (size_t)c->nranks);
+  c->peer_tr = calloc((size_t)c->nranks, 1);
+  c->chan_send = calloc((size_t)c->nranks, sizeof *c->chan_send);
+  c->chan_recv = calloc((size_t)c->nranks, sizeof *c->chan_recv);
+  if (!hosts || !host_of || !c->local_rank || !c->peer_tr || !c->chan_send || !c->chan_recv)
+    ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "comm init: out of memory");
+  host_identity(hosts[c->rank]);
+  CHECK_GOTO(weft_bootstrap_allgather(c->boot, hosts, HOSTID_BYTES), rc, out);
+  c->nlocal = 0;
+  for (int p = 0; p < c->nranks; p++) {
+    c->local_rank[p] = memcmp(hosts[p], hosts[c->rank], HOSTID_BYTES) == 0 ? c->nlocal++ : -1;
+    host_of[p] = p;
+    for (int q = 0; q < p; q++)
+      if (memcmp(hosts[p], hosts[q], HOSTID_BYTES) == 0) {
+        host_of[p] = host_of[q];
+        break;
+      }
+  }
+  CHECK_GOTO(setup_transports(c, host_of), rc, out);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  c->spin = (int)weft_param_int("WEFT_SPIN");
+  c->spin = (int)weft_param_get_int(WEFT_PARAM_SPIN);
   /* More ranks than cores: a waiting rank yields its core while it spins, since the peer
    * it waits for may be the one that needs it (4 ranks on 2 cores: 2-4x faster than
    * pausing, and than sleeping early). */
   c->yield = cpus > 0 && c->nlocal > cpus;
-  c->full_check = weft_param_int("WEFT_CHECK") != 0;
+  c->full_check = weft_param_get_int(WEFT_PARAM_CHECK) != 0;
   if (c->spin < 1) c->spin = 1;
-  WEFT_INFO(WEFT_SUB_INIT, "rank %d/%d ready: %d on this host, tcp %s, spin %d%s", c->rank,
-            c->nranks, c->nlocal, any_tcp ? "on" : "off", c->spin, c->yield ? " (yielding)" : "");
+  char names[64] = "";
+  for (int t = 0; t < weft_ntransports; t++)
+    for (int p = 0; p < c->nranks; p++)
+      if (p != c->rank && c->peer_tr[p] == t) {
+        size_t n = strlen(names);
+        snprintf(names + n, sizeof names - n, "%s%s", n ? "+" : "", weft_transports[t]->name);
+        break;
+      }
+  WEFT_INFO(WEFT_SUB_INIT, "rank %d/%d ready: %d on this host, peers over %s, spin %d%s", c->rank,
+            c->nranks, c->nlocal, names[0] ? names : "nothing", c->spin,
+            c->yield ? " (yielding)" : "");
 out:
   free(hosts);
-  free(use);
+  free(host_of);
   return rc;
 }
 
@@ -224,7 +241,11 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
   pthread_cond_init(&c->cv, NULL);
   pthread_cond_init(&c->hb_cv, NULL);
   weft_result_t rc = comm_setup(c, id);
-  if (rc == WEFT_SUCCESS && config && config->device >= 0) rc = weft_dev_setup(c, config->device);
+  for (int e = 0; e < weft_nengines && rc == WEFT_SUCCESS && !c->engine; e++)
+    if (weft_engines[e]->serves(config)) {
+      rc = weft_engines[e]->setup(c, config);
+      if (rc == WEFT_SUCCESS) c->engine = weft_engines[e];
+    }
   if (rc == WEFT_SUCCESS && c->nlocal > 1) {
     int e = pthread_create(&c->hb_thread, NULL, heartbeat_main, c);
     if (e == 0)
@@ -256,8 +277,9 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config) {
-  const char *root = weft_param_str("WEFT_ROOT"), *rank_s = weft_param_str("WEFT_RANK"),
-             *n_s = weft_param_str("WEFT_NRANKS");
+  const char *root = weft_param_get_str(WEFT_PARAM_ROOT),
+             *rank_s = weft_param_get_str(WEFT_PARAM_RANK),
+             *n_s = weft_param_get_str(WEFT_PARAM_NRANKS);
   char host[256];
   long port = 0, rank = 0, n = 0;
   int torch = !root[0];
@@ -347,7 +369,7 @@ out:
 weft_result_t weft_comm_abort(weft_comm_t comm) {
   if (!comm) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_abort: comm is NULL");
   atomic_store(&comm->aborted, 1);
-  weft_dev_abort(comm);
+  if (comm->engine) comm->engine->abort(comm);
   pthread_mutex_lock(&comm->mu);
   uint64_t seq = comm->seq;
   pthread_mutex_unlock(&comm->mu);
@@ -357,7 +379,7 @@ weft_result_t weft_comm_abort(weft_comm_t comm) {
   if (comm->wake_fd >= 0 && write(comm->wake_fd, &one, sizeof one) < 0) {
     /* a full eventfd is already readable: the waiter wakes anyway */
   }
-  for (int t = 0; t < WEFT_TR_COUNT; t++)
+  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
     if (comm->tr[t] && comm->tr[t]->wake && comm->tr_state[t]) comm->tr[t]->wake(comm->tr_state[t]);
   pthread_mutex_lock(&comm->mu);
   pthread_cond_broadcast(&comm->cv);
@@ -374,7 +396,7 @@ weft_result_t weft_comm_destroy(weft_comm_t comm) {
 weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t *error) {
   if (!comm || !error)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_get_async_error: NULL argument");
-  weft_dev_watch(comm);
+  comm->engine->watch(comm);
   pthread_mutex_lock(&comm->mu);
   *error = comm->async_error;
   pthread_mutex_unlock(&comm->mu);
@@ -391,7 +413,7 @@ weft_result_t weft_comm_count(weft_comm_t comm, int *count) {
 weft_result_t weft_comm_device_memory(weft_comm_t comm, size_t *bytes) {
   if (!comm || !bytes)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_device_memory: NULL argument");
-  *bytes = weft_dev_memory(comm);
+  *bytes = comm->engine->memory(comm);
   return WEFT_SUCCESS;
 }
 

@@ -1,8 +1,8 @@
-/* Failure notices (see failure.h). A rank learns of a failure from a notice (shm segment
+/* Failure notices (declared in comm.h). A rank learns of a failure from a notice (shm segment
  * or ring socket), from a ring neighbour whose socket closed without a bye, or from a
  * local peer whose process is gone or whose heartbeat stopped; it then forwards the notice,
  * keeping its origin and its text. */
-#include "failure.h"
+#include "comm.h"
 
 #include <stdio.h>
 
@@ -15,7 +15,7 @@ void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char
   /* A rank that only relays a notice passes the reporter's words on, not its own quote. */
   snprintf(n.text, sizeof n.text, "%s", c->relay_text[0] ? c->relay_text : text ? text : "");
   weft_bootstrap_notify(c->boot, &n);
-  for (int t = 0; t < WEFT_TR_COUNT; t++)
+  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
     if (c->tr[t] && c->tr_state[t] && c->tr[t]->notify) c->tr[t]->notify(c->tr_state[t], &n);
 }
 
@@ -26,7 +26,7 @@ static weft_result_t check(weft_comm_t c, int ring) {
   weft_notice_t n = {0};
   /* Notices carry the reporter's message; a local finding (seq 0) may carry its own. */
   weft_result_t rc = ring && c->boot ? weft_bootstrap_check(c->boot, &n) : WEFT_SUCCESS;
-  for (int t = 0; t < WEFT_TR_COUNT && rc == WEFT_SUCCESS; t++)
+  for (int t = 0; t < WEFT_MAX_TRANSPORTS && rc == WEFT_SUCCESS; t++)
     if (c->tr[t] && c->tr_state[t] && c->tr[t]->check) rc = c->tr[t]->check(c->tr_state[t], &n);
   if (rc == WEFT_SUCCESS) return rc;
   atomic_store(&c->fail_origin, n.origin);
@@ -62,4 +62,20 @@ weft_result_t weft_fail_check_local(weft_comm_t c) { return check(c, 0); }
 weft_result_t weft_fail_peer_gone(weft_comm_t c, int peer, const char *detail) {
   WEFT_INFO(WEFT_SUB_NET, "rank %d: rank %d lost: %s", c->rank, peer, detail);
   return weft_set_error(WEFT_ERR_PEER_LOST, "rank %d: " GONE, c->rank, peer);
+}
+
+weft_result_t weft_fail_root_cause(weft_comm_t c, weft_result_t rc, int peer, const char *what,
+                                   uint64_t seq) {
+  if (atomic_load(&c->aborted))
+    return weft_set_error(WEFT_ERR_ABORTED, "%s (op %llu) ended: communicator aborted", what,
+                          (unsigned long long)seq);
+  if (rc == WEFT_ERR_PEER_LOST || rc == WEFT_ERR_PROTOCOL) {
+    char first[512];
+    snprintf(first, sizeof first, "%s", weft_thread_error());
+    weft_result_t why = weft_fail_check(c);
+    if (why != WEFT_SUCCESS) return why;
+    if (rc == WEFT_ERR_PEER_LOST) return weft_fail_peer_gone(c, peer, first);
+    weft_set_error(rc, "%s", first);
+  }
+  return rc;
 }

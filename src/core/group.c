@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev_comm.h"
 #include "err.h"
 #include "stream.h"
 
@@ -100,57 +99,17 @@ weft_result_t weft_group_end(void) {
         grp.items[i].task.owned = NULL; /* moved */
       }
   }
-  weft_stream_t user_stream = ncomms ? first_stream[0] : NULL; /* the group's first call's */
   drop_items();
-  /* Device comms: each comm's part of the group is one kernel on its first call's stream. */
-  int ndev = 0;
-  for (int k = 0; k < ncomms; k++)
-    ndev += comms[k]->dev != NULL;
-  if (ndev) {
-    int mixed = ndev < ncomms;
-    if (mixed)
-      rc = weft_set_error(WEFT_ERR_INVALID_ARG, "group: host and device communicators cannot "
-                                                "share a group (their streams differ)");
-    for (int k = 0; k < ncomms; k++) {
-      weft_result_t e =
-          mixed ? WEFT_SUCCESS
-                : weft_dev_submit(comms[k], ops[k]->tasks, ops[k]->ntasks, first_stream[k]);
-      if (e != WEFT_SUCCESS && rc == WEFT_SUCCESS) rc = e;
-      weft_work_free(ops[k]);
-    }
-    return rc;
-  }
-  if (ncomms == 1 && !user_stream) { /* blocking, one comm: run it like a single call */
-    weft_work_t op = *ops[0];
-    op.stream = NULL;
-    rc = weft_enqueue(comms[0], &op);
-    weft_work_free(ops[0]); /* op was a copy: the tasks are still ops[0]'s */
-    return rc;
-  }
-  /* Several comms must progress at the same time: each gets its own stream, so none
-   * waits for another's ticket; the group then waits for all of them (also when the user
-   * gave a stream: one stream's tickets would serialise the comms and could deadlock). */
-  weft_stream_t own[64] = {0};
-  for (int k = 0; k < ncomms; k++) {
-    weft_stream_t s = NULL;
-    if (ncomms == 1)
-      s = user_stream;
-    else if (weft_stream_create(&own[k]) == WEFT_SUCCESS)
-      s = own[k];
-    if (!s) {
-      rc = WEFT_ERR_NO_MEMORY;
-      for (int j = k; j < ncomms; j++)
+  /* each engine runs its comms' parts its own way (the gpu engine: one kernel per comm on
+   * its first call's stream), so one group holds comms of one engine */
+  for (int k = 1; k < ncomms; k++)
+    if (comms[k]->engine != comms[0]->engine) {
+      for (int j = 0; j < ncomms; j++)
         weft_work_free(ops[j]);
-      break;
+      return weft_set_error(WEFT_ERR_INVALID_ARG,
+                            "group: %s and %s communicators cannot share a group (their streams "
+                            "differ)",
+                            comms[0]->engine->name, comms[k]->engine->name);
     }
-    ops[k]->stream = s;
-    weft_result_t e = weft_enqueue(comms[k], ops[k]);
-    if (e != WEFT_SUCCESS && rc == WEFT_SUCCESS) rc = e;
-  }
-  for (int k = 0; k < ncomms; k++)
-    if (own[k]) {
-      weft_result_t e = weft_stream_destroy(own[k]);
-      if (e != WEFT_SUCCESS && rc == WEFT_SUCCESS) rc = e;
-    }
-  return rc;
+  return ncomms ? comms[0]->engine->submit_group(comms, ops, first_stream, ncomms) : rc;
 }

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "dtype.h"
 #include "err.h"
+#include "op.h"
 
 static uint64_t round_len(int nranks, const weft_task_t *t, int kind) {
   const weft_coll_args_t *a = &t->args;
@@ -42,37 +44,26 @@ static int split_roles(int kind) {
   }
 }
 
-/* An allreduce as a ring runs on two-shot's segments (weft_dev_item_t.ring). */
 static int dev_kind(const weft_task_t *t) {
-  switch (t->args.coll) {
-  case WEFT_COLL_ALLREDUCE:
-    return t->algo == WEFT_ALGO_ONESHOT ? WEFT_DEV_ALLREDUCE_ONESHOT : WEFT_DEV_ALLREDUCE_TWOSHOT;
-  case WEFT_COLL_REDUCE_SCATTER: return WEFT_DEV_REDUCE_SCATTER;
-  case WEFT_COLL_ALLGATHER: return WEFT_DEV_ALLGATHER;
-  case WEFT_COLL_BROADCAST: return WEFT_DEV_BROADCAST;
-  case WEFT_COLL_REDUCE: return WEFT_DEV_REDUCE;
-  case WEFT_COLL_ALLTOALL: return WEFT_DEV_ALLTOALL;
-  case WEFT_COLL_ALLTOALLV: return WEFT_DEV_ALLTOALLV;
-  case WEFT_COLL_SEND: return WEFT_DEV_SEND;
-  default: return WEFT_DEV_RECV;
-  }
+  return weft_dev_op_kind(weft_dev_op_of(t, WEFT_PROTO_SIMPLE));
 }
 
-void weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, size_t *out) {
-  size_t es = weft_dtype_size(t->dtype), n = (size_t)nranks, cnt = t->args.count * es;
+int weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, size_t *out) {
+  size_t es = weft_dtype_size(t->dtype), n = (size_t)nranks, cnt, all, end;
   const weft_coll_args_t *a = &t->args;
+  if (!weft_mul_fits(a->count, es, &cnt) || !weft_mul_fits(cnt, n, &all)) return 0;
   *in = *out = cnt;
   switch (a->coll) {
-  case WEFT_COLL_REDUCE_SCATTER: *in = cnt * n; break;
-  case WEFT_COLL_ALLGATHER: *out = cnt * n; break;
-  case WEFT_COLL_ALLTOALL: *in = *out = cnt * n; break;
+  case WEFT_COLL_REDUCE_SCATTER: *in = all; break;
+  case WEFT_COLL_ALLGATHER: *out = all; break;
+  case WEFT_COLL_ALLTOALL: *in = *out = all; break;
   case WEFT_COLL_ALLTOALLV:
     *in = *out = 0;
     for (size_t p = 0; p < n; p++) {
-      if ((a->sdispls[p] + a->sendcounts[p]) * es > *in)
-        *in = (a->sdispls[p] + a->sendcounts[p]) * es;
-      if ((a->rdispls[p] + a->recvcounts[p]) * es > *out)
-        *out = (a->rdispls[p] + a->recvcounts[p]) * es;
+      if (!weft_extent_fits(a->sdispls[p], a->sendcounts[p], es, &end)) return 0;
+      if (end > *in) *in = end;
+      if (!weft_extent_fits(a->rdispls[p], a->recvcounts[p], es, &end)) return 0;
+      if (end > *out) *out = end;
     }
     break;
   case WEFT_COLL_BROADCAST:
@@ -85,6 +76,7 @@ void weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, si
   case WEFT_COLL_RECV: *in = 0; break;
   default: break;
   }
+  return 1;
 }
 
 /* Refusals, checked before anything is placed so that a refused group changes nothing. */
@@ -233,9 +225,7 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
     it->count = t->args.count;
     it->send = t->sendbuf;
     it->recv = t->recvbuf;
-    it->ring = t->algo == WEFT_ALGO_RING &&
-               (kind == WEFT_DEV_ALLREDUCE_TWOSHOT || kind == WEFT_DEV_REDUCE_SCATTER ||
-                kind == WEFT_DEV_ALLGATHER);
+    it->ring = (uint8_t)weft_dev_op_ring(weft_dev_op_of(t, WEFT_PROTO_SIMPLE));
     uint64_t want = (len * es + d->block_bytes - 1) / d->block_bytes;
     if (want < 1) want = 1;
     if (p2p)
@@ -249,21 +239,6 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
   }
   *nblocks = blocks;
   return WEFT_SUCCESS;
-}
-
-int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, uint64_t read_max) {
-  uint64_t n = (uint64_t)nranks, blk = t->args.count * weft_dtype_size(t->dtype);
-  const char *send = t->sendbuf, *recv = t->recvbuf;
-  if (min_bytes == 0 || blk == 0 || blk < min_bytes) return 0;
-  switch (t->args.coll) {
-  case WEFT_COLL_ALLGATHER: return WEFT_DEV_DIRECT_RECV;
-  case WEFT_COLL_ALLTOALL:
-    return send < recv + blk * n && recv < send + blk * n ? 0 : WEFT_DEV_DIRECT_RECV;
-  case WEFT_COLL_REDUCE_SCATTER: return blk > read_max ? 0 : WEFT_DEV_DIRECT_SEND;
-  case WEFT_COLL_ALLREDUCE: /* two-shot: a segment read from each peer */
-    return (blk + n - 1) / n > read_max ? 0 : WEFT_DEV_DIRECT_RECV | WEFT_DEV_DIRECT_SEND;
-  default: return 0;
-  }
 }
 
 /* A byte count (decimal, or 0x... hex) up to most, else -1. */
@@ -280,36 +255,6 @@ int64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared) {
   if (strcmp(param, "auto") == 0)
     return nranks == 2 && !gpu_shared ? (int64_t)WEFT_DEV_CE_AUTO_BYTES : 0;
   return parse_bytes(param, UINT64_MAX);
-}
-
-const char *weft_dev_param_name(int index) {
-  static const char *const names[WEFT_DEV_NPARAMS] = {
-      "WEFT_P2P_CHUNK_BYTES",   "WEFT_P2P_STAGES",
-      "WEFT_P2P_CHANNELS",      "WEFT_P2P_SPLIT",
-      "WEFT_P2P_BLOCK_BYTES",   "WEFT_P2P_SETS",
-      "WEFT_P2P_ROUNDS",        "WEFT_LL_BLOCK_BYTES",
-      "WEFT_ONESHOT_MAX_BYTES", "WEFT_LL_MAX_BYTES",
-      "WEFT_LL128_MAX_BYTES",   "WEFT_LL128_MAX_BYTES",
-      "WEFT_CE_MIN_BYTES",      "WEFT_DIRECT_MIN_BYTES",
-      "WEFT_DIRECT_CHANNELS",   "WEFT_DIRECT_READ_MAX_BYTES"};
-  return index >= 0 && index < WEFT_DEV_NPARAMS ? names[index] : "?";
-}
-
-int weft_dev_params_differ(const uint64_t *all, int nranks, int *rank) {
-  for (int i = 0; i < WEFT_DEV_NPARAMS; i++)
-    for (int r = 1; r < nranks; r++)
-      if (all[(size_t)r * WEFT_DEV_NPARAMS + i] != all[i]) {
-        *rank = r;
-        return i;
-      }
-  return -1;
-}
-
-uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min) {
-  uint64_t n = (uint64_t)nranks, es = weft_dtype_size(t->dtype);
-  if (t->args.coll != WEFT_COLL_ALLREDUCE || n < 2 || ce_min == 0 || t->args.count % n) return 0;
-  uint64_t seg = t->args.count / n;
-  return seg * es / 2 >= ce_min ? seg : 0;
 }
 
 uint32_t weft_dev_ll128_lines(int nranks) {

@@ -8,6 +8,7 @@
 
 #include "comm.h"
 #include "dev.h"
+#include "window_rules.h"
 
 /* Operations in one device group; its launches hold WEFT_DEV_MAX_ITEMS each. */
 enum { WEFT_DEV_MAX_GROUP = 1024 };
@@ -21,15 +22,9 @@ typedef struct {
   uint64_t p2p_sent[WEFT_DEV_MAX_RANKS], p2p_recv[WEFT_DEV_MAX_RANKS]; /* messages so far */
 } weft_dev_planner_t;
 
-/* Bytes of sendbuf and recvbuf the task touches on this rank. */
-void weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, size_t *out);
-/* Which of t's buffers an operation on windows reads or writes in its peers: recvbuf
- * (allgather, alltoall), sendbuf (reduce_scatter) or both (allreduce); 0 where the staged
- * kernels run: another collective, an in-place alltoall (its peers would overwrite blocks
- * not yet sent), nothing to move, blocks under min_bytes (0: never), or more than read_max
- * bytes to read from each peer. */
-enum { WEFT_DEV_DIRECT_RECV = 1, WEFT_DEV_DIRECT_SEND = 2 };
-int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, uint64_t read_max);
+/* Bytes of sendbuf and recvbuf the task touches on this rank; 0 where one does not fit in
+ * size_t (the API refuses such calls first: this keeps the device checks from trusting it). */
+int weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, size_t *out);
 /* Bytes per peer block from which allgather and alltoall into windows take the copy
  * engines: the value of WEFT_CE_MIN_BYTES (0 or unset: never, the default), or for "auto"
  * 64 MiB where 2 ranks drive 2 GPUs, the one setup measured
@@ -39,20 +34,6 @@ int weft_dev_direct_needs(const weft_task_t *t, int nranks, uint64_t min_bytes, 
  * mismatch they would land at the wrong place. */
 #define WEFT_DEV_CE_AUTO_BYTES ((uint64_t)64 << 20)
 int64_t weft_dev_ce_min(const char *param, int nranks, int gpu_shared);
-/* The device parameters every rank of a communicator must set alike: they size the staging
- * regions, cut operations into chunks and rounds, or choose between kernels that cannot talk
- * to each other. weft_dev_setup exchanges them in this order (WEFT_LL128_MAX_BYTES twice:
- * copies, reductions) and fails where a rank differs. */
-enum { WEFT_DEV_NPARAMS = 16 };
-const char *weft_dev_param_name(int index);
-/* all: nranks vectors of WEFT_DEV_NPARAMS values. The index of the first value in which some
- * rank differs from rank 0, that rank in *rank; -1 where all agree. */
-int weft_dev_params_differ(const uint64_t *all, int nranks, int *rank);
-/* The segment (elements) of an allreduce that runs as a reduce_scatter by the kernels, then an
- * allgather of the segments through the copy engines: count / nranks where that divides
- * evenly and holds at least twice ce_min bytes (two launches and a barrier lose to the
- * two-shot kernels below, bench/results/2026-11-30-h200x2-ce-allreduce.txt); else 0. */
-uint64_t weft_dev_ce_split(const weft_task_t *t, int nranks, uint64_t ce_min);
 /* Payload per peer up to which the 128-byte kernel runs by default on 2 ranks, for copies
  * (allgather, alltoall) and for reductions (allreduce, reduce_scatter). Its rings, with one
  * step in flight, carry about 290 GB/s; the general kernel copies faster from 32 MiB per peer

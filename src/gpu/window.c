@@ -13,10 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dev_comm.h"
-#include "dev_plan.h"
 #include "dtype.h"
 #include "err.h"
+#include "gpu.h"
 
 #define WEFT_WINDOW_PAGE ((uint64_t)2 << 20)
 
@@ -65,7 +64,7 @@ static weft_result_t alloc_range(const void *p, char **base, size_t *size) {
 }
 
 static weft_result_t winset(weft_comm_t c) {
-  if (c->wins) return WEFT_SUCCESS;
+  if (dev_of(c)->wins) return WEFT_SUCCESS;
   struct weft_winset *ws = calloc(1, sizeof *ws);
   if (!ws) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_window_register: out of memory");
   if (cudaStreamCreateWithFlags(&ws->side, cudaStreamNonBlocking) != cudaSuccess ||
@@ -77,7 +76,7 @@ static weft_result_t winset(weft_comm_t c) {
     free(ws);
     return weft_set_error(WEFT_ERR_SYSTEM, "weft_window_register: no CUDA stream or event");
   }
-  c->wins = ws;
+  dev_of(c)->wins = ws;
   return WEFT_SUCCESS;
 }
 
@@ -88,12 +87,13 @@ static void unmap_window(struct weft_window *w) {
 }
 
 /* Maps every peer's buffer; 0 (with the error set) where one does not open. */
-static int map_window(weft_comm_t c, const weft_p2p_t *p2p, const wcard_t *cards,
+static int map_window(weft_comm_t c, const weft_ipc_t *ipc, const wcard_t *cards,
                       struct weft_window *w) {
   for (int p = 0; p < c->nranks; p++) {
     if (p == c->rank) {
       w->peer[p] = w->buf;
-    } else if (p2p->local_dev[p] >= 0) { /* same process: its pointer, peer access is on */
+    } else if (weft_ipc_local_device(ipc, p) >=
+               0) { /* same process: its pointer, peer access is on */
       w->peer[p] = (char *)(uintptr_t)(cards[p].base + cards[p].offset);
     } else {
       void *ptr = NULL;
@@ -116,11 +116,11 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
   if (win) *win = NULL;
   if (!c || !win)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_register: NULL argument");
-  const weft_p2p_t *p2p = weft_dev_p2p(c);
-  if (!p2p)
+  const weft_ipc_t *ipc = c->engine == &weft_engine_gpu ? dev_of(c)->ipc : NULL;
+  if (!ipc)
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
                           "weft_window_register: windows need a device communicator");
-  if (p2p->host)
+  if (weft_ipc_host_staged(ipc))
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
                           "weft_window_register: this communicator stages through host memory "
                           "(its GPUs cannot map each other), so it has no windows");
@@ -128,9 +128,9 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_register: buffer %p of %zu bytes", buf,
                           bytes);
   int saved = -1;
-  if (cudaGetDevice(&saved) != cudaSuccess || cudaSetDevice(p2p->device) != cudaSuccess)
+  if (cudaGetDevice(&saved) != cudaSuccess || cudaSetDevice(weft_ipc_device(ipc)) != cudaSuccess)
     return weft_set_error(WEFT_ERR_SYSTEM, "weft_window_register: cannot make GPU %d current",
-                          p2p->device);
+                          weft_ipc_device(ipc));
   weft_result_t rc = WEFT_SUCCESS;
   struct weft_window *w = NULL;
   wcard_t *cards = calloc((size_t)c->nranks, sizeof *cards);
@@ -144,12 +144,12 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
   weft_result_t mine = WEFT_SUCCESS;
   char why[256] = "";
   if (cudaPointerGetAttributes(&a, buf) != cudaSuccess || a.type != cudaMemoryTypeDevice ||
-      a.device != p2p->device) {
+      a.device != weft_ipc_device(ipc)) {
     cudaGetLastError();
     mine = weft_set_error(WEFT_ERR_INVALID_ARG,
                           "weft_window_register: %p is not device memory of this communicator's "
                           "GPU %d",
-                          buf, p2p->device);
+                          buf, weft_ipc_device(ipc));
   } else if ((mine = alloc_range(buf, &base, &size)) == WEFT_SUCCESS &&
              (char *)buf + bytes > base + size) {
     mine = weft_set_error(WEFT_ERR_INVALID_ARG,
@@ -192,16 +192,16 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
   w->pages = 1;
   for (int p = 0; p < c->nranks; p++)
     w->pages &= cards[p].alloc % WEFT_WINDOW_PAGE == 0;
-  ok[c->rank] = map_window(c, p2p, cards, w);
+  ok[c->rank] = map_window(c, ipc, cards, w);
   if (!ok[c->rank]) snprintf(why, sizeof why, "%s", weft_thread_error());
   CHECK_GOTO(weft_bootstrap_allgather(c->boot, ok, sizeof *ok), rc, out);
   for (int p = 0; p < c->nranks; p++)
     if (!ok[p])
       ERR_GOTO(rc, out, WEFT_ERR_SYSTEM, "%s",
                !ok[c->rank] ? why : "weft_window_register: another rank could not map a buffer");
-  w->serial = ++c->wins->registered;
-  w->next = c->wins->head;
-  c->wins->head = w;
+  w->serial = ++dev_of(c)->wins->registered;
+  w->next = dev_of(c)->wins->head;
+  dev_of(c)->wins->head = w;
   *win = w;
   w = NULL;
   WEFT_INFO(WEFT_SUB_INIT, "rank %d: window of %zu bytes at %p registered", c->rank, bytes, buf);
@@ -216,7 +216,8 @@ out:
 weft_result_t weft_window_deregister(weft_comm_t c, weft_window_t win) {
   if (!c || !win)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_deregister: NULL argument");
-  struct weft_window **at = c->wins ? &c->wins->head : NULL;
+  struct weft_winset *ws = c->engine == &weft_engine_gpu ? dev_of(c)->wins : NULL;
+  struct weft_window **at = ws ? &ws->head : NULL;
   while (at && *at && *at != win)
     at = &(*at)->next;
   if (!at || !*at)
@@ -226,13 +227,13 @@ weft_result_t weft_window_deregister(weft_comm_t c, weft_window_t win) {
   *at = win->next;
   /* no copy of ours into a peer may still run when its owner frees the buffer */
   weft_dev_idle(c);
-  cudaStreamSynchronize(c->wins->side);
+  cudaStreamSynchronize(ws->side);
   unmap_window(win);
   return weft_bootstrap_barrier(c->boot);
 }
 
 void weft_window_free_all(weft_comm_t c) {
-  struct weft_winset *ws = c->wins;
+  struct weft_winset *ws = dev_of(c)->wins;
   if (!ws) return;
   cudaStreamSynchronize(ws->side);
   while (ws->head) {
@@ -244,13 +245,14 @@ void weft_window_free_all(weft_comm_t c) {
   cudaEventDestroy(ws->fork);
   cudaEventDestroy(ws->join);
   free(ws);
-  c->wins = NULL;
+  dev_of(c)->wins = NULL;
 }
 
 /* The window holding [p, p + bytes), or NULL. */
-static struct weft_window *find(const struct weft_winset *ws, const void *p, size_t bytes) {
+static struct weft_window *find(const struct weft_winset *ws, const void *p, size_t bytes,
+                                size_t *off) {
   for (struct weft_window *w = ws->head; w; w = w->next)
-    if ((const char *)p >= w->buf && (const char *)p + bytes <= w->buf + w->bytes) return w;
+    if (weft_window_holds(w->buf, w->bytes, p, bytes, off)) return w;
   return NULL;
 }
 
@@ -258,9 +260,9 @@ static struct weft_window *find(const struct weft_winset *ws, const void *p, siz
  * holds it. */
 static const struct weft_window *direct_table(const struct weft_winset *ws, const void *p,
                                               size_t bytes, int n, char **table, uint64_t *where) {
-  const struct weft_window *w = find(ws, p, bytes);
+  size_t off = 0;
+  const struct weft_window *w = find(ws, p, bytes, &off);
   if (!w) return NULL;
-  size_t off = (size_t)((const char *)p - w->buf);
   for (int r = 0; r < n; r++)
     table[r] = w->peer[r] + off;
   *where = w->serial << 48 | (uint64_t)off;
@@ -268,13 +270,12 @@ static const struct weft_window *direct_table(const struct weft_winset *ws, cons
 }
 
 int weft_window_direct(struct weft_comm *c, const weft_task_t *t, weft_dev_launch_t *L) {
-  struct weft_winset *ws = c->wins;
+  struct weft_winset *ws = dev_of(c)->wins;
   if (!ws || !ws->head) return 0;
   /* NVLink reads fell behind the staged writes past the cap (on 128 channels: 256 MiB
    * allreduce 819 us against 803, bench/results/2026-11-30-h200x2-tuning-16.txt) */
-  uint64_t min = 0, read_max = 0;
-  weft_dev_direct_limits(c, &min, &read_max);
-  int needs = weft_dev_direct_needs(t, c->nranks, min, read_max);
+  int needs =
+      weft_dev_direct_needs(t, c->nranks, dev_of(c)->direct_min, dev_of(c)->direct_read_max);
   if (!needs) return 0;
   weft_coll_t k = t->args.coll;
   size_t n = (size_t)c->nranks, blk = t->args.count * weft_dtype_size(t->dtype);
@@ -299,12 +300,12 @@ int weft_window_direct(struct weft_comm *c, const weft_task_t *t, weft_dev_launc
   return 1;
 }
 
-/* Where the copy engines take t (an allgather or alltoall; min is weft_dev_ce_min_bytes(c)): a
+/* Where the copy engines take t (an allgather or alltoall; min is dev_of(c)->ce_min): a
  * window of whole pages on every rank, from min bytes per block, by the kernels' rule for writing
  * into the peers (an in-place alltoall stays staged); peer gets the peers' recvbufs. */
 static const struct weft_window *ce_window(weft_comm_t c, const weft_task_t *t, uint64_t min,
                                            char **peer) {
-  struct weft_winset *ws = c->wins;
+  struct weft_winset *ws = dev_of(c)->wins;
   weft_coll_t k = t->args.coll;
   size_t blk = t->args.count * weft_dtype_size(t->dtype);
   if (!weft_dev_direct_needs(t, c->nranks, min, UINT64_MAX)) return NULL;
@@ -325,11 +326,11 @@ static const struct weft_window *ce_window(weft_comm_t c, const weft_task_t *t, 
 }
 
 int weft_window_split_allreduce(weft_comm_t c, const weft_task_t *t, weft_task_t parts[2]) {
-  struct weft_winset *ws = c->wins;
+  struct weft_winset *ws = dev_of(c)->wins;
   /* every operation on a comm with windows passes here: the threshold is read for allreduce
    * only, and once */
   if (!ws || !ws->head || t->args.coll != WEFT_COLL_ALLREDUCE) return 0;
-  uint64_t es = weft_dtype_size(t->dtype), min = weft_dev_ce_min_bytes(c),
+  uint64_t es = weft_dtype_size(t->dtype), min = dev_of(c)->ce_min,
            seg = weft_dev_ce_split(t, c->nranks, min);
   if (!seg) return 0;
   char *mine = (char *)t->recvbuf + (uint64_t)c->rank * seg * es, *peer[WEFT_DEV_MAX_RANKS];
@@ -362,7 +363,7 @@ int weft_window_split_allreduce(weft_comm_t c, const weft_task_t *t, weft_task_t
 weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t stream,
                               int *taken) {
   *taken = 0;
-  struct weft_winset *ws = c->wins;
+  struct weft_winset *ws = dev_of(c)->wins;
   weft_coll_t k = t->args.coll;
   if (!ws || !ws->head || (k != WEFT_COLL_ALLGATHER && k != WEFT_COLL_ALLTOALL))
     return WEFT_SUCCESS;
@@ -370,7 +371,7 @@ weft_result_t weft_window_try(weft_comm_t c, const weft_task_t *t, weft_stream_t
   size_t blk = t->args.count * weft_dtype_size(t->dtype);
   const char *send = t->sendbuf;
   char *recv = t->recvbuf, *peer[WEFT_DEV_MAX_RANKS];
-  if (!ce_window(c, t, weft_dev_ce_min_bytes(c), peer)) return WEFT_SUCCESS;
+  if (!ce_window(c, t, dev_of(c)->ce_min, peer)) return WEFT_SUCCESS;
   *taken = 1;
   cudaStream_t s = (cudaStream_t)(void *)stream;
   CHECK(weft_barrier(c, stream));

@@ -9,11 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "clock.h"
 #include "comm.h"
 #include "dtype.h"
 #include "err.h"
-#include "failure.h"
+#include "host.h"
 #include "reduce.h"
 
 typedef struct {
@@ -65,7 +66,7 @@ typedef struct {
   ref_t *local; /* copy and reduce steps */
   size_t nlocal, local_pos;
   size_t remaining;
-  int uses[WEFT_TR_COUNT];
+  int uses[WEFT_MAX_TRANSPORTS];
 } exec_t;
 
 /* Every step occupies a multiple of 16 bytes of its channel (zero padding after the
@@ -73,6 +74,8 @@ typedef struct {
 enum { STREAM_ALIGN = 16 };
 static const char zeros[STREAM_ALIGN];
 
+/* Offsets and counts become bytes unchecked on every step: a step lies inside its buffer
+ * (tests/unit/sim.c checks every generator) whose byte size the API checked fits size_t. */
 static size_t stream_len(const plan_t *pl, const weft_step_t *st) {
   return (st->count * pl->es + STREAM_ALIGN - 1) & ~(size_t)(STREAM_ALIGN - 1);
 }
@@ -85,12 +88,6 @@ static int deps_done(const plan_t *pl, const weft_step_t *st) {
 }
 static char *addr(const plan_t *pl, int buf, uint64_t off) { return pl->buf[buf] + off * pl->es; }
 static weft_op_t red_op(weft_op_t op) { return op == WEFT_AVG ? WEFT_SUM : op; }
-
-static void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 /* Moves the send queue of peer p as far as it goes. */
 static weft_result_t run_sends(exec_t *x, int p, int *moved) {
@@ -338,42 +335,23 @@ static weft_result_t build_queues(exec_t *x) {
   return WEFT_SUCCESS;
 }
 
-/* A step with peer failed with rc: report the root cause instead when there is one. A peer's
- * closed socket is often the echo of a failure it already announced, or of our own abort;
- * else it is the peer's death, which may show on its data connection before any notice. */
-static weft_result_t root_cause(weft_comm_t c, weft_result_t rc, int peer, const char *what,
-                                uint64_t seq) {
-  if (atomic_load(&c->aborted))
-    return weft_set_error(WEFT_ERR_ABORTED, "%s (op %llu) ended: communicator aborted", what,
-                          (unsigned long long)seq);
-  if (rc == WEFT_ERR_PEER_LOST || rc == WEFT_ERR_PROTOCOL) {
-    char first[512];
-    snprintf(first, sizeof first, "%s", weft_thread_error());
-    weft_result_t why = weft_fail_check(c);
-    if (why != WEFT_SUCCESS) return why;
-    if (rc == WEFT_ERR_PEER_LOST) return weft_fail_peer_gone(c, peer, first);
-    weft_set_error(rc, "%s", first);
-  }
-  return rc;
-}
-
 static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
   weft_comm_t c = x->comm;
   int64_t deadline = weft_deadline(c->timeout_ms);
   int idle = 0;
   int64_t spin_end = 0;
-  uint64_t token[WEFT_TR_COUNT] = {0};
+  uint64_t token[WEFT_MAX_TRANSPORTS] = {0};
   while (x->remaining) {
     int sleepy = idle >= c->spin;
     if (sleepy)
-      for (int t = 0; t < WEFT_TR_COUNT; t++)
+      for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
         if (x->uses[t]) token[t] = c->tr[t]->arm(c->tr_state[t]);
     int moved = 0;
     for (int a = 0; a < x->nactive; a++) {
       weft_result_t rc = run_sends(x, x->active[a], &moved);
       if (rc == WEFT_SUCCESS) rc = run_recvs(x, x->active[a], &moved);
       if (rc == WEFT_SUCCESS) continue;
-      rc = root_cause(c, rc, x->active[a], what, seq);
+      rc = weft_fail_root_cause(c, rc, x->active[a], what, seq);
       /* The notice the others get names the peer that was lost, not this rank. */
       int none = -1;
       if (rc == WEFT_ERR_PEER_LOST)
@@ -390,7 +368,7 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
                             (unsigned long long)seq);
     if (++idle < c->spin) {
       if (!c->yield) {
-        cpu_relax();
+        weft_cpu_relax();
         continue;
       }
       /* A yield can cost a whole time slice on a loaded host (2000 of them: seconds), and
@@ -412,64 +390,28 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
     }
     if (!sleepy) continue; /* arm first, then one more look, then sleep */
     CHECK(weft_fail_check(c));
-    if (x->uses[WEFT_TR_TCP])
-      CHECK(c->tr[WEFT_TR_TCP]->wait(c->tr_state[WEFT_TR_TCP], 0, x->uses[WEFT_TR_SHM] ? 1 : 100));
-    else if (x->uses[WEFT_TR_SHM])
-      CHECK(c->tr[WEFT_TR_SHM]->wait(c->tr_state[WEFT_TR_SHM], token[WEFT_TR_SHM], 20));
+    /* Sleep in the transport that sleeps longest; with others in use too, only 1 ms, since
+     * their wake-ups cannot reach it. */
+    int w = -1, nused = 0;
+    for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
+      if (x->uses[t]) {
+        nused++;
+        if (w < 0 || c->tr[t]->wait_ms > c->tr[w]->wait_ms) w = t;
+      }
+    if (w >= 0)
+      CHECK(c->tr[w]->wait(c->tr_state[w], token[w], nused > 1 ? 1 : c->tr[w]->wait_ms));
     else
       sched_yield();
   }
   return WEFT_SUCCESS;
 }
 
-static int same_key(const weft_coll_args_t *a, const weft_coll_args_t *b) {
-  return a->coll == b->coll && a->nranks == b->nranks && a->rank == b->rank && a->root == b->root &&
-         a->count == b->count && a->chunk == b->chunk && a->in_place == b->in_place;
-}
-
-/* The schedule for task, from the comm's cache when it can be kept (not alltoallv).
- * *owned is set when the caller must free it. */
-static weft_result_t get_sched(weft_comm_t c, const weft_task_t *t, const weft_sched_t **out,
-                               weft_sched_t *owned, int *is_owned) {
-  weft_algo_fn fn = weft_algo_lookup(t->args.coll, t->algo);
-  if (!fn)
-    return weft_set_error(WEFT_ERR_INTERNAL, "no %s algorithm for %s", weft_algo_name(t->algo),
-                          weft_coll_name(t->args.coll));
-  *is_owned = 0;
-  if (t->args.coll != WEFT_COLL_ALLTOALLV) {
-    weft_sched_entry_t *victim = &c->cache[0];
-    for (int i = 0; i < WEFT_SCHED_CACHE; i++) {
-      weft_sched_entry_t *e = &c->cache[i];
-      if (e->last_use && e->algo == t->algo && same_key(&e->key, &t->args)) {
-        e->last_use = ++c->cache_clock;
-        *out = &e->sched;
-        return WEFT_SUCCESS;
-      }
-      if (e->last_use < victim->last_use) victim = e;
-    }
-    weft_sched_free(&victim->sched);
-    victim->last_use = 0;
-    weft_result_t rc = fn(&t->args, &victim->sched);
-    if (rc != WEFT_SUCCESS) {
-      weft_sched_free(&victim->sched);
-      return weft_set_error(rc, "building the %s schedule for %s failed", weft_algo_name(t->algo),
-                            weft_coll_name(t->args.coll));
-    }
-    victim->key = t->args;
-    victim->algo = t->algo;
-    victim->last_use = ++c->cache_clock;
-    *out = &victim->sched;
-    return WEFT_SUCCESS;
-  }
-  weft_sched_init(owned);
-  weft_result_t rc = fn(&t->args, owned);
-  if (rc != WEFT_SUCCESS) {
-    weft_sched_free(owned);
-    return weft_set_error(rc, "building the alltoallv schedule failed");
-  }
-  *is_owned = 1;
-  *out = owned;
-  return WEFT_SUCCESS;
+/* Bytes of scratch pl takes, whole cache lines; 0 when that overflows. */
+static int scratch_of(const plan_t *pl, size_t *bytes) {
+  size_t b;
+  if (!weft_mul_fits(pl->s->scratch_count, pl->es, &b) || !weft_add_fits(b, 63, &b)) return 0;
+  *bytes = b & ~(size_t)63;
+  return 1;
 }
 
 static void finish_avg(weft_comm_t c, const weft_task_t *t) {
@@ -495,14 +437,18 @@ weft_result_t weft_exec_op(weft_comm_t c, weft_work_t *op) {
   for (int i = 0; i < n; i++) {
     const weft_task_t *t = &op->tasks[i];
     plan_t *pl = &x.plans[i];
-    CHECK_GOTO(get_sched(c, t, &pl->s, &owned[i], &is_owned[i]), rc, out);
+    CHECK_GOTO(weft_host_sched(c, t, &pl->s, &owned[i], &is_owned[i]), rc, out);
     pl->task = t;
     pl->es = weft_dtype_size(t->dtype);
     pl->dtype = t->dtype;
     pl->op = t->op;
     pl->buf[WEFT_BUF_SEND] = (char *)t->sendbuf;
     pl->buf[WEFT_BUF_RECV] = t->recvbuf;
-    scratch += (pl->s->scratch_count * pl->es + 63) & ~(size_t)63;
+    /* a group's scratch is a sum of products that the API never saw: checked here */
+    size_t mine;
+    if (!scratch_of(pl, &mine) || !weft_add_fits(scratch, mine, &scratch))
+      ERR_GOTO(rc, out, WEFT_ERR_INVALID_ARG, "executor: scratch of the %s overflows size_t",
+               weft_coll_name(t->args.coll));
     steps += pl->s->nsteps;
   }
   if (scratch > c->scratch_bytes) {
@@ -518,8 +464,9 @@ weft_result_t weft_exec_op(weft_comm_t c, weft_work_t *op) {
   steps = 0;
   for (int i = 0; i < n; i++) {
     plan_t *pl = &x.plans[i];
-    pl->buf[WEFT_BUF_SCRATCH] = c->scratch + scratch;
-    scratch += (pl->s->scratch_count * pl->es + 63) & ~(size_t)63;
+    pl->buf[WEFT_BUF_SCRATCH] = c->scratch ? c->scratch + scratch : NULL; /* none needed yet */
+    size_t mine = 0;
+    scratch += scratch_of(pl, &mine) ? mine : 0; /* fits: checked above */
     pl->done = done + steps;
     steps += pl->s->nsteps;
   }

@@ -1,4 +1,5 @@
-/* The monotonic clock and timeouts of clock.h. */
+/* The monotonic clock and timeouts of clock.h: deadlines in milliseconds of CLOCK_MONOTONIC,
+ * so that a wall-clock step never fires or stalls a timeout. */
 #include "clock.h"
 
 #include <time.h>
@@ -12,8 +13,8 @@ int64_t weft_now_ms(void) {
 }
 
 int64_t weft_default_timeout_ms(void) {
-  int64_t t = weft_param_int("WEFT_TIMEOUT_MS");
-  return t > 0 ? t : 300000;
+  int64_t t = weft_param_get_int(WEFT_PARAM_TIMEOUT_MS);
+  return t > 0 ? t : 300000; /* 0 asks for the default (params.def) */
 }
 
 int64_t weft_deadline(int64_t timeout_ms) {

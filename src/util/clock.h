@@ -12,4 +12,11 @@ int64_t weft_default_timeout_ms(void);
 /* deadline for a timeout in ms from now (timeout <= 0: the default) */
 int64_t weft_deadline(int64_t timeout_ms);
 
+/* One pause of a spinning wait (x86's PAUSE: yields the core's pipeline to its sibling). */
+static inline void weft_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 #endif

@@ -39,14 +39,14 @@ static int parse_subsys(const char *s) {
 }
 
 static void log_init(void) {
-  const char *lvl = weft_param_str("WEFT_DEBUG");
+  const char *lvl = weft_param_get_str(WEFT_PARAM_DEBUG);
   log_cfg.level = WEFT_LOG_NONE;
   if (strcasecmp(lvl, "WARN") == 0) log_cfg.level = WEFT_LOG_WARN;
   if (strcasecmp(lvl, "INFO") == 0) log_cfg.level = WEFT_LOG_INFO;
   if (strcasecmp(lvl, "TRACE") == 0) log_cfg.level = WEFT_LOG_TRACE;
-  log_cfg.subsys = parse_subsys(weft_param_str("WEFT_DEBUG_SUBSYS"));
+  log_cfg.subsys = parse_subsys(weft_param_get_str(WEFT_PARAM_DEBUG_SUBSYS));
   log_cfg.out = stderr;
-  const char *path = weft_param_str("WEFT_DEBUG_FILE");
+  const char *path = weft_param_get_str(WEFT_PARAM_DEBUG_FILE);
   if (path[0]) {
     /* %h and %p expand to host and pid, so every rank can get its own file. */
     char name[512];

@@ -1,116 +1,229 @@
-/* The table of every WEFT_* variable (collbench --params prints it). docs/parameters.md
- * documents the same entries by hand (test_api checks that it names each one); keep the help
- * text short and true. */
+/* The table of every WEFT_* variable, expanded from params.def (collbench --params prints
+ * it; scripts/gen_params.py writes docs/parameters.md's table from the same rows), and its one
+ * rule: weft_params_check refuses a set value that does not parse or that the row does not
+ * allow, and the accessors read the default for anything it would refuse. */
 #include "param.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "err.h"
 
-static const struct {
-  const char *name, *dflt, *help;
-} params[] = {
-    {"WEFT_DEBUG", "", "log level: WARN, INFO or TRACE (default: silent)"},
-    {"WEFT_DEBUG_SUBSYS", "ALL", "log filter: comma list of INIT,BOOT,NET,SHM,COLL,TUNE,ALL"},
-    {"WEFT_DEBUG_FILE", "", "log to this file instead of stderr; %h = host, %p = pid"},
-    {"WEFT_TIMEOUT_MS", "300000", "timeout of every blocking wait (bootstrap, connect, each op)"},
-    {"WEFT_HEARTBEAT_MS", "20000",
-     "a local peer that has not run for this long is stopped or frozen (0: off)"},
-    {"WEFT_TRANSPORT", "auto", "force a transport between all ranks: auto, shm or tcp"},
-    {"WEFT_ALGO", "auto",
-     "force an algorithm: auto, ring, rhd, tree, direct, pairwise, chain (host); auto, "
-     "oneshot, twoshot, ring (device allreduce; ring and direct also device reduce_scatter and "
-     "allgather). Collectives without it keep the tuner's choice; an unknown name, or one that "
-     "cannot serve the call (rhd for reduce_scatter on 3 ranks), fails the call"},
-    {"WEFT_CHUNK_BYTES", "0", "pipeline chunk size in bytes (0: the tuner picks)"},
-    {"WEFT_SHM_RING_BYTES", "262144", "bytes of each shared-memory ring (one per local pair)"},
-    {"WEFT_TCP_FRAME_BYTES", "524288", "largest TCP frame payload; larger frames are refused"},
-    {"WEFT_TCP_SOCKETS", "0", "sockets per pair of ranks, 1-8 (0: 2 between hosts, 1 on one host)"},
-    {"WEFT_TCP_BUF_BYTES", "4194304", "bytes of each TCP receive staging ring"},
-    {"WEFT_SOCKET_IFADDR", "", "IPv4 address to bind listeners to (default: all interfaces)"},
-    {"WEFT_SOCKET_IFNAME", "", "network interface whose IPv4 address weft uses (e.g. eth0)"},
-    {"WEFT_P2P_CHUNK_BYTES", "262144",
-     "device: bytes of each staging slot (one chunk), multiple of 16"},
-    {"WEFT_P2P_STAGES", "2", "device: staging slots per channel and peer (2-16)"},
-    {"WEFT_P2P_CHANNELS", "64", "device: most blocks (channels) one collective uses, 1-64"},
-    {"WEFT_P2P_BLOCK_BYTES", "8192", "device: bytes per block below which fewer blocks run"},
-    {"WEFT_P2P_SPLIT", "1",
-     "device: 1 gives sending, reducing and gathering blocks of their own; 0: one block does all"},
-    {"WEFT_P2P_ROUNDS", "4",
-     "device reductions: a channel's share in this many rounds (not under 32 KiB) to pipeline"},
-    {"WEFT_LL_MAX_BYTES", "0",
-     "device: low-latency kernel up to this many bytes per peer (0: 1 MiB, its most)"},
-    {"WEFT_LL128_MAX_BYTES", "auto",
-     "device over NVLink: past the low-latency kernel, its 128-byte-line kernel up to this many "
-     "bytes per peer (auto: on 2 ranks 16 MiB for copies and 64 MiB for reductions, on 4 "
-     "ranks 1 MiB and 8 MiB, else never; 0: never)"},
-    {"WEFT_LL_BLOCK_BYTES", "4096",
-     "device: payload per block of the low-latency allreduce (16-byte multiple, 512-16384)"},
-    {"WEFT_ONESHOT_MAX_BYTES", "0", "device allreduce: one-shot up to this size (0: the tuner's)"},
-    {"WEFT_P2P_SETS", "2",
-     "device send/recv: a group holds this many messages per peer and direction (1, 2, 4, 8); "
-     "each gets 32 / N channels"},
-    {"WEFT_CE_MIN_BYTES", "0",
-     "device allgather/alltoall on registered windows: copy engines from this many bytes per "
-     "peer block, allreduce from segments of twice this (0: never; auto: 64 MiB on 2 ranks on "
-     "2 GPUs); off by default: their path cannot check that the ranks' window offsets agree"},
-    {"WEFT_DIRECT_MIN_BYTES", "1",
-     "device allgather/alltoall/reduce_scatter on registered windows: kernels write into the "
-     "peers' recvbufs (read their sendbufs) from this many bytes per block where the "
-     "low-latency kernel does not run (0: never)"},
-    {"WEFT_DIRECT_CHANNELS", "128",
-     "device reduce_scatter and allreduce on windows: most channels (one block each), 1-128"},
-    {"WEFT_DIRECT_READ_MAX_BYTES", "67108864",
-     "device reduce_scatter on registered windows: reads the peers' sendbufs up to this many "
-     "bytes per block, stages past it"},
-    {"WEFT_P2P_DISABLE", "0",
-     "device: 1 stages through host shared memory even where GPUs could map each other"},
-    {"WEFT_CHECK", "0", "1: compare every rank's call before each collective (debugging aid)"},
-    {"WEFT_SPIN", "2000", "progress-loop spins before a waiting rank sleeps"},
-    {"WEFT_HOSTID", "", "override the host identity (fake several hosts on one machine)"},
-    {"WEFT_ROOT", "", "host:port of rank 0 for weft_comm_init_env"},
-    {"WEFT_RANK", "", "this process's rank for weft_comm_init_env"},
-    {"WEFT_NRANKS", "", "number of ranks for weft_comm_init_env"},
+static const weft_param_def_t params[WEFT_PARAM_COUNT] = {
+#define WEFT_PARAM(id, name_, kind_, dflt_, min_, max_, words_, agree_, help_)                     \
+  [WEFT_PARAM_##id] = {.name = name_,                                                              \
+                       .dflt = dflt_,                                                              \
+                       .words = words_,                                                            \
+                       .help = help_,                                                              \
+                       .min = (min_),                                                              \
+                       .max = (max_),                                                              \
+                       .kind = WEFT_PARAM_KIND_##kind_,                                            \
+                       .agreed = WEFT_PARAM_AGREED_##agree_},
+#include "params.def"
+#undef WEFT_PARAM
 };
 
-#define NPARAMS ((int)(sizeof params / sizeof params[0]))
+const weft_param_def_t *weft_param_def(weft_param_id_t id) {
+  return (unsigned)id < WEFT_PARAM_COUNT ? &params[id] : NULL;
+}
 
-static int find(const char *name) {
-  for (int i = 0; i < NPARAMS; i++)
-    if (strcmp(params[i].name, name) == 0) return i;
+/* strtoll's syntax, as weft has always read integers (base 0: 0x hex, leading 0 octal), over
+ * the whole text; an overflow is refused rather than saturated. */
+static int parse_int(const char *s, int64_t *v) {
+  char *end = NULL;
+  errno = 0;
+  long long x = strtoll(s, &end, 0);
+  if (end == s || *end || errno) return -1;
+  *v = (int64_t)x;
+  return 0;
+}
+
+/* The index of s among p's words, -1 where it is none of them. */
+static int word_index(const weft_param_def_t *p, const char *s) {
+  size_t n = strlen(s);
+  int i = 0;
+  for (const char *w = p->words; *w; i++) {
+    size_t len = strcspn(w, " ");
+    int anycase = p->kind == WEFT_PARAM_KIND_WORD_ANYCASE;
+    if (len == n && (anycase ? strncasecmp(w, s, n) : strncmp(w, s, n)) == 0) return i;
+    w += len;
+    w += strspn(w, " ");
+  }
   return -1;
 }
 
-const char *weft_param_str(const char *name) {
-  int i = find(name);
-  if (i < 0) return "";
-  const char *v = getenv(name);
-  return v ? v : params[i].dflt;
-}
-
-int64_t weft_param_int(const char *name) {
-  const char *s = weft_param_str(name);
-  char *end = NULL;
-  long long v = strtoll(s, &end, 0);
-  if (end == s || *end != 0) {
-    int i = find(name);
-    WEFT_WARN(WEFT_SUB_INIT, "%s=%s is not an integer; using %s", name, s,
-              i >= 0 ? params[i].dflt : "0");
-    v = i >= 0 ? strtoll(params[i].dflt, NULL, 0) : 0;
+/* Copies p's word i into buf. */
+static void word_at(const weft_param_def_t *p, int i, char *buf, size_t len) {
+  const char *w = p->words;
+  for (; i > 0; i--) {
+    w += strcspn(w, " ");
+    w += strspn(w, " ");
   }
-  return (int64_t)v;
+  snprintf(buf, len, "%.*s", (int)strcspn(w, " "), w);
 }
 
-int weft_param_count(void) { return NPARAMS; }
+/* NULL where text passes p's rule (empty text: unset, the default), else why it does not;
+ * *v gets an integer's value. */
+static const char *refusal(const weft_param_def_t *p, const char *s, int64_t *v) {
+  if (!s[0]) return NULL;
+  switch (p->kind) {
+  case WEFT_PARAM_KIND_STR: return NULL;
+  case WEFT_PARAM_KIND_WORD:
+  case WEFT_PARAM_KIND_WORD_ANYCASE: return word_index(p, s) >= 0 ? NULL : "unknown word";
+  case WEFT_PARAM_KIND_WORD_OR_INT:
+    if (word_index(p, s) >= 0) return NULL;
+    if (parse_int(s, v) != 0) return "neither a known word nor an integer";
+    break;
+  case WEFT_PARAM_KIND_INT:
+    if (parse_int(s, v) != 0) return "not an integer";
+    break;
+  }
+  return *v < p->min || *v > p->max ? "out of range" : NULL;
+}
 
+/* What p allows, in words, for error messages. */
+static void allowed(const weft_param_def_t *p, char *buf, size_t len) {
+  size_t o = 0;
+  buf[0] = 0;
+  for (const char *w = p->words; *w && o < len;) {
+    size_t n = strcspn(w, " ");
+    o += (size_t)snprintf(buf + o, len - o, "%s%.*s", o ? ", " : "", (int)n, w);
+    w += n;
+    w += strspn(w, " ");
+  }
+  if (o < len && p->kind == WEFT_PARAM_KIND_WORD_ANYCASE)
+    o += (size_t)snprintf(buf + o, len - o, ", in any case");
+  if (o >= len || (p->kind != WEFT_PARAM_KIND_INT && p->kind != WEFT_PARAM_KIND_WORD_OR_INT))
+    return;
+  if (p->max == INT64_MAX)
+    snprintf(buf + o, len - o, "%san integer from %lld", o ? ", or " : "", (long long)p->min);
+  else
+    snprintf(buf + o, len - o, "%san integer in [%lld, %lld]", o ? ", or " : "", (long long)p->min,
+             (long long)p->max);
+}
+
+/* The variable as set, NULL where unset or empty (which read the default). */
+static const char *env(const weft_param_def_t *p) {
+  const char *v = getenv(p->name);
+  return v && v[0] ? v : NULL;
+}
+
+weft_result_t weft_params_check(void) {
+  for (int i = 0; i < WEFT_PARAM_COUNT; i++) {
+    const weft_param_def_t *p = &params[i];
+    const char *v = env(p), *why;
+    int64_t x = 0;
+    if (!v || !(why = refusal(p, v, &x))) continue;
+    char ok[256];
+    allowed(p, ok, sizeof ok);
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s=%.64s%s: %s (valid: %s)", p->name, v,
+                          strlen(v) > 64 ? "..." : "", why, ok);
+  }
+  return WEFT_SUCCESS;
+}
+
+int weft_param_valid(weft_param_id_t id, const char *text) {
+  const weft_param_def_t *p = weft_param_def(id);
+  int64_t x = 0;
+  return p && text && !refusal(p, text, &x);
+}
+
+int64_t weft_param_get_int(weft_param_id_t id) {
+  const weft_param_def_t *p = weft_param_def(id);
+  if (!p || p->kind != WEFT_PARAM_KIND_INT) return 0;
+  const char *v = env(p);
+  int64_t x = 0;
+  if (v && !refusal(p, v, &x)) return x;
+  return parse_int(p->dflt, &x) == 0 ? x : 0; /* test_param checks every default parses */
+}
+
+const char *weft_param_get_str(weft_param_id_t id) {
+  const weft_param_def_t *p = weft_param_def(id);
+  if (!p) return "";
+  const char *v = env(p);
+  int64_t x = 0;
+  return v && !refusal(p, v, &x) ? v : p->dflt;
+}
+
+/* ---- agreement between the ranks of a device communicator ---- */
+
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++)
+    h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+/* Texts that mean the same hash alike: a word as the table spells it, an integer in
+ * decimal (0x100 and 256 agree), unset as the default. */
+static uint64_t agreed_value(weft_param_id_t id) {
+  const weft_param_def_t *p = &params[id];
+  if (p->kind == WEFT_PARAM_KIND_INT) return (uint64_t)weft_param_get_int(id);
+  const char *s = weft_param_get_str(id);
+  char canon[64];
+  int64_t x = 0;
+  int w = p->kind == WEFT_PARAM_KIND_STR ? -1 : word_index(p, s);
+  if (w >= 0) {
+    word_at(p, w, canon, sizeof canon);
+    s = canon;
+  } else if (p->kind == WEFT_PARAM_KIND_WORD_OR_INT && parse_int(s, &x) == 0) {
+    snprintf(canon, sizeof canon, "%lld", (long long)x);
+    s = canon;
+  }
+  return fnv1a(s);
+}
+
+int weft_param_agreed(uint64_t *values, int max) {
+  int n = 0;
+  for (int i = 0; i < WEFT_PARAM_COUNT; i++) {
+    if (!params[i].agreed) continue;
+    if (values && n < max) values[n] = agreed_value((weft_param_id_t)i);
+    n++;
+  }
+  return n;
+}
+
+const char *weft_param_agreed_name(int i) {
+  for (int k = 0; k < WEFT_PARAM_COUNT && i >= 0; k++)
+    if (params[k].agreed && i-- == 0) return params[k].name;
+  return "?";
+}
+
+const weft_param_def_t *weft_param_agreed_def(int i) {
+  for (int k = 0; k < WEFT_PARAM_COUNT && i >= 0; k++)
+    if (params[k].agreed && i-- == 0) return &params[k];
+  return NULL;
+}
+
+int weft_param_differ(const uint64_t *all, int nranks, int *rank) {
+  for (int i = 0; i < WEFT_PARAM_NAGREED; i++)
+    for (int r = 1; r < nranks; r++)
+      if (all[(size_t)r * WEFT_PARAM_NAGREED + i] != all[i]) {
+        *rank = r;
+        return i;
+      }
+  return -1;
+}
+
+/* ---- the public table ---- */
+
+int weft_param_count(void) { return WEFT_PARAM_COUNT; }
+
+/* value: the text as set (even one weft_params_check refuses, so that a listing shows what
+ * the user wrote), else the default. */
 weft_result_t weft_param_info(int index, const char **name, const char **value,
                               const char **default_value, const char **help) {
-  if (index < 0 || index >= NPARAMS)
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "param index %d not in [0, %d)", index, NPARAMS);
-  if (name) *name = params[index].name;
-  if (value) *value = weft_param_str(params[index].name);
-  if (default_value) *default_value = params[index].dflt;
-  if (help) *help = params[index].help;
+  if (index < 0 || index >= WEFT_PARAM_COUNT)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "param index %d not in [0, %d)", index,
+                          WEFT_PARAM_COUNT);
+  const weft_param_def_t *p = &params[index];
+  const char *v = getenv(p->name);
+  if (name) *name = p->name;
+  if (value) *value = v ? v : p->dflt;
+  if (default_value) *default_value = p->dflt;
+  if (help) *help = p->help;
   return WEFT_SUCCESS;
 }

@@ -384,43 +384,6 @@ static weft_task_t coll(weft_coll_t k, uint64_t count, uintptr_t send, uintptr_t
   return t;
 }
 
-/* Which buffers an operation on windows touches in its peers, and when it stays staged. */
-static void direct_rules(void **st) {
-  (void)st;
-  const uint64_t M = 1 << 20, cap = 64 * M, blk = M / 4; /* 1 MiB blocks of f32 */
-  const uintptr_t a = 1 << 30, b = 2u << 30;
-  weft_task_t t = coll(WEFT_COLL_ALLGATHER, blk, a, b);
-  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), WEFT_DEV_DIRECT_RECV);
-  assert_int_equal(weft_dev_direct_needs(&t, 2, 0, cap), 0);     /* off */
-  assert_int_equal(weft_dev_direct_needs(&t, 2, M + 1, cap), 0); /* under the threshold */
-  assert_int_equal(weft_dev_direct_needs(&t, 2, M, cap), WEFT_DEV_DIRECT_RECV);
-  t = coll(WEFT_COLL_ALLGATHER, 0, a, b);
-  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), 0); /* nothing moves */
-  t = coll(WEFT_COLL_ALLTOALL, blk, a, b);
-  assert_int_equal(weft_dev_direct_needs(&t, 4, 1, cap), WEFT_DEV_DIRECT_RECV);
-  t = coll(WEFT_COLL_ALLTOALL, blk, a, a);
-  assert_int_equal(weft_dev_direct_needs(&t, 4, 1, cap), 0); /* in place */
-  t = coll(WEFT_COLL_ALLTOALL, blk, a, a + 4 * M - 16);
-  assert_int_equal(weft_dev_direct_needs(&t, 4, 1, cap), 0); /* overlapping by 16 bytes */
-  t = coll(WEFT_COLL_ALLTOALL, blk, a, a + 4 * M);
-  assert_int_equal(weft_dev_direct_needs(&t, 4, 1, cap), WEFT_DEV_DIRECT_RECV);
-  t = coll(WEFT_COLL_REDUCE_SCATTER, 64 * blk, a, b); /* 64 MiB read a peer */
-  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), WEFT_DEV_DIRECT_SEND);
-  t = coll(WEFT_COLL_REDUCE_SCATTER, 64 * blk + 4, a, b);
-  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), 0);
-  t = coll(WEFT_COLL_ALLREDUCE, 128 * blk, a, a); /* in place, 64 MiB a peer */
-  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap),
-                   WEFT_DEV_DIRECT_RECV | WEFT_DEV_DIRECT_SEND);
-  t = coll(WEFT_COLL_ALLREDUCE, 128 * blk + 4, a, b);
-  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), 0);
-  assert_int_equal(weft_dev_direct_needs(&t, 4, 1, cap),
-                   WEFT_DEV_DIRECT_RECV | WEFT_DEV_DIRECT_SEND);
-  t = coll(WEFT_COLL_BROADCAST, blk, a, b);
-  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), 0);
-  t = coll(WEFT_COLL_ALLTOALLV, blk, a, b);
-  assert_int_equal(weft_dev_direct_needs(&t, 2, 1, cap), 0);
-}
-
 /* What running on windows changes of the planner's item: reductions get one role and channels
  * by their segment up to the cap, allreduce becomes two-shot, copies only the mark. */
 static void direct_placement(void **st) {
@@ -473,35 +436,6 @@ static void ce_threshold(void **st) {
   assert_int_equal(weft_dev_ce_min("12abc", 2, 0), -1);
   assert_int_equal(weft_dev_ce_min("many", 3, 0), -1);
   assert_int_equal(weft_dev_ce_min("99999999999999999999999", 2, 0), -1);
-}
-
-/* The parameters every rank must set alike: the first one in which some rank differs from
- * rank 0, and that rank; each has a name the error can give. */
-static void params_agree(void **st) {
-  (void)st;
-  enum { N = 4 };
-  uint64_t all[N * WEFT_DEV_NPARAMS];
-  for (int r = 0; r < N; r++)
-    for (int i = 0; i < WEFT_DEV_NPARAMS; i++)
-      all[r * WEFT_DEV_NPARAMS + i] = 1000 + (uint64_t)i;
-  int rank = -7;
-  assert_int_equal(weft_dev_params_differ(all, N, &rank), -1);
-  assert_int_equal(rank, -7);
-  assert_int_equal(weft_dev_params_differ(all, 1, &rank), -1);
-  all[3 * WEFT_DEV_NPARAMS + 5] = 1;
-  all[2 * WEFT_DEV_NPARAMS + 9] = 1;
-  assert_int_equal(weft_dev_params_differ(all, N, &rank), 5);
-  assert_int_equal(rank, 3);
-  assert_int_equal(weft_dev_params_differ(all, 3, &rank), 9); /* rank 3 not among them */
-  assert_int_equal(rank, 2);
-  all[0] = 7; /* rank 0 alone differs: the first other rank is named */
-  assert_int_equal(weft_dev_params_differ(all, N, &rank), 0);
-  assert_int_equal(rank, 1);
-  for (int i = 0; i < WEFT_DEV_NPARAMS; i++) /* a parameter of the table, with a default */
-    assert_true(weft_param_str(weft_dev_param_name(i))[0] != 0);
-  assert_string_equal(weft_dev_param_name(WEFT_DEV_NPARAMS), "?");
-  assert_string_equal(weft_dev_param_name(12), "WEFT_CE_MIN_BYTES");
-  assert_string_equal(weft_dev_param_name(15), "WEFT_DIRECT_READ_MAX_BYTES");
 }
 
 /* The 128-byte kernel's buffers: about 18 MiB on any number of ranks, slots and credits that
@@ -567,29 +501,6 @@ static void ll128_sizing(void **st) {
   assert_int_equal(weft_dev_ll128_ring(2), WEFT_DEV_LL128_LINES); /* 9 steps on 2 ranks */
 }
 
-/* An allreduce splits into reduce_scatter + copy-engine allgather only with even segments of
- * at least twice the copy engines' threshold. */
-static void ce_allreduce_split(void **st) {
-  (void)st;
-  const uint64_t m = (uint64_t)64 << 20; /* bytes */
-  weft_task_t t = {.args = {.coll = WEFT_COLL_ALLREDUCE, .count = (4 * m) / 4},
-                   .dtype = WEFT_F32,
-                   .op = WEFT_SUM};
-  assert_int_equal(weft_dev_ce_split(&t, 2, m), m / 2); /* 128 MiB segments of f32 */
-  assert_int_equal(weft_dev_ce_split(&t, 2, 0), 0);     /* copy engines off */
-  assert_int_equal(weft_dev_ce_split(&t, 4, m), 0);     /* 64 MiB segments: not twice m */
-  assert_int_equal(weft_dev_ce_split(&t, 1, m), 0);
-  t.args.count = (4 * m) / 4 + 1; /* uneven */
-  assert_int_equal(weft_dev_ce_split(&t, 2, m), 0);
-  t.args.count = (4 * m) / 4;
-  t.dtype = WEFT_BF16; /* the same count holds half the bytes: 64 MiB segments */
-  assert_int_equal(weft_dev_ce_split(&t, 2, m), 0);
-  assert_int_equal(weft_dev_ce_split(&t, 2, m / 2), m / 2);
-  assert_int_equal(weft_dev_ce_split(&t, 2, m / 2 + 1), 0);
-  t.args.coll = WEFT_COLL_ALLGATHER;
-  assert_int_equal(weft_dev_ce_split(&t, 2, 1), 0);
-}
-
 /* WEFT_ALGO=ring: allreduce (on two-shot's segments), reduce_scatter and allgather become ring
  * items on one block per channel even with split roles, on the same channels as otherwise;
  * other collectives, and allreduce forced otherwise, do not. */
@@ -632,6 +543,44 @@ static void ring_items(void **st) {
   assert_int_equal(L.items[0].kind, WEFT_DEV_ALLREDUCE_ONESHOT);
 }
 
+/* The bytes a call touches per buffer, as the device engine checks its pointers against
+ * them; an extent that does not fit in size_t is reported, never wrapped into a small one
+ * (issue 20: alltoallv displacements near SIZE_MAX). */
+static void extents(void **st) {
+  (void)st;
+  size_t in = 0, out = 0;
+  weft_task_t t = {.args = {.coll = WEFT_COLL_ALLGATHER, .count = 10}, .dtype = WEFT_F32};
+  assert_true(weft_dev_extents(0, 4, &t, &in, &out));
+  assert_int_equal(in, 40);
+  assert_int_equal(out, 160);
+  t.args.coll = WEFT_COLL_BROADCAST;
+  t.args.root = 1;
+  assert_true(weft_dev_extents(0, 4, &t, &in, &out));
+  assert_int_equal(in, 0); /* only the root reads */
+  assert_int_equal(out, 40);
+  t.args.count = SIZE_MAX / 2;
+  assert_false(weft_dev_extents(0, 4, &t, &in, &out));
+  t.args.coll = WEFT_COLL_ALLTOALL;
+  t.args.count = SIZE_MAX / 8; /* x 4 bytes fits, x 4 ranks does not */
+  assert_false(weft_dev_extents(0, 4, &t, &in, &out));
+  size_t counts[2] = {1, 1}, displs[2] = {0, 3}, wrap[2] = {SIZE_MAX, SIZE_MAX},
+         quarter[2] = {SIZE_MAX / 4 + 1, SIZE_MAX / 4 + 1};
+  weft_task_t v = {.args = {.coll = WEFT_COLL_ALLTOALLV,
+                            .sendcounts = counts,
+                            .sdispls = displs,
+                            .recvcounts = counts,
+                            .rdispls = displs},
+                   .dtype = WEFT_F32};
+  assert_true(weft_dev_extents(0, 2, &v, &in, &out));
+  assert_int_equal(in, 16);
+  assert_int_equal(out, 16);
+  v.args.sdispls = wrap;
+  assert_false(weft_dev_extents(0, 2, &v, &in, &out));
+  v.args.sdispls = displs;
+  v.args.rdispls = quarter;
+  assert_false(weft_dev_extents(0, 2, &v, &in, &out));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(p2p_ends_agree),
@@ -642,12 +591,10 @@ int main(void) {
       cmocka_unit_test(groups_split_into_launches),
       cmocka_unit_test(matching_groups_cut_alike),
       cmocka_unit_test(refusals_change_nothing),
-      cmocka_unit_test(direct_rules),
       cmocka_unit_test(direct_placement),
       cmocka_unit_test(ce_threshold),
-      cmocka_unit_test(ce_allreduce_split),
       cmocka_unit_test(ll128_sizing),
-      cmocka_unit_test(params_agree),
+      cmocka_unit_test(extents),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

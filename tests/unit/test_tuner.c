@@ -17,12 +17,26 @@ typedef struct {
   uint8_t tr[16];
 } fake_t;
 
+extern const weft_engine_t weft_engine_host;
+
+static int transport_named(const char *name) {
+  for (int t = 0; t < weft_ntransports; t++)
+    if (strcmp(weft_transports[t]->name, name) == 0) return t;
+  fail_msg("no transport %s", name);
+  return -1;
+}
+
+/* remote: every peer but rank 0 over tcp, as between hosts */
 static fake_t *fake(int nranks, int remote) {
   fake_t *f = calloc(1, sizeof *f);
   f->c.nranks = nranks;
+  f->c.engine = &weft_engine_host;
   f->c.peer_tr = f->tr;
+  int shm = transport_named("shm"), tcp = transport_named("tcp");
+  f->c.tr[shm] = weft_transports[shm];
+  f->c.tr[tcp] = weft_transports[tcp];
   for (int p = 0; p < nranks; p++)
-    f->tr[p] = remote && p ? WEFT_TR_TCP : WEFT_TR_SHM;
+    f->tr[p] = (uint8_t)(remote && p ? tcp : shm);
   return f;
 }
 

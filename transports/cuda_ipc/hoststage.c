@@ -6,13 +6,13 @@
 #include <sys/mman.h>
 
 #include "err.h"
-#include "p2p.h"
+#include "ipc_state.h"
 #include "shmseg.h"
 
 #define HINT "lower WEFT_P2P_CHANNELS or WEFT_P2P_CHUNK_BYTES"
 
 weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, size_t bytes,
-                                 weft_p2p_t *out) {
+                                 weft_ipc_t *out) {
   weft_result_t rc = WEFT_SUCCESS;
   out->host = 1;
   out->bytes = bytes;
@@ -52,8 +52,8 @@ fail:
   return rc;
 }
 
-void weft_hoststage_unmap(weft_p2p_t *p) {
-  for (int r = 0; r < p->nranks && r < WEFT_DEV_MAX_RANKS; r++) {
+void weft_hoststage_unmap(weft_ipc_t *p) {
+  for (int r = 0; r < p->nranks && r < WEFT_IPC_MAX_RANKS; r++) {
     if (p->registered[r]) cudaHostUnregister(p->seg[r]);
     if (p->seg[r]) munmap(p->seg[r], p->bytes);
     p->seg[r] = NULL;

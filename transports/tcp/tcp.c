@@ -101,7 +101,8 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
                .magic32 = (uint32_t)(in->magic >> 32),
                .abort_flag = in->abort_flag,
                .wake_fd = in->wake_fd};
-  int64_t mf = weft_param_int("WEFT_TCP_FRAME_BYTES"), rb = weft_param_int("WEFT_TCP_BUF_BYTES");
+  int64_t mf = weft_param_get_int(WEFT_PARAM_TCP_FRAME_BYTES),
+          rb = weft_param_get_int(WEFT_PARAM_TCP_BUF_BYTES);
   t->max_frame = mf < 4096 ? 4096 : (size_t)mf;
   /* a multiple of 4096: the executor relies on 16-byte alignment of the stream in the ring */
   t->ring_bytes = ((rb < 65536 ? 65536 : (size_t)rb) + 4095) & ~(size_t)4095;
@@ -112,7 +113,7 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   if (!t->conns || !t->pfds || !addrs) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
   /* Between hosts, two streams fill a network link better than one (separate congestion
    * windows and NIC queues); over loopback a second one buys nothing. */
-  int64_t want_socks = weft_param_int("WEFT_TCP_SOCKETS");
+  int64_t want_socks = weft_param_get_int(WEFT_PARAM_TCP_SOCKETS);
   for (int p = 0; p < in->nranks; p++) {
     conn_t *cn = &t->conns[p];
     for (int k = 0; k < MAX_SOCKS; k++)
@@ -334,9 +335,20 @@ static weft_result_t tcp_wait(void *state, uint64_t token, int timeout_ms) {
   return WEFT_SUCCESS;
 }
 
+static int tcp_reaches(int same_host) {
+  (void)same_host;
+  return 1;
+}
+
 const weft_transport_t weft_transport_tcp = {
     .size = sizeof(weft_transport_t),
     .name = "tcp",
+    .priority = 10,
+    .reaches = tcp_reaches,
+    /* poll() on the sockets and the abort eventfd wakes it; the bound only limits how stale
+     * a look at the failure notices gets */
+    .wait_ms = 100,
+    .cost = {.alpha = 25e-6, .beta = 0.6e-9, .gamma = 0.24e-9, .ring_step = 60e-6},
     .setup = tcp_setup,
     .teardown = tcp_teardown,
     .send = tcp_send,

@@ -3,7 +3,7 @@
  * same process (one process driving several GPUs) use each other's pointers directly,
  * with peer access enabled, since CUDA refuses to open a handle in the process that made it.
  * Where some pair cannot map each other, every rank falls back to host-staged regions. */
-#include "p2p.h"
+#include "ipc_state.h"
 
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
@@ -47,7 +47,7 @@ static weft_result_t same_process(int device, const card_t *peer, int peer_dev, 
 /* What this rank learns of its peers before anything is allocated: 1 where it can map every
  * peer's memory, | 2 where every peer is on another GPU over a link with native atomics
  * (NVLink, not PCIe). */
-static int32_t reach_peers(const card_t *cards, const weft_p2p_t *out, int8_t *peer_dev) {
+static int32_t reach_peers(const card_t *cards, const weft_ipc_t *out, int8_t *peer_dev) {
   int rank = out->rank, device = out->device, linked = 1;
   for (int p = 0; p < out->nranks; p++) {
     peer_dev[p] = -1;
@@ -78,7 +78,7 @@ static int32_t reach_peers(const card_t *cards, const weft_p2p_t *out, int8_t *p
 
 /* Maps every peer's region; 0 (with the reason logged) where some handle does not open, so
  * that the communicator can stage through host memory. */
-static int map_peers(const card_t *cards, const int8_t *peer_dev, weft_p2p_t *out) {
+static int map_peers(const card_t *cards, const int8_t *peer_dev, weft_ipc_t *out) {
   int rank = out->rank, device = out->device;
   for (int p = 0; p < out->nranks; p++) {
     if (p == rank) {
@@ -125,8 +125,8 @@ static weft_result_t all_have(weft_bootstrap_t *boot, int32_t *words, int rank, 
 }
 
 /* Peer-mapped device regions, the IPC handles and allocation undone. */
-static void unmap_device(weft_p2p_t *p) {
-  for (int r = 0; r < p->nranks && r < WEFT_DEV_MAX_RANKS; r++)
+static void unmap_device(weft_ipc_t *p) {
+  for (int r = 0; r < p->nranks && r < WEFT_IPC_MAX_RANKS; r++)
     if (p->region[r] && p->opened[r]) cudaIpcCloseMemHandle(p->region[r]);
   if (p->mine) cudaFree(p->mine);
   memset(p->region, 0, sizeof p->region);
@@ -134,21 +134,23 @@ static void unmap_device(weft_p2p_t *p) {
   p->mine = NULL;
 }
 
-weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int device,
-                           const size_t bytes[3], int force_host, weft_p2p_t *out) {
+weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int device,
+                           const size_t bytes[3], int force_host, weft_ipc_t **res) {
   weft_result_t rc = WEFT_SUCCESS;
   card_t *cards = NULL;
   int32_t *words = NULL;
-  int8_t peer_dev[WEFT_DEV_MAX_RANKS];
-  memset(out, 0, sizeof *out);
+  int8_t peer_dev[WEFT_IPC_MAX_RANKS];
+  *res = NULL;
+  weft_ipc_t *out = calloc(1, sizeof *out);
+  if (!out) return weft_set_error(WEFT_ERR_NO_MEMORY, "cuda_ipc: out of memory");
   out->device = device;
   out->rank = rank;
   out->nranks = nranks;
   memset(out->local_dev, -1, sizeof out->local_dev);
-  if (nranks > WEFT_DEV_MAX_RANKS)
-    return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                          "device communicators have at most %d ranks (one host) for now; %d asked",
-                          WEFT_DEV_MAX_RANKS, nranks);
+  if (nranks > WEFT_IPC_MAX_RANKS)
+    ERR_GOTO(rc, fail, WEFT_ERR_UNSUPPORTED,
+             "device communicators have at most %d ranks (one host) for now; %d asked",
+             WEFT_IPC_MAX_RANKS, nranks);
   cards = calloc((size_t)nranks, sizeof *cards);
   words = calloc((size_t)nranks, sizeof *words);
   if (!cards || !words) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "p2p: out of memory");
@@ -201,22 +203,33 @@ weft_result_t weft_p2p_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
   }
   free(cards);
   free(words);
+  *res = out;
   return WEFT_SUCCESS;
 fail:
   free(cards);
   free(words);
-  weft_p2p_unmap(out);
+  weft_ipc_unmap(out);
   return rc;
 }
 
-void weft_p2p_unmap(weft_p2p_t *p) {
+void weft_ipc_unmap(weft_ipc_t *p) {
+  if (!p) return;
   if (p->host)
     weft_hoststage_unmap(p);
   else
     unmap_device(p);
+  free(p);
 }
 
-int weft_p2p_drain(weft_p2p_t *p) {
+void *weft_ipc_region(const weft_ipc_t *p, int r) { return p->region[r]; }
+size_t weft_ipc_bytes(const weft_ipc_t *p) { return p->bytes; }
+int weft_ipc_host_staged(const weft_ipc_t *p) { return p->host; }
+int weft_ipc_nvlink(const weft_ipc_t *p) { return p->nvlink; }
+int weft_ipc_gpu_shared(const weft_ipc_t *p) { return p->gpu_shared; }
+int weft_ipc_local_device(const weft_ipc_t *p, int r) { return p->local_dev[r]; }
+int weft_ipc_device(const weft_ipc_t *p) { return p->device; }
+
+int weft_ipc_drain(weft_ipc_t *p) {
   if (p->host) return 0;
   int ipc = 0, saved = -1;
   cudaGetDevice(&saved);

@@ -1,0 +1,49 @@
+/* The gpu engine: device buffers, each call (or each communicator's part of a group) one
+ * kernel launch on the caller's CUDA stream; kernels report failures through host-mapped
+ * memory, which the heartbeat thread watches. */
+#include "comm.h"
+#include "err.h"
+#include "gpu.h"
+
+static int gpu_serves(const weft_config_t *config) { return config && config->device >= 0; }
+
+static weft_result_t gpu_setup(struct weft_comm *c, const weft_config_t *config) {
+  return weft_dev_setup(c, config->device);
+}
+
+static weft_result_t gpu_submit(struct weft_comm *c, weft_task_t *tasks, int ntasks,
+                                weft_stream_t stream) {
+  weft_result_t rc = weft_dev_submit(c, tasks, ntasks, stream);
+  for (int i = 0; i < ntasks; i++) /* launched or refused: nothing of theirs is needed now */
+    weft_task_free(&tasks[i]);
+  return rc;
+}
+
+/* Each comm's part is one kernel on its first call's stream. */
+static weft_result_t gpu_submit_group(struct weft_comm **comms, weft_work_t **ops,
+                                      const weft_stream_t *streams, int n) {
+  weft_result_t rc = WEFT_SUCCESS;
+  for (int k = 0; k < n; k++) {
+    weft_result_t e = weft_dev_submit(comms[k], ops[k]->tasks, ops[k]->ntasks, streams[k]);
+    if (e != WEFT_SUCCESS && rc == WEFT_SUCCESS) rc = e;
+    weft_work_free(ops[k]);
+  }
+  return rc;
+}
+
+static void *gpu_barrier_byte(struct weft_comm *c) { return weft_dev_scratch(c); }
+
+const weft_engine_t weft_engine_gpu = {
+    .size = sizeof(weft_engine_t),
+    .name = "gpu",
+    .serves = gpu_serves,
+    .setup = gpu_setup,
+    .free = weft_dev_free,
+    .tune = weft_dev_tune,
+    .submit = gpu_submit,
+    .submit_group = gpu_submit_group,
+    .watch = weft_dev_watch,
+    .abort = weft_dev_abort,
+    .memory = weft_dev_memory,
+    .barrier_byte = gpu_barrier_byte,
+};

@@ -1,0 +1,60 @@
+/* The device engine's memory layout: each rank's staging region (flags, staging slots, the
+ * low-latency kernels' buffers) that every peer maps, and the rank's private counters; and
+ * the pointers into them that every launch passes. */
+#include "gpu.h"
+
+/* Channel counters, the low-latency kernels' sequence numbers, a few bytes for weft_barrier's
+ * one-byte allreduce, the in-place rounds' progress, then the direct operations' counts. */
+#define COUNTER_BYTES (sizeof(uint64_t) * WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS * 2)
+#define LLSEQ_OFF     COUNTER_BYTES
+#define LL128SEQ_OFF  (LLSEQ_OFF + sizeof(uint64_t) * WEFT_DEV_LL_CHANNELS)
+#define SCRATCH_OFF   (LL128SEQ_OFF + sizeof(uint64_t) * WEFT_DEV_LL128_CHANNELS)
+#define PROGRESS_OFF  (SCRATCH_OFF + 256)
+#define DSEQ_OFF      (PROGRESS_OFF + WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
+#define PRIVATE_BYTES (DSEQ_OFF + WEFT_DEV_DIRECT_CHANNELS * WEFT_DEV_FLAG_STRIDE)
+
+/* flags, staging slots, the low-latency buffers, then the 128-byte kernel's (where it runs) */
+static size_t ll_offset(const struct weft_dev *d, int nranks) {
+  size_t chans = (size_t)d->plan.max_channels + WEFT_DEV_P2P_CHANNELS;
+  return WEFT_DEV_STAGE_OFF +
+         chans * (size_t)(nranks > 1 ? nranks - 1 : 1) * d->stages * d->chunk_bytes;
+}
+/* lines on 128-byte boundaries, whatever chunk size the staging slots have: a line must be
+ * one store to land whole */
+static size_t ll128_offset(const struct weft_dev *d, int nranks) {
+  size_t end =
+      ll_offset(d, nranks) + WEFT_DEV_LL_OFF(WEFT_DEV_LL_CHANNELS, 0, 0, nranks > 1 ? nranks : 2);
+  return (end + WEFT_DEV_LL128_LINE_BYTES - 1) / WEFT_DEV_LL128_LINE_BYTES *
+         WEFT_DEV_LL128_LINE_BYTES;
+}
+/* with_ll128: the 128-byte kernel's buffers too */
+size_t weft_dev_region_bytes(const struct weft_dev *d, int nranks, int with_ll128) {
+  return ll128_offset(d, nranks) + (with_ll128 ? weft_dev_ll128_bytes(nranks) : 0);
+}
+
+size_t weft_dev_private_bytes(void) { return PRIVATE_BYTES; }
+
+void *weft_dev_scratch(struct weft_comm *c) { return (char *)dev_of(c)->counters + SCRATCH_OFF; }
+
+void weft_dev_fill_launch(const struct weft_comm *c, struct weft_dev *d) {
+  weft_dev_launch_t *L = &d->launch;
+  weft_dev_ll_t *P = &d->ll;
+  for (int r = 0; r < c->nranks; r++)
+    L->region[r] = P->region[r] = weft_ipc_region(d->ipc, r);
+  L->counters = d->counters;
+  L->progress = (uint64_t *)((char *)d->counters + PROGRESS_OFF);
+  L->dseq = (uint64_t *)((char *)d->counters + DSEQ_OFF);
+  L->abort_flag = P->abort_flag = d->abort_d;
+  L->error = P->error = d->err_d;
+  L->rank = P->rank = c->rank;
+  L->nranks = P->nranks = c->nranks;
+  L->timeout_ns = P->timeout_ns = (uint64_t)c->timeout_ms * 1000000ull;
+  L->chunk_bytes = d->chunk_bytes;
+  L->stages = d->stages;
+  L->coll_channels = d->plan.max_channels;
+  P->seq = (uint64_t *)((char *)d->counters + LLSEQ_OFF);
+  P->seq128 = (uint64_t *)((char *)d->counters + LL128SEQ_OFF);
+  P->ll_off = ll_offset(d, c->nranks);
+  P->ll128_off = ll128_offset(d, c->nranks);
+  P->ll128_lines = weft_dev_ll128_lines(c->nranks);
+}

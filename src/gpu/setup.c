@@ -1,0 +1,149 @@
+/* Device communicators' setup and teardown: every rank binds its GPU, reads the parameters,
+ * agrees with the others, and maps every peer's staging region (cuda_ipc); destroy waits for
+ * the kernels that may still write into the regions before they go. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "gpu.h"
+#include "param.h"
+#include "window.h"
+
+_Static_assert((int)WEFT_DEV_MAX_RANKS <= (int)WEFT_IPC_MAX_RANKS,
+               "the mapping must hold every rank");
+
+/* Runs with c's device current, restoring the caller's afterwards. */
+int weft_dev_enter(int device, int *saved) {
+  if (cudaGetDevice(saved) != cudaSuccess) *saved = -1;
+  return *saved == device ? 0 : cudaSetDevice(device) == cudaSuccess ? 0 : -1;
+}
+void weft_dev_leave(int device, int saved) {
+  if (saved >= 0 && saved != device) cudaSetDevice(saved);
+}
+
+static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
+  int ndev = 0;
+  cudaError_t ce = cudaGetDeviceCount(&ndev);
+  if (ce != cudaSuccess)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_comm_init: device %d asked, but CUDA has no "
+                          "usable device here: %s",
+                          device, cudaGetErrorString(ce));
+  if (device >= ndev)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_init: device %d, but %d GPU(s) visible",
+                          device, ndev);
+  if (c->nlocal != c->nranks)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_comm_init: device communicators span one host for now (%d of %d "
+                          "ranks are here)",
+                          c->nlocal, c->nranks);
+  CHECK(weft_dev_read_params(c, d));
+  /* staging is sized for the channels in use: ask for fewer, hold less */
+  CUDA_CHECK(cudaSetDevice(device), "weft_comm_init: cudaSetDevice");
+  CUDA_CHECK(cudaMalloc((void **)&d->counters, weft_dev_private_bytes()),
+             "weft_comm_init: cudaMalloc");
+  CUDA_CHECK(cudaMemset(d->counters, 0, weft_dev_private_bytes()), "weft_comm_init: cudaMemset");
+  CUDA_CHECK(cudaHostAlloc((void **)&d->abort_h, 64, cudaHostAllocMapped),
+             "weft_comm_init: cudaHostAlloc");
+  CUDA_CHECK(cudaHostAlloc((void **)&d->err_h, sizeof *d->err_h, cudaHostAllocMapped),
+             "weft_comm_init: cudaHostAlloc");
+  memset(d->abort_h, 0, 64);
+  memset(d->err_h, 0, sizeof *d->err_h);
+  CUDA_CHECK(cudaHostGetDevicePointer((void **)&d->abort_d, d->abort_h, 0),
+             "weft_comm_init: cudaHostGetDevicePointer");
+  CUDA_CHECK(cudaHostGetDevicePointer((void **)&d->err_d, d->err_h, 0),
+             "weft_comm_init: cudaHostGetDevicePointer");
+  CUDA_CHECK(cudaEventCreateWithFlags(&d->order, cudaEventDisableTiming),
+             "weft_comm_init: cudaEventCreate");
+  return WEFT_SUCCESS;
+}
+
+static void dev_release(struct weft_dev *d) {
+  weft_ipc_unmap(d->ipc);
+  if (d->counters) cudaFree(d->counters);
+  if (d->abort_h) cudaFreeHost(d->abort_h);
+  if (d->err_h) cudaFreeHost(d->err_h);
+  if (d->order) cudaEventDestroy(d->order);
+  free(d);
+}
+
+weft_result_t weft_dev_setup(weft_comm_t c, int device) {
+  struct weft_dev *d = calloc(1, sizeof *d);
+  if (!d) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
+  d->device = device;
+  int saved = -1;
+  cudaGetDevice(&saved);
+  weft_result_t rc = weft_comm_agree(c, dev_init(c, d, device), "could not set up its GPU");
+  if (rc == WEFT_SUCCESS) rc = weft_dev_agree_params(c);
+  if (rc == WEFT_SUCCESS) {
+    struct weft_dev h = *d;
+    weft_dev_host_sizing(&h);
+    size_t bytes[3] = {weft_dev_region_bytes(d, c->nranks, d->ll128_max[0] || d->ll128_max[1]),
+                       weft_dev_region_bytes(d, c->nranks, 0),
+                       weft_dev_region_bytes(&h, c->nranks, 0)};
+    rc = weft_ipc_map(c->boot, c->rank, c->nranks, device, bytes,
+                      weft_param_get_int(WEFT_PARAM_P2P_DISABLE) != 0, &d->ipc);
+    if (rc == WEFT_SUCCESS && weft_ipc_host_staged(d->ipc)) weft_dev_host_sizing(d);
+  }
+  weft_dev_leave(device, saved);
+  if (rc != WEFT_SUCCESS) {
+    dev_release(d);
+    return rc;
+  }
+  /* The 128-byte kernel trusts a warp's 128-byte store to land whole: NVLink between two GPUs
+   * does that; PCIe, host memory and ranks on one GPU (weft_ipc_nvlink is 0 for all) are not known
+   * to. The region was sized without its buffers there. */
+  if ((d->ll128_max[0] || d->ll128_max[1]) && !weft_ipc_nvlink(d->ipc)) {
+    WEFT_INFO(WEFT_SUB_INIT,
+              "rank %d: the 128-byte low-latency kernel is off: some pair of ranks is not on two "
+              "GPUs joined by NVLink",
+              c->rank);
+    d->ll128_max[0] = d->ll128_max[1] = 0;
+  }
+  weft_dev_ll_limits(d);
+  d->ce_min = (uint64_t)weft_dev_ce_min(weft_param_get_str(WEFT_PARAM_CE_MIN_BYTES), c->nranks,
+                                        weft_ipc_gpu_shared(d->ipc));
+  /* Ranks sharing a GPU share its SMs too: with split roles their kernels could hold every
+   * SM with blocks that wait for blocks not yet resident. One block per channel there. */
+  if (weft_ipc_gpu_shared(d->ipc)) {
+    d->plan.split = 0;
+    if (c->rank == 0)
+      WEFT_WARN(WEFT_SUB_INIT,
+                "several ranks of this communicator share a GPU: CUDA time-slices kernels of "
+                "different processes, so each collective waits for a time slice (2.3 ms with 2 "
+                "ranks per H200, 6.8 ms with 4); use one process per GPU, or MPS");
+  }
+  weft_dev_fill_launch(c, d);
+  c->engine_state = d;
+  WEFT_INFO(WEFT_SUB_INIT,
+            "rank %d: device %d, %zu bytes of staging in %s memory, chunk %u x %u stages", c->rank,
+            device, weft_ipc_bytes(d->ipc), weft_ipc_host_staged(d->ipc) ? "host" : "device",
+            d->chunk_bytes, d->stages);
+  return WEFT_SUCCESS;
+}
+
+void weft_dev_free(weft_comm_t c) {
+  struct weft_dev *d = dev_of(c);
+  int saved = -1;
+  weft_dev_enter(d->device, &saved);
+  /* Kernels end on their own (done, aborted or timed out); wait for ours (through the event
+   * recorded after the last launch: its stream may be gone by now), then for the peers',
+   * since their kernels may still write into our region: those of this process here, the
+   * others (only where they mapped our region over IPC) at a barrier. */
+  if (d->launched) cudaEventSynchronize(d->order);
+  weft_window_free_all(c);
+  pthread_mutex_lock(&c->mu);
+  int healthy = c->async_error == WEFT_SUCCESS && !atomic_load(&c->aborted);
+  pthread_mutex_unlock(&c->mu);
+  if (weft_ipc_drain(d->ipc) && healthy && c->boot) weft_bootstrap_barrier(c->boot);
+  int device = d->device;
+  dev_release(d);
+  weft_dev_leave(device, saved);
+  c->engine_state = NULL;
+}
+
+size_t weft_dev_memory(const struct weft_comm *c) {
+  const struct weft_dev *d = dev_of(c);
+  return (weft_ipc_host_staged(d->ipc) ? 0 : weft_ipc_bytes(d->ipc)) + weft_dev_private_bytes();
+}

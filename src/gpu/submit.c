@@ -1,0 +1,160 @@
+/* A device operation's submission: its buffers checked (device memory of this GPU), the
+ * path chosen (copy engines or kernels into windows, a low-latency kernel, or the general
+ * one's plan), and one launch (or a few, for many sends and receives) on the caller's stream,
+ * with no host synchronisation, so that it can be captured in a CUDA graph. */
+#include <string.h>
+
+#include "dtype.h"
+#include "err.h"
+#include "gpu.h"
+#include "window.h"
+
+/* Device buffers only: a host pointer would fault the kernel and poison the context. */
+static weft_result_t check_ptr(struct weft_dev *d, const char *what, const void *p, size_t bytes) {
+  if (!bytes) return WEFT_SUCCESS;
+  for (int i = 0; i < 8; i++)
+    if (d->checked[i] == p) return WEFT_SUCCESS;
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s %p is not memory CUDA knows", what, p);
+  }
+  if (a.type == cudaMemoryTypeManaged ||
+      (a.type == cudaMemoryTypeDevice && a.device == d->device)) {
+    d->checked[d->checked_next++ & 7] = p;
+    return WEFT_SUCCESS;
+  }
+  if (a.type != cudaMemoryTypeDevice)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "%s %p is host memory; a device communicator needs device buffers", what,
+                          p);
+  return weft_set_error(WEFT_ERR_INVALID_ARG, "%s %p is on GPU %d; this communicator's GPU is %d",
+                        what, p, a.device, d->device);
+}
+
+/* Every buffer of the operation, before anything is planned or launched. */
+static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int ntasks) {
+  for (int i = 0; i < ntasks; i++) {
+    size_t in_b = 0, out_b = 0;
+    if (!weft_dev_extents(c->rank, c->nranks, &tasks[i], &in_b, &out_b))
+      return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: a buffer's extent overflows size_t",
+                            weft_coll_name(tasks[i].args.coll));
+    CHECK(check_ptr(dev_of(c), "sendbuf", tasks[i].sendbuf, in_b));
+    CHECK(check_ptr(dev_of(c), "recvbuf", tasks[i].recvbuf, out_b));
+  }
+  return WEFT_SUCCESS;
+}
+
+/* The operation's part of the low-latency launch; returns its block count. */
+static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind, int wide) {
+  weft_dev_ll_t *P = &d->ll;
+  P->kind = (uint8_t)kind;
+  P->send = t->sendbuf;
+  P->recv = t->recvbuf;
+  P->count = t->args.count;
+  P->dtype = (uint8_t)t->dtype;
+  P->op = (uint8_t)t->op;
+  if (wide) return WEFT_DEV_LL128_CHANNELS;
+  /* Blocks of ll_block bytes, fewer and fuller once that would pass the channels: a thread
+   * polls its packets one after another, so short blocks answer sooner. */
+  size_t bytes = t->args.count * weft_dtype_size(t->dtype), per = d->ll_block;
+  size_t fit = (bytes + WEFT_DEV_LL_CHANNELS - 1) / WEFT_DEV_LL_CHANNELS;
+  fit = (fit + 15) / 16 * 16;
+  if (fit > per) per = fit;
+  P->block_bytes = (uint32_t)per;
+  return (int)((bytes + per - 1) / per);
+}
+
+weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream) {
+  struct weft_dev *d = dev_of(c);
+  cudaStream_t s = (cudaStream_t)(void *)stream;
+  weft_dev_poll_error(c); /* the heartbeat thread watches the rest */
+  pthread_mutex_lock(&c->mu);
+  weft_result_t rc = c->async_error;
+  uint64_t seq = ++c->seq;
+  pthread_mutex_unlock(&c->mu);
+  if (rc != WEFT_SUCCESS) return weft_set_error(rc, "communicator failed earlier: %s", c->error);
+  if (atomic_load(&c->aborted)) return weft_set_error(WEFT_ERR_ABORTED, "communicator was aborted");
+  int saved = -1, nblocks = 0;
+  if (weft_dev_enter(d->device, &saved) != 0)
+    return weft_set_error(WEFT_ERR_SYSTEM, "cannot make GPU %d current", d->device);
+  weft_proto_t proto = weft_dev_protocol(c, tasks, ntasks);
+  int wide = proto == WEFT_PROTO_LL128, ll = proto != WEFT_PROTO_SIMPLE, more = 0, direct = 0;
+  int llk = ll ? weft_dev_op_kind(weft_dev_op_of(tasks, proto)) : -1;
+  uint8_t placed[WEFT_DEV_MAX_GROUP];
+  rc = check_buffers(c, tasks, ntasks);
+  weft_task_t parts[2];
+  /* a forced ring runs as one, through staging, windows or not */
+  int windows = ntasks == 1 && d->wins && tasks->algo != WEFT_ALGO_RING;
+  if (rc == WEFT_SUCCESS && windows && weft_window_split_allreduce(c, tasks, parts)) {
+    weft_dev_leave(d->device, saved);
+    rc = weft_dev_submit(c, &parts[0], 1, stream);
+    return rc != WEFT_SUCCESS ? rc : weft_dev_submit(c, &parts[1], 1, stream);
+  }
+  if (rc == WEFT_SUCCESS && windows) { /* into a window: copy engines */
+    int taken = 0;
+    weft_result_t wrc = weft_window_try(c, tasks, stream, &taken);
+    if (taken) {
+      weft_dev_leave(d->device, saved);
+      return wrc;
+    }
+    /* or kernels writing into it, where the low-latency kernels, faster there, do not run.
+     * The 128-byte one's rings lost to them but for reduce_scatter (allreduce of 64 MiB 238.5
+     * us against 216.9, allgather of 32 MiB 63.2 against 60.8; reduce_scatter of 32 MiB 63.1
+     * against 68.8; bench/results/2026-11-30-h200x2-direct-float.txt, the previous run) */
+    int yield = ll && wide && llk != WEFT_DEV_REDUCE_SCATTER &&
+                tasks->args.count * weft_dtype_size(tasks->dtype) > d->ll128_fit;
+    direct = (!ll || yield) && weft_window_direct(c, tasks, &d->launch);
+    if (direct) ll = 0;
+  }
+  if (rc == WEFT_SUCCESS && ntasks > WEFT_DEV_MAX_GROUP)
+    rc = weft_set_error(WEFT_ERR_UNSUPPORTED,
+                        "a group on a device communicator holds at most %d operations (%d given)",
+                        WEFT_DEV_MAX_GROUP, ntasks);
+  if (rc == WEFT_SUCCESS && ll) {
+    nblocks = prepare_ll(d, tasks, llk, wide);
+    if (wide && !d->logged_ll128) {
+      d->logged_ll128 = 1;
+      WEFT_INFO(WEFT_SUB_COLL,
+                "rank %d: %s of %zu bytes per peer by the 128-byte low-latency kernel", c->rank,
+                weft_coll_name(tasks->args.coll),
+                tasks->args.count * weft_dtype_size(tasks->dtype));
+    }
+  } else if (rc == WEFT_SUCCESS) {
+    memset(placed, 0, (size_t)ntasks); /* only the group's part: this is every call's path */
+    rc = weft_dev_plan(&d->plan, tasks, ntasks, placed, &d->launch, &nblocks, &more);
+    if (rc == WEFT_SUCCESS && direct && d->launch.nitems == 1)
+      nblocks = weft_dev_place_direct(&d->plan, tasks, d->direct_channels, &d->launch.items[0]);
+  }
+  /* Operations of one comm run in issue order even across streams (their channels are
+   * shared); a stream being captured into a graph orders itself. */
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(s, &cap);
+  if (rc == WEFT_SUCCESS && (nblocks > 0 || more) && d->launched && d->last != s &&
+      cap == cudaStreamCaptureStatusNone && cudaStreamWaitEvent(s, d->order, 0) != cudaSuccess)
+    rc = weft_set_error(WEFT_ERR_SYSTEM, "ordering after the previous stream failed");
+  /* Sends and receives that did not fit follow in further launches on the same stream;
+   * the planner has already fixed which channels each one takes. */
+  for (int launched = 0; rc == WEFT_SUCCESS;) {
+    if (nblocks > 0) {
+      int e = !ll    ? weft_dev_launch(&d->launch, nblocks, s)
+              : wide ? weft_dev_launch_ll128(&d->ll, s)
+                     : weft_dev_launch_ll(&d->ll, nblocks, s);
+      if (e != 0)
+        rc = weft_set_error(WEFT_ERR_SYSTEM, "kernel launch of op %llu failed: %s",
+                            (unsigned long long)seq, weft_dev_error_string(e));
+      launched = 1;
+    }
+    if (rc != WEFT_SUCCESS || !more) {
+      if (rc == WEFT_SUCCESS && launched && cap == cudaStreamCaptureStatusNone &&
+          cudaEventRecord(d->order, s) == cudaSuccess) {
+        d->last = s;
+        d->launched = 1;
+      }
+      break;
+    }
+    rc = weft_dev_plan(&d->plan, tasks, ntasks, placed, &d->launch, &nblocks, &more);
+  }
+  weft_dev_leave(d->device, saved);
+  return rc;
+}

@@ -1,0 +1,49 @@
+/* The cuda_ipc transport: the ranks of a device communicator on one host map each other's
+ * staging regions (CUDA IPC handles exchanged over the bootstrap ring, or the pointers
+ * themselves within one process), or, where some pair cannot, every region lives in host
+ * shared memory that all GPUs map (host-staged). Unlike shm and tcp it moves no bytes
+ * itself: the gpu engine's kernels read and write the mapped regions. */
+#ifndef WEFT_IPC_H
+#define WEFT_IPC_H
+
+#include <stddef.h>
+
+#include "bootstrap.h"
+#include "weft.h"
+
+enum { WEFT_IPC_MAX_RANKS = 8 };
+
+typedef struct weft_ipc weft_ipc_t;
+
+/* Collective. Learns the links between the ranks' GPUs, allocates a region on device (the
+ * current device) of bytes[0] where every pair is joined by NVLink (weft_ipc_nvlink), else of
+ * bytes[1], exchanges handles and maps every peer's region over peer-to-peer access. Where
+ * some pair cannot map each other (no peer access, an IPC handle that does not open), or
+ * force_host is set on any rank, every rank instead maps host-staged regions of bytes[2]
+ * (weft_ipc_host_staged). */
+weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int device,
+                           const size_t bytes[3], int force_host, weft_ipc_t **out);
+/* Unmaps and frees (NULL: nothing). */
+void weft_ipc_unmap(weft_ipc_t *p);
+/* Before the regions go. Ranks of this process may still run kernels that write to ours:
+ * their GPUs are synchronized here, which keeps destroy local for one process driving
+ * several GPUs. Returns 1 where a rank of another process opened our region over IPC: that
+ * mapping must be closed before we free it, so every rank must agree first (a barrier).
+ * Host-staged segments outlive any one process's mapping and need neither. */
+int weft_ipc_drain(weft_ipc_t *p);
+
+/* Rank r's region as mapped here (a device pointer), and the bytes of each region. */
+void *weft_ipc_region(const weft_ipc_t *p, int r);
+size_t weft_ipc_bytes(const weft_ipc_t *p);
+/* The regions live in host shared memory (PCIe, not NVLink). */
+int weft_ipc_host_staged(const weft_ipc_t *p);
+/* Every pair of ranks sits on two GPUs whose link has native atomics (NVLink, not PCIe), by
+ * every rank's account: there a warp's 128-byte store reaches the peer whole. */
+int weft_ipc_nvlink(const weft_ipc_t *p);
+/* Some GPU holds several ranks (the same on every rank). */
+int weft_ipc_gpu_shared(const weft_ipc_t *p);
+/* The GPU of rank r when it runs in this process, else -1; this rank's GPU. */
+int weft_ipc_local_device(const weft_ipc_t *p, int r);
+int weft_ipc_device(const weft_ipc_t *p);
+
+#endif

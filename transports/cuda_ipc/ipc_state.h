@@ -1,0 +1,38 @@
+/* The mapping's state, shared by ipc.c and hoststage.c only: the rest of the tree goes
+ * through ipc.h. */
+#ifndef WEFT_IPC_STATE_H
+#define WEFT_IPC_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bootstrap.h"
+#include "ipc.h"
+
+struct weft_ipc {
+  int device;
+  int nranks, rank;
+  size_t bytes;                         /* of each region */
+  char *mine;                           /* cudaMalloc'ed, zeroed (device regions) */
+  char *region[WEFT_IPC_MAX_RANKS];     /* every rank's region as mapped here (device pointers) */
+  char opened[WEFT_IPC_MAX_RANKS];      /* mapped through an IPC handle (closed at unmap) */
+  int8_t local_dev[WEFT_IPC_MAX_RANKS]; /* GPU of a rank in this process, else -1 */
+  int gpu_shared;                       /* some GPU holds several ranks (the same on every rank) */
+  /* every pair of ranks sits on two GPUs whose link has native atomics (NVLink, not PCIe),
+   * by every rank's account: there a warp's 128-byte store reaches the peer whole */
+  int nvlink;
+  /* host-staged: each rank's region is a shared-memory segment every process maps and
+   * registers with CUDA */
+  int host;
+  char *seg[WEFT_IPC_MAX_RANKS];       /* host mappings */
+  char registered[WEFT_IPC_MAX_RANKS]; /* cudaHostRegister'ed (unregistered at unmap) */
+  char name[64];                       /* own segment's name while it is linked */
+  int linked;
+};
+
+/* The host-staged half of the above (hoststage.c). */
+weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, size_t bytes,
+                                 weft_ipc_t *out);
+void weft_hoststage_unmap(weft_ipc_t *p);
+
+#endif
