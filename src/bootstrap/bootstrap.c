@@ -320,12 +320,25 @@ int weft_bootstrap_fds(const weft_bootstrap_t *b, int fds[2]) {
   return n;
 }
 
+/* Whether the bytes waiting on fd begin a message (or the socket's end: the read that follows
+ * sees it). Messages start with the comm's magic; other bytes are a bootstrap collective's (a
+ * neighbour that finished the last operation first may already be in the next allgather,
+ * weft_comm_split's say, while this rank still waits in its operation) and stay in the
+ * socket for that collective to read. */
+static int message_next(const weft_bootstrap_t *b, int fd) {
+  unsigned char head[sizeof b->magic];
+  ssize_t r = recv(fd, head, sizeof head, MSG_DONTWAIT | MSG_PEEK);
+  if (r <= 0) return 1;
+  return memcmp(head, &b->magic, (size_t)r) == 0 && (size_t)r == sizeof head;
+}
+
 weft_result_t weft_bootstrap_check(weft_bootstrap_t *b, weft_notice_t *n) {
   int fd[2] = {b->prev_fd, b->next_fd};
   int who[2] = {(b->rank + b->nranks - 1) % b->nranks, (b->rank + 1) % b->nranks};
   for (int side = 0; side < 2; side++) {
     if (fd[side] < 0) continue;
     for (;;) {
+      if (b->rgot[side] == 0 && !message_next(b, fd[side])) break;
       ssize_t r = recv(fd[side], b->rbuf[side] + b->rgot[side], WEFT_NOTICE_BYTES - b->rgot[side],
                        MSG_DONTWAIT);
       if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
