@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dev_plan.h"
+#include "dev_task.h"
 #include "param.h"
 
 static weft_dev_planner_t planner(int rank, int n) {
@@ -374,14 +375,6 @@ static void refusals_change_nothing(void **st) {
   t[0] = t[1] = t[2] = (weft_task_t){.args = {.coll = WEFT_COLL_ALLTOALLV}, .dtype = WEFT_F32};
   assert_int_equal(weft_dev_plan(&p, t, 3, placed, &L, &nb, &more), WEFT_ERR_UNSUPPORTED);
   assert_memory_equal(&p, &before, sizeof p);
-}
-
-static weft_task_t coll(weft_coll_t k, uint64_t count, uintptr_t send, uintptr_t recv) {
-  weft_task_t t = {.args = {.coll = k, .count = count},
-                   .dtype = WEFT_F32,
-                   .sendbuf = (void *)send,
-                   .recvbuf = (void *)recv};
-  return t;
 }
 
 /* What running on windows changes of the planner's item: reductions get one role and channels

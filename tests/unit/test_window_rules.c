@@ -7,15 +7,8 @@
 #include <cmocka.h>
 #include <stdint.h>
 
+#include "dev_task.h"
 #include "window_rules.h"
-
-static weft_task_t coll(weft_coll_t k, uint64_t count, uintptr_t send, uintptr_t recv) {
-  weft_task_t t = {.args = {.coll = k, .count = count},
-                   .dtype = WEFT_F32,
-                   .sendbuf = (void *)send,
-                   .recvbuf = (void *)recv};
-  return t;
-}
 
 /* Which buffers an operation on windows touches in its peers, and when it stays staged. */
 static void direct_rules(void **st) {
