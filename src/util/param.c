@@ -10,8 +10,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "err.h"
-
 static const weft_param_def_t params[WEFT_PARAM_COUNT] = {
 #define WEFT_PARAM(id, name_, kind_, dflt_, min_, max_, words_, agree_, help_)                     \
   [WEFT_PARAM_##id] = {.name = name_,                                                              \
@@ -111,7 +109,7 @@ static const char *env(const weft_param_def_t *p) {
   return v && v[0] ? v : NULL;
 }
 
-weft_result_t weft_params_check(void) {
+int weft_params_refusal(char *msg, size_t len) {
   for (int i = 0; i < WEFT_PARAM_COUNT; i++) {
     const weft_param_def_t *p = &params[i];
     const char *v = env(p), *why;
@@ -119,10 +117,11 @@ weft_result_t weft_params_check(void) {
     if (!v || !(why = refusal(p, v, &x))) continue;
     char ok[256];
     allowed(p, ok, sizeof ok);
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s=%.64s%s: %s (valid: %s)", p->name, v,
-                          strlen(v) > 64 ? "..." : "", why, ok);
+    snprintf(msg, len, "%s=%.64s%s: %s (valid: %s)", p->name, v, strlen(v) > 64 ? "..." : "", why,
+             ok);
+    return 1;
   }
-  return WEFT_SUCCESS;
+  return 0;
 }
 
 int weft_param_valid(weft_param_id_t id, const char *text) {
@@ -206,24 +205,4 @@ int weft_param_differ(const uint64_t *all, int nranks, int *rank) {
         return i;
       }
   return -1;
-}
-
-/* ---- the public table ---- */
-
-int weft_param_count(void) { return WEFT_PARAM_COUNT; }
-
-/* value: the text as set (even one weft_params_check refuses, so that a listing shows what
- * the user wrote), else the default. */
-weft_result_t weft_param_info(int index, const char **name, const char **value,
-                              const char **default_value, const char **help) {
-  if (index < 0 || index >= WEFT_PARAM_COUNT)
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "param index %d not in [0, %d)", index,
-                          WEFT_PARAM_COUNT);
-  const weft_param_def_t *p = &params[index];
-  const char *v = getenv(p->name);
-  if (name) *name = p->name;
-  if (value) *value = v ? v : p->dflt;
-  if (default_value) *default_value = p->dflt;
-  if (help) *help = p->help;
-  return WEFT_SUCCESS;
 }

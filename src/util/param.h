@@ -4,6 +4,7 @@
 #ifndef WEFT_PARAM_H
 #define WEFT_PARAM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "weft.h"
@@ -49,7 +50,9 @@ const weft_param_def_t *weft_param_def(weft_param_id_t id);
 /* Parses every variable that is set (and not empty): integer syntax and range, words. The
  * first that fails sets an error naming the variable, its value and what is allowed, and
  * returns WEFT_ERR_INVALID_ARG. Once it passes, the accessors below read what was set. */
-weft_result_t weft_params_check(void);
+weft_result_t weft_params_check(void); /* param_api.c */
+/* The same without the error module: 1 and the message in msg when some variable is refused. */
+int weft_params_refusal(char *msg, size_t len);
 /* Whether text passes id's rule, as weft_params_check applies it ("" passes: unset). */
 int weft_param_valid(weft_param_id_t id, const char *text);
 
