@@ -33,7 +33,7 @@ static int best(int same_host, int only) {
 }
 
 weft_result_t weft_transport_select(int rank, int nranks, const int *host_of, const char *force,
-                                    uint8_t *peer_tr) {
+                                    uint8_t *peer_tr, uint8_t *used) {
   int only = -1;
   if (force[0] && strcmp(force, "auto") != 0) {
     only = find(force);
@@ -47,7 +47,9 @@ weft_result_t weft_transport_select(int rank, int nranks, const int *host_of, co
       return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_TRANSPORT=%s: use %s", force, names);
     }
   }
-  /* Every pair, not only this rank's: all ranks then fail alike, at the same pair. */
+  /* Every pair, not only this rank's: all ranks then fail alike, at the same pair, and agree on
+   * which transports any pair uses (their setups are collective). */
+  memset(used, 0, (size_t)weft_ntransports);
   for (int i = 0; i < nranks; i++)
     for (int j = 0; j < nranks; j++) {
       int same = host_of[i] == host_of[j];
@@ -59,6 +61,7 @@ weft_result_t weft_transport_select(int rank, int nranks, const int *host_of, co
       if (t < 0)
         return weft_set_error(WEFT_ERR_UNSUPPORTED, "no transport reaches from rank %d to rank %d",
                               i, j);
+      used[t] = 1;
       if (i == rank) peer_tr[j] = (uint8_t)t;
     }
   return WEFT_SUCCESS;

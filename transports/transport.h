@@ -24,7 +24,7 @@ typedef struct {
   int wake_fd; /* eventfd that weft_comm_abort writes, for transports that poll */
 } weft_transport_init_t;
 
-/* The tuner's alpha-beta-gamma costs of a link (host/tuner.c says how they were measured). */
+/* The tuner's alpha-beta-gamma costs of a link (each transport says how its were measured). */
 typedef struct {
   double alpha;     /* seconds per message */
   double beta;      /* seconds per byte moved */
@@ -73,13 +73,14 @@ enum { WEFT_MAX_TRANSPORTS = 4 };
 extern const weft_transport_t *const weft_transports[];
 extern const int weft_ntransports;
 
-/* Collective (every rank decides from the same table): peer_tr[p] is the index in
- * weft_transports of the one serving rank to p. host_of[r] is rank r's host (ranks of one
- * host share a number); force is WEFT_TRANSPORT ("auto" or "" for the priorities). A forced
- * transport that cannot reach some pair fails, naming it. A rank's own pair takes the first
- * transport that reaches its host. */
+/* Every rank decides from the same table: peer_tr[p] is the index in weft_transports of the
+ * one serving rank to p, used[t] whether any pair of any ranks takes transport t (its setup,
+ * collective, runs on every rank then). host_of[r] is rank r's host (ranks of one host share a
+ * number); force is WEFT_TRANSPORT ("auto" or "" for the priorities). A forced transport that
+ * cannot connect some pair fails, naming it; a rank's own pair takes the reaching transport of
+ * highest priority, forced or not. */
 weft_result_t weft_transport_select(int rank, int nranks, const int *host_of, const char *force,
-                                    uint8_t *peer_tr);
+                                    uint8_t *peer_tr, uint8_t *used);
 
 /* For tests/fuzz: feeds bytes to a TCP receive channel as if a peer had sent them and drains
  * it as the executor does. WEFT_SUCCESS or WEFT_ERR_PEER_LOST (clean end of the bytes) for a

@@ -244,6 +244,8 @@ fail:
 
 weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t size) {
   int n = b->nranks, r = b->rank;
+  atomic_store(&b->held[0], 0); /* what was left for a collective is read now */
+  atomic_store(&b->held[1], 0);
   int64_t deadline = weft_deadline(b->timeout_ms);
   char *d = data;
   for (int s = 0; s < n - 1; s++) {
@@ -320,25 +322,37 @@ int weft_bootstrap_fds(const weft_bootstrap_t *b, int fds[2]) {
   return n;
 }
 
-/* Whether the bytes waiting on fd begin a message (or the socket's end: the read that follows
- * sees it). Messages start with the comm's magic; other bytes are a bootstrap collective's (a
- * neighbour that finished the last operation first may already be in the next allgather,
- * weft_comm_split's say, while this rank still waits in its operation) and stay in the
- * socket for that collective to read. */
+/* What the bytes waiting on fd begin: 1 a message (or the socket's end or an error, which the
+ * read that follows sees), 0 not known yet (a part of the magic), -1 a bootstrap collective's
+ * data. Messages start with the comm's magic; other bytes are a neighbour's that finished the
+ * last operation first and is already in the next allgather (weft_comm_split's, say) while
+ * this rank still waits in its operation: they stay in the socket for that allgather. Until it
+ * runs, a notice or the socket's end behind them is seen only there, or by the operation's own
+ * timeout and data connections. */
 static int message_next(const weft_bootstrap_t *b, int fd) {
   unsigned char head[sizeof b->magic];
   ssize_t r = recv(fd, head, sizeof head, MSG_DONTWAIT | MSG_PEEK);
   if (r <= 0) return 1;
-  return memcmp(head, &b->magic, (size_t)r) == 0 && (size_t)r == sizeof head;
+  if (memcmp(head, &b->magic, (size_t)r) != 0) return -1;
+  return (size_t)r == sizeof head;
+}
+
+int weft_bootstrap_watch_fds(const weft_bootstrap_t *b, int fds[2]) {
+  int n = 0;
+  if (b->prev_fd >= 0 && !atomic_load(&b->held[0])) fds[n++] = b->prev_fd;
+  if (b->next_fd >= 0 && !atomic_load(&b->held[1])) fds[n++] = b->next_fd;
+  return n;
 }
 
 weft_result_t weft_bootstrap_check(weft_bootstrap_t *b, weft_notice_t *n) {
   int fd[2] = {b->prev_fd, b->next_fd};
   int who[2] = {(b->rank + b->nranks - 1) % b->nranks, (b->rank + 1) % b->nranks};
   for (int side = 0; side < 2; side++) {
-    if (fd[side] < 0) continue;
+    if (fd[side] < 0 || atomic_load(&b->held[side])) continue;
     for (;;) {
-      if (b->rgot[side] == 0 && !message_next(b, fd[side])) break;
+      int next = b->rgot[side] ? 1 : message_next(b, fd[side]);
+      if (next < 0) atomic_store(&b->held[side], 1);
+      if (next <= 0) break;
       ssize_t r = recv(fd[side], b->rbuf[side] + b->rgot[side], WEFT_NOTICE_BYTES - b->rgot[side],
                        MSG_DONTWAIT);
       if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {

@@ -48,10 +48,12 @@ typedef struct weft_bootstrap {
   const atomic_int *abort_flag;
   int next_fd, prev_fd;
   struct in_addr my_ip; /* how the others reach this rank */
-  /* failure channel: partial notices read so far, neighbours that said bye */
+  /* failure channel: partial notices read so far, neighbours that said bye, and sides whose
+   * next bytes belong to a bootstrap collective (left for it; cleared when one starts) */
   unsigned char rbuf[2][WEFT_NOTICE_BYTES];
   size_t rgot[2];
   int bye[2];
+  atomic_int held[2];
   pthread_mutex_t send_mu;
 } weft_bootstrap_t;
 
@@ -75,6 +77,9 @@ void weft_bootstrap_bye(weft_bootstrap_t *b);
 weft_result_t weft_bootstrap_check(weft_bootstrap_t *b, weft_notice_t *n);
 /* The ring's sockets, for poll sets (returns how many, 0 to 2). */
 int weft_bootstrap_fds(const weft_bootstrap_t *b, int fds[2]);
+/* The same less the sides whose next bytes are left for a bootstrap collective: the ones
+ * worth polling for notices (polling the others would return at once until it runs). */
+int weft_bootstrap_watch_fds(const weft_bootstrap_t *b, int fds[2]);
 uint64_t weft_random_u64(void);
 
 #endif

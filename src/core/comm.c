@@ -133,13 +133,13 @@ static void comm_free(weft_comm_t c) {
   free(c);
 }
 
-/* Each transport that serves some pair (a rank's own pair too) sets up collectively; every
- * rank knows which from the same table, so the setups agree. */
+/* Each transport that some pair of ranks takes sets up collectively: every rank knows which
+ * from the same table, so the setups agree. */
 static weft_result_t setup_transports(weft_comm_t c, const int *host_of) {
-  uint8_t *use = calloc((size_t)c->nranks, 1);
+  uint8_t *use = calloc((size_t)c->nranks, 1), used[WEFT_MAX_TRANSPORTS];
   if (!use) return weft_set_error(WEFT_ERR_NO_MEMORY, "comm init: out of memory");
-  weft_result_t rc = weft_transport_select(c->rank, c->nranks, host_of,
-                                           weft_param_get_str(WEFT_PARAM_TRANSPORT), c->peer_tr);
+  weft_result_t rc = weft_transport_select(
+      c->rank, c->nranks, host_of, weft_param_get_str(WEFT_PARAM_TRANSPORT), c->peer_tr, used);
   weft_transport_init_t in = {.boot = c->boot,
                               .rank = c->rank,
                               .nranks = c->nranks,
@@ -150,10 +150,9 @@ static weft_result_t setup_transports(weft_comm_t c, const int *host_of) {
                               .wake_fd = c->wake_fd,
                               .use = use};
   for (int t = 0; t < weft_ntransports && rc == WEFT_SUCCESS; t++) {
-    int any = 0;
+    if (!used[t]) continue;
     for (int p = 0; p < c->nranks; p++)
-      any |= use[p] = c->peer_tr[p] == t;
-    if (!any) continue;
+      use[p] = c->peer_tr[p] == t;
     c->tr[t] = weft_transports[t];
     rc = c->tr[t]->setup(&in, &c->tr_state[t]);
   }

@@ -62,7 +62,8 @@ struct weft_comm {
   atomic_int last_algo; /* weft_algo_t of the last task tuned (weft_comm_last_algo) */
 
   const weft_engine_t *engine; /* runs the operations: host or gpu (engine.h) */
-  void *engine_state;          /* the engine's own (the host engine keeps its in here) */
+  void *engine_state;          /* the engine's own (the gpu engine's; the host engine's
+                                  executor resources are the fields below) */
 
   /* transports, indexed as weft_transports lists them */
   const weft_transport_t *tr[WEFT_MAX_TRANSPORTS];

@@ -74,7 +74,7 @@ void weft_dev_leave(int device, int saved);
  * it), with the defaults measured for this many ranks. */
 weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d);
 /* Collective: fails where some rank read a parameter differently (params.c says why). */
-weft_result_t weft_dev_agree_params(struct weft_comm *c);
+weft_result_t weft_dev_agree_params(struct weft_comm *c, const struct weft_dev *d);
 /* Once the mapping is known: limits for host-staged regions, and the low-latency kernels'. */
 void weft_dev_host_sizing(struct weft_dev *d);
 void weft_dev_ll_limits(struct weft_dev *d);

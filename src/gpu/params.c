@@ -108,26 +108,43 @@ weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d
 
 /* Ranks that set the device parameters differently would size their regions apart or run
  * kernels that cannot talk to each other, and hang or corrupt: every rank checks all those
- * params.def marks AGREED. */
-weft_result_t weft_dev_agree_params(struct weft_comm *c) {
-  enum { N = WEFT_PARAM_NAGREED };
-  uint64_t *all = calloc((size_t)c->nranks, sizeof(uint64_t) * N);
+ * params.def marks AGREED. The 128-byte kernel's and the copy engines' limits are compared as
+ * they apply on this many ranks ("auto" and the byte count it means agree), the former for
+ * copies and for reductions (one more value at the end). */
+weft_result_t weft_dev_agree_params(struct weft_comm *c, const struct weft_dev *d) {
+  enum { N = WEFT_PARAM_NAGREED, M = N + 1 };
+  uint64_t *all = calloc((size_t)c->nranks, sizeof(uint64_t) * M), *mine;
   if (!all) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
-  weft_param_agreed(all + (size_t)c->rank * N, N);
-  weft_result_t rc = weft_bootstrap_allgather(c->boot, all, sizeof(uint64_t) * N);
-  int r = 0, i = rc == WEFT_SUCCESS ? weft_param_differ(all, c->nranks, &r) : -1;
-  const weft_param_def_t *p = i >= 0 ? weft_param_agreed_def(i) : NULL;
-  if (p && p->kind == WEFT_PARAM_KIND_INT)
+  mine = all + (size_t)c->rank * M;
+  weft_param_agreed(mine, N);
+  int effective[M] = {0};
+  for (int i = 0; i < N; i++) {
+    const weft_param_def_t *p = weft_param_agreed_def(i);
+    if (p == weft_param_def(WEFT_PARAM_LL128_MAX_BYTES))
+      mine[i] = d->ll128_max[0], effective[i] = 1;
+    if (p == weft_param_def(WEFT_PARAM_CE_MIN_BYTES))
+      mine[i] =
+          (uint64_t)weft_dev_ce_min(weft_param_get_str(WEFT_PARAM_CE_MIN_BYTES), c->nranks, 0),
+      effective[i] = 1;
+  }
+  mine[N] = d->ll128_max[1];
+  effective[N] = 1;
+  weft_result_t rc = weft_bootstrap_allgather(c->boot, all, sizeof(uint64_t) * M);
+  int r = 0, i = rc == WEFT_SUCCESS ? weft_param_differ(all, c->nranks, M, &r) : -1;
+  const weft_param_def_t *p = i < 0    ? NULL
+                              : i == N ? weft_param_def(WEFT_PARAM_LL128_MAX_BYTES)
+                                       : weft_param_agreed_def(i);
+  if (p && (p->kind == WEFT_PARAM_KIND_INT || effective[i]))
     rc = weft_set_error(WEFT_ERR_INVALID_ARG,
                         "weft_comm_init: %s differs between ranks (rank 0 read %lld, rank %d "
                         "%lld): set it alike on every rank of a device communicator",
-                        p->name, (long long)all[i], r, (long long)all[(size_t)r * N + i]);
+                        p->name, (long long)all[i], r, (long long)all[(size_t)r * M + i]);
   else if (p)
     rc = weft_set_error(WEFT_ERR_INVALID_ARG,
                         "weft_comm_init: %s differs between ranks (rank 0 and rank %d read "
                         "different values; here \"%s\"): set it alike on every rank of a device "
                         "communicator",
-                        p->name, r, getenv(p->name) ? getenv(p->name) : p->dflt);
+                        p->name, r, weft_param_get_str((weft_param_id_t)(p - weft_param_def(0))));
   free(all);
   return rc;
 }

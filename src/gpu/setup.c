@@ -75,7 +75,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   int saved = -1;
   cudaGetDevice(&saved);
   weft_result_t rc = weft_comm_agree(c, dev_init(c, d, device), "could not set up its GPU");
-  if (rc == WEFT_SUCCESS) rc = weft_dev_agree_params(c);
+  if (rc == WEFT_SUCCESS) rc = weft_dev_agree_params(c, d);
   if (rc == WEFT_SUCCESS) {
     struct weft_dev h = *d;
     weft_dev_host_sizing(&h);

@@ -63,7 +63,8 @@ static weft_result_t host_submit_group(struct weft_comm **comms, weft_work_t **o
     else if (weft_stream_create(&own[k]) == WEFT_SUCCESS)
       s = own[k];
     if (!s) {
-      rc = WEFT_ERR_NO_MEMORY;
+      rc = weft_set_error(WEFT_ERR_NO_MEMORY, "group: no stream for communicator %d of %d", k + 1,
+                          n);
       for (int j = k; j < n; j++)
         weft_work_free(ops[j]);
       break;

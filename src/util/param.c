@@ -197,10 +197,10 @@ const weft_param_def_t *weft_param_agreed_def(int i) {
   return NULL;
 }
 
-int weft_param_differ(const uint64_t *all, int nranks, int *rank) {
-  for (int i = 0; i < WEFT_PARAM_NAGREED; i++)
+int weft_param_differ(const uint64_t *all, int nranks, int width, int *rank) {
+  for (int i = 0; i < width; i++)
     for (int r = 1; r < nranks; r++)
-      if (all[(size_t)r * WEFT_PARAM_NAGREED + i] != all[i]) {
+      if (all[(size_t)r * (size_t)width + i] != all[i]) {
         *rank = r;
         return i;
       }

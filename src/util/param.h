@@ -70,8 +70,9 @@ const char *weft_param_agreed_name(int i);
 
 /* The row of the i-th AGREED parameter; NULL out of range. */
 const weft_param_def_t *weft_param_agreed_def(int i);
-/* all: nranks vectors of WEFT_PARAM_NAGREED values (weft_param_agreed). The index of the first
- * value in which some rank differs from rank 0, that rank in *rank; -1 where all agree. */
-int weft_param_differ(const uint64_t *all, int nranks, int *rank);
+/* all: nranks vectors of width values (weft_param_agreed's, and any the caller adds). The index
+ * of the first value in which some rank differs from rank 0, that rank in *rank; -1 where all
+ * agree. */
+int weft_param_differ(const uint64_t *all, int nranks, int width, int *rank);
 
 #endif

@@ -208,17 +208,17 @@ static void first_difference_is_found(void **st) {
     for (int i = 0; i < P; i++)
       all[r * P + i] = 1000 + (uint64_t)i;
   int rank = -7;
-  assert_int_equal(weft_param_differ(all, N, &rank), -1);
+  assert_int_equal(weft_param_differ(all, N, P, &rank), -1);
   assert_int_equal(rank, -7);
-  assert_int_equal(weft_param_differ(all, 1, &rank), -1);
+  assert_int_equal(weft_param_differ(all, 1, P, &rank), -1);
   all[3 * P + 5] = 1;
   all[2 * P + 9] = 1;
-  assert_int_equal(weft_param_differ(all, N, &rank), 5);
+  assert_int_equal(weft_param_differ(all, N, P, &rank), 5);
   assert_int_equal(rank, 3);
-  assert_int_equal(weft_param_differ(all, 3, &rank), 9); /* rank 3 not among them */
+  assert_int_equal(weft_param_differ(all, 3, P, &rank), 9); /* rank 3 not among them */
   assert_int_equal(rank, 2);
   all[0] = 7; /* rank 0 alone differs: the first other rank is named */
-  assert_int_equal(weft_param_differ(all, N, &rank), 0);
+  assert_int_equal(weft_param_differ(all, N, P, &rank), 0);
   assert_int_equal(rank, 1);
   for (int i = 0; i < P; i++) {
     const weft_param_def_t *d = weft_param_agreed_def(i);

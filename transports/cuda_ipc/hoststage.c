@@ -36,13 +36,15 @@ weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, s
     cudaError_t e =
         cudaHostRegister(out->seg[p], bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
     if (e != cudaSuccess)
-      ERR_GOTO(rc, fail, WEFT_ERR_SYSTEM, "host-staged p2p: registering rank %d's region: %s", p,
+      ERR_GOTO(rc, fail, WEFT_ERR_SYSTEM,
+               "cuda_ipc (host-staged): registering rank %d's region: %s", p,
                cudaGetErrorString(e));
     out->registered[p] = 1;
     e = cudaHostGetDevicePointer((void **)&out->region[p], out->seg[p], 0);
     if (e != cudaSuccess)
-      ERR_GOTO(rc, fail, WEFT_ERR_SYSTEM, "host-staged p2p: device address of rank %d's region: %s",
-               p, cudaGetErrorString(e));
+      ERR_GOTO(rc, fail, WEFT_ERR_SYSTEM,
+               "cuda_ipc (host-staged): device address of rank %d's region: %s", p,
+               cudaGetErrorString(e));
   }
   WEFT_INFO(WEFT_SUB_INIT, "rank %d: GPU %d stages through host memory (%zu bytes per rank)", rank,
             out->device, bytes);

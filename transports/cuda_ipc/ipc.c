@@ -28,11 +28,11 @@ static weft_result_t same_process(int device, const card_t *peer, int peer_dev, 
     if (e == cudaErrorPeerAccessAlreadyEnabled)
       cudaGetLastError(); /* enabled by another communicator: fine */
     else if (e != cudaSuccess)
-      return weft_set_error(WEFT_ERR_SYSTEM, "p2p: enabling access from GPU %d to GPU %d: %s",
+      return weft_set_error(WEFT_ERR_SYSTEM, "cuda_ipc: enabling access from GPU %d to GPU %d: %s",
                             device, peer_dev, cudaGetErrorString(e));
   }
   *ptr = (void *)(uintptr_t)peer->addr;
-  WEFT_INFO(WEFT_SUB_INIT, "p2p: GPU %d reaches the region on GPU %d in this process directly",
+  WEFT_INFO(WEFT_SUB_INIT, "cuda_ipc: GPU %d reaches the region on GPU %d in this process directly",
             device, peer_dev >= 0 ? peer_dev : device);
   return WEFT_SUCCESS;
 }
@@ -61,7 +61,8 @@ static int32_t reach_peers(const card_t *cards, const weft_ipc_t *out, int8_t *p
     if (cudaDeviceGetByPCIBusId(&dev, cards[p].bus) != cudaSuccess ||
         cudaDeviceCanAccessPeer(&ok, device, dev) != cudaSuccess || !ok) {
       cudaGetLastError();
-      WEFT_INFO(WEFT_SUB_INIT, "p2p: GPU %s (rank %d) cannot map the memory of GPU %s (rank %d)",
+      WEFT_INFO(WEFT_SUB_INIT,
+                "cuda_ipc: GPU %s (rank %d) cannot map the memory of GPU %s (rank %d)",
                 cards[rank].bus, rank, cards[p].bus, p);
       return 0;
     }
@@ -97,8 +98,8 @@ static int map_peers(const card_t *cards, const int8_t *peer_dev, weft_ipc_t *ou
       out->local_dev[p] = (int8_t)(peer_dev[p] >= 0 ? peer_dev[p] : device);
     } else if (e != cudaSuccess) {
       cudaGetLastError();
-      WEFT_INFO(WEFT_SUB_INIT, "p2p: rank %d cannot map rank %d's region (pid %d): %s", rank, p,
-                cards[p].pid, cudaGetErrorString(e));
+      WEFT_INFO(WEFT_SUB_INIT, "cuda_ipc: rank %d cannot map rank %d's region (pid %d): %s", rank,
+                p, cards[p].pid, cudaGetErrorString(e));
       return 0;
     } else {
       out->opened[p] = 1;
@@ -153,12 +154,12 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
              WEFT_IPC_MAX_RANKS, nranks);
   cards = calloc((size_t)nranks, sizeof *cards);
   words = calloc((size_t)nranks, sizeof *words);
-  if (!cards || !words) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "p2p: out of memory");
+  if (!cards || !words) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "cuda_ipc: out of memory");
   cards[rank].force_host = force_host != 0;
   cards[rank].device = device;
   cards[rank].pid = (int32_t)getpid();
   CUDA_GOTO(cudaDeviceGetPCIBusId(cards[rank].bus, sizeof cards[rank].bus, device), rc, fail,
-            "p2p: cudaDeviceGetPCIBusId");
+            "cuda_ipc: cudaDeviceGetPCIBusId");
   CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
   int forced = 0;
   for (int p = 0; p < nranks; p++) {
@@ -179,11 +180,11 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
   if (reach) {
     out->bytes = bytes[out->nvlink ? 0 : 1];
     CUDA_GOTO(cudaMalloc((void **)&out->mine, out->bytes), rc, fail,
-              "p2p: cudaMalloc of the staging region");
-    CUDA_GOTO(cudaMemset(out->mine, 0, out->bytes), rc, fail, "p2p: cudaMemset");
-    CUDA_GOTO(cudaDeviceSynchronize(), rc, fail, "p2p: cudaDeviceSynchronize");
+              "cuda_ipc: cudaMalloc of the staging region");
+    CUDA_GOTO(cudaMemset(out->mine, 0, out->bytes), rc, fail, "cuda_ipc: cudaMemset");
+    CUDA_GOTO(cudaDeviceSynchronize(), rc, fail, "cuda_ipc: cudaDeviceSynchronize");
     CUDA_GOTO(cudaIpcGetMemHandle(&cards[rank].handle, out->mine), rc, fail,
-              "p2p: cudaIpcGetMemHandle");
+              "cuda_ipc: cudaIpcGetMemHandle");
     cards[rank].addr = (uint64_t)(uintptr_t)out->mine;
     CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
     CHECK_GOTO(
@@ -195,10 +196,11 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
     out->nvlink = 0;
     memset(out->local_dev, -1, sizeof out->local_dev);
     if (!forced && rank == 0)
-      WEFT_WARN(WEFT_SUB_INIT,
-                "p2p: rank %d's GPU cannot map every peer's memory (WEFT_DEBUG=INFO says why); "
-                "every rank stages through host memory, which is slower than NVLink",
-                first_bad);
+      WEFT_WARN(
+          WEFT_SUB_INIT,
+          "cuda_ipc: rank %d's GPU cannot map every peer's memory (WEFT_DEBUG=INFO says why); "
+          "every rank stages through host memory, which is slower than NVLink",
+          first_bad);
     CHECK_GOTO(weft_hoststage_map(boot, rank, nranks, bytes[2], out), rc, fail);
   }
   free(cards);

@@ -289,6 +289,8 @@ const weft_transport_t weft_transport_shm = {
     .name = "shm",
     .priority = 20,
     .reaches = shm_reaches,
+    /* a futex sleep that a bell ends at once; the bound only limits how stale a look at the
+     * deadline and the failure notices gets */
     .wait_ms = 20,
     /* Calibrated with scripts/host/tune.sh on a 32-core host (2026-11-30, 4 and 8 ranks):
      * shm moves and reduces about 4 GB/s per rank once the data leaves the cache, and a ring

@@ -327,7 +327,7 @@ static weft_result_t tcp_wait(void *state, uint64_t token, int timeout_ms) {
     if (c->send_blocked) t->pfds[n++] = (struct pollfd){.fd = sfd(c), .events = POLLOUT};
   }
   if (t->wake_fd >= 0) t->pfds[n++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
-  int ring[2], nring = weft_bootstrap_fds(t->boot, ring);
+  int ring[2], nring = weft_bootstrap_watch_fds(t->boot, ring);
   for (int i = 0; i < nring; i++)
     t->pfds[n++] = (struct pollfd){.fd = ring[i], .events = POLLIN};
   if (poll(t->pfds, n, timeout_ms) < 0 && errno != EINTR)
@@ -348,6 +348,9 @@ const weft_transport_t weft_transport_tcp = {
     /* poll() on the sockets and the abort eventfd wakes it; the bound only limits how stale
      * a look at the failure notices gets */
     .wait_ms = 100,
+    /* set for TCP between ranks of one host (loopback; the tuner has always used these): 25 us
+     * a message, ~1.7 GB/s; between hosts the network sets them, and no run has measured that
+     * yet (scripts/host/tune.sh measures the crossovers) */
     .cost = {.alpha = 25e-6, .beta = 0.6e-9, .gamma = 0.24e-9, .ring_step = 60e-6},
     .setup = tcp_setup,
     .teardown = tcp_teardown,
