@@ -160,7 +160,7 @@ WEFT_API weft_result_t weft_allgather(const void *sendbuf, void *recvbuf, size_t
 WEFT_API weft_result_t weft_broadcast(const void *sendbuf, void *recvbuf, size_t count,
                                       weft_dtype_t dtype, int root, weft_comm_t comm,
                                       weft_stream_t stream);
-/* recvbuf is only written (and may be NULL) on ranks other than root. */
+/* recvbuf is written on root only; on the other ranks it is not touched and may be NULL. */
 WEFT_API weft_result_t weft_reduce(const void *sendbuf, void *recvbuf, size_t count,
                                    weft_dtype_t dtype, weft_op_t op, int root, weft_comm_t comm,
                                    weft_stream_t stream);
