@@ -3,6 +3,7 @@
  * the parent starts no thread, so forking it is safe under any allocator. */
 #include "launch.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -20,6 +21,15 @@
  * as it does the tests' own bounds): weft sees a dead peer at once (its bootstrap socket
  * closes), so this is slack for a loaded machine, not a detection time. */
 enum { LAUNCH_GRACE_S = 10 };
+
+int launch_open_fds(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  for (struct dirent *e; d && (e = readdir(d));)
+    n += e->d_name[0] != '.';
+  if (d) closedir(d);
+  return n;
+}
 
 double launch_time_scale(void) {
   const char *ts = getenv("WEFT_TEST_TIME_SCALE");

@@ -26,6 +26,8 @@ int64_t launch_now_ms(void);
 /* WEFT_TEST_TIME_SCALE (1 when unset or not positive): how much slower than usual the tests
  * run (the sanitizer builds set 3), so that every time bound stretches alike. */
 double launch_time_scale(void);
+/* Open file descriptors of this process (the resource tests and the soak watch them grow). */
+int launch_open_fds(void);
 
 /* Tests of fake hosts: with WEFT_TEST_NETNS=ns0,ns1 the calling process enters network
  * namespace ns[rank % 2] and takes it as its host identity. Returns 0, also when unset. */

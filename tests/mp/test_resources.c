@@ -11,15 +11,6 @@
 #include "rank_check.h"
 #include "weft.h"
 
-static int count_fds(void) {
-  int n = 0;
-  DIR *d = opendir("/proc/self/fd");
-  for (struct dirent *e; d && (e = readdir(d));)
-    n += e->d_name[0] != '.';
-  if (d) closedir(d);
-  return n;
-}
-
 static long shm_files(void) {
   long n = 0;
   DIR *d = opendir("/dev/shm");
@@ -51,7 +42,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   for (int i = 0; i < 100; i++)
     weft_allreduce(&v, &out, 1, WEFT_I32, WEFT_SUM, world, NULL);
   weft_barrier(world, NULL);
-  int fds0 = count_fds();
+  int fds0 = launch_open_fds();
   size_t heap0 = heap();
   for (int i = 0; i < 1000; i++) {
     if (weft_comm_split(world, 0, rank, &c, NULL) != WEFT_SUCCESS) FAIL("split %d", i);
@@ -59,12 +50,12 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
       FAIL("allreduce on comm %d", i);
     weft_comm_destroy(c);
   }
-  int fds1 = count_fds();
+  int fds1 = launch_open_fds();
   size_t heap1 = heap();
   for (int i = 0; i < 100000; i++)
     if (weft_allreduce(&v, &out, 1, WEFT_I32, WEFT_SUM, world, NULL) != WEFT_SUCCESS)
       FAIL("small allreduce %d", i);
-  int fds2 = count_fds();
+  int fds2 = launch_open_fds();
   size_t heap2 = heap();
   weft_comm_t many[16];
   for (int i = 0; i < 16; i++)
@@ -79,7 +70,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   for (int i = 0; i < 16; i++)
     weft_comm_destroy(many[i]);
   weft_barrier(world, NULL);
-  int fds3 = count_fds();
+  int fds3 = launch_open_fds();
   /* Slack: a few KB for libc-internal buffers; a leak of one small block per cycle would
    * show as tens of KB after 1000 cycles, one per collective as megabytes after 100k. */
   int bad = fds1 != fds0 || fds2 != fds0 || fds3 != fds0 || heap1 > heap0 + 16384 ||

@@ -54,15 +54,6 @@ static long long rss_bytes(void) {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
-static int count_fds(void) {
-  int n = 0;
-  DIR *d = opendir("/proc/self/fd");
-  for (struct dirent *e; d && (e = readdir(d));)
-    n += e->d_name[0] != '.';
-  if (d) closedir(d);
-  return n;
-}
-
 typedef struct {
   int n;
   char v[MAX_NAMES][80];
@@ -128,7 +119,7 @@ static void sample(sample_t *s) {
   struct mallinfo2 m = mallinfo2();
   s->rss = rss_bytes();
   s->heap = (long long)(m.uordblks + m.hblkhd);
-  s->fds = count_fds();
+  s->fds = launch_open_fds();
   s->maps = shm_maps();
   s->shm = shm_lasting(NULL);
 }
