@@ -8,7 +8,7 @@ threaded=(test_api collectives_3_shm collectives_3_tcp collectives_4_tcp3 comm_3
           faults_shm faults_tcp mismatch_shm)
 # the schedule simulators are single-threaded: ASan and UBSan only
 asan_tests=(test_ring test_rhd test_tree test_direct test_pairwise test_chain test_p2p test_tuner test_dtype test_tcp test_socket
-            test_engine test_param test_op test_window_rules test_shm
+            test_engine test_param test_op test_window_rules test_shm test_bootstrap
             "${threaded[@]}")
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1
