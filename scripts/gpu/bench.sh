@@ -9,11 +9,7 @@
 # on registered windows (scripts/gpu/window_bench.sh, sweep-direct*).
 # usage: scripts/gpu/bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
 set -uo pipefail
-out=${1:?usage: scripts/gpu/bench.sh OUT [BUILD]}
-b=${2:-build-dev}
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-colls=allreduce,allgather,reduce_scatter,alltoall
+source "$(dirname "$0")/common.sh"
 rc=0
 for t in float bfloat16; do
   "$b/bench/collbench" -C $colls -d "$t" -b 8 -e 256M -n "${ITERS:-20}" -w 5 --compare nccl \

@@ -11,11 +11,7 @@
 # OUT/sweep-direct-*.json.
 # usage: scripts/gpu/window_bench.sh OUT [BUILD]    (ITERS: timed iterations, default 20)
 set -uo pipefail
-out=${1:?usage: scripts/gpu/window_bench.sh OUT [BUILD]}
-b=${2:-build-dev}
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-colls=allreduce,allgather,reduce_scatter,alltoall
+source "$(dirname "$0")/common.sh"
 rc=0
 for t in float bfloat16; do
   WEFT_CE_MIN_BYTES=auto "$b/bench/collbench" -C $colls -d "$t" -b 8 -e 256M -n "${ITERS:-20}" \

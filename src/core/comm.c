@@ -368,7 +368,7 @@ out:
 weft_result_t weft_comm_abort(weft_comm_t comm) {
   if (!comm) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_abort: comm is NULL");
   atomic_store(&comm->aborted, 1);
-  if (comm->engine) comm->engine->abort(comm);
+  if (comm->engine) comm->engine->cancel(comm);
   pthread_mutex_lock(&comm->mu);
   uint64_t seq = comm->seq;
   pthread_mutex_unlock(&comm->mu);

@@ -41,7 +41,7 @@ typedef struct weft_engine {
    * for become the communicator's, and a failed communicator's work gives up. */
   void (*watch)(struct weft_comm *c);
   /* Makes running and later operations of c give up at once. */
-  void (*abort)(struct weft_comm *c);
+  void (*cancel)(struct weft_comm *c);
   /* Bytes of accelerator memory c holds (weft_comm_device_memory). */
   size_t (*memory)(const struct weft_comm *c);
   /* One byte that weft_barrier's allreduce may read and write in place, or NULL: a fresh

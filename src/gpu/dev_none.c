@@ -16,7 +16,7 @@ static weft_result_t none_setup(struct weft_comm *c, const weft_config_t *config
 /* setup never succeeds, so no communicator reaches these */
 static void none_free(struct weft_comm *c) { (void)c; }
 static void none_watch(struct weft_comm *c) { (void)c; }
-static void none_abort(struct weft_comm *c) { (void)c; }
+static void none_cancel(struct weft_comm *c) { (void)c; }
 static weft_result_t none_tune(const struct weft_comm *c, weft_task_t *t, weft_algo_t forced) {
   (void)c, (void)t, (void)forced;
   return weft_set_error(WEFT_ERR_UNSUPPORTED, "device communicators need a CUDA build");
@@ -50,7 +50,7 @@ const weft_engine_t weft_engine_gpu = {
     .submit = none_submit,
     .submit_group = none_submit_group,
     .watch = none_watch,
-    .abort = none_abort,
+    .cancel = none_cancel,
     .memory = none_memory,
     .barrier_byte = none_barrier_byte,
 };

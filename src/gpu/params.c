@@ -144,7 +144,8 @@ weft_result_t weft_dev_agree_params(struct weft_comm *c, const struct weft_dev *
                         "weft_comm_init: %s differs between ranks (rank 0 and rank %d read "
                         "different values; here \"%s\"): set it alike on every rank of a device "
                         "communicator",
-                        p->name, r, weft_param_get_str((weft_param_id_t)(p - weft_param_def(0))));
+                        p->name, r,
+                        getenv(p->name) && getenv(p->name)[0] ? getenv(p->name) : p->dflt);
   free(all);
   return rc;
 }

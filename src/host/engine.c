@@ -83,7 +83,7 @@ static weft_result_t host_submit_group(struct weft_comm **comms, weft_work_t **o
 
 /* Host operations are waited for by host threads, which see their own failures. */
 static void host_watch(struct weft_comm *c) { (void)c; }
-static void host_abort(struct weft_comm *c) { (void)c; }
+static void host_cancel(struct weft_comm *c) { (void)c; }
 static size_t host_memory(const struct weft_comm *c) {
   (void)c;
   return 0;
@@ -103,7 +103,7 @@ const weft_engine_t weft_engine_host = {
     .submit = host_submit,
     .submit_group = host_submit_group,
     .watch = host_watch,
-    .abort = host_abort,
+    .cancel = host_cancel,
     .memory = host_memory,
     .barrier_byte = host_barrier_byte,
 };

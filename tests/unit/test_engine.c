@@ -13,7 +13,7 @@
 
 #include "comm.h"
 
-enum { TUNE, SUBMIT, GROUP, WATCH, ABORT, MEMORY, BARRIER, FREE, NHOOKS };
+enum { TUNE, SUBMIT, GROUP, WATCH, CANCEL, MEMORY, BARRIER, FREE, NHOOKS };
 static int calls[NHOOKS];
 static int last_ntasks, group_comms;
 static weft_stream_t last_stream;
@@ -47,7 +47,7 @@ static weft_result_t rec_group(struct weft_comm **comms, weft_work_t **ops,
   return WEFT_SUCCESS;
 }
 static void rec_watch(struct weft_comm *c) { (void)c, calls[WATCH]++; }
-static void rec_abort(struct weft_comm *c) { (void)c, calls[ABORT]++; }
+static void rec_cancel(struct weft_comm *c) { (void)c, calls[CANCEL]++; }
 static void rec_free(struct weft_comm *c) { (void)c, calls[FREE]++; }
 static size_t rec_memory(const struct weft_comm *c) {
   (void)c;
@@ -67,7 +67,7 @@ static const weft_engine_t recorder = {
     .submit = rec_submit,
     .submit_group = rec_group,
     .watch = rec_watch,
-    .abort = rec_abort,
+    .cancel = rec_cancel,
     .free = rec_free,
     .memory = rec_memory,
     .barrier_byte = rec_barrier_byte,
@@ -143,7 +143,7 @@ static void lifecycle_and_queries(void **st) {
   assert_int_equal(err, WEFT_SUCCESS);
   assert_int_equal(calls[WATCH], 1);
   assert_int_equal(weft_comm_abort(comm), WEFT_SUCCESS);
-  assert_int_equal(calls[ABORT], 1);
+  assert_int_equal(calls[CANCEL], 1);
   assert_int_equal(weft_comm_destroy(comm), WEFT_SUCCESS);
   assert_int_equal(calls[FREE], 1);
   comm = NULL;
@@ -165,7 +165,7 @@ static void every_engine_is_whole(void **st) {
     assert_int_equal(x->size, sizeof(weft_engine_t));
     assert_non_null(x->name);
     assert_true(x->serves && x->setup && x->free && x->tune && x->submit && x->submit_group &&
-                x->watch && x->abort && x->memory && x->barrier_byte);
+                x->watch && x->cancel && x->memory && x->barrier_byte);
   }
   /* host comms go to an engine that is not the device one, and device ones elsewhere */
   weft_config_t host = WEFT_CONFIG_INIT, dev = WEFT_CONFIG_INIT;
