@@ -56,7 +56,8 @@ static int parse_dtype(const char *s, weft_dtype_t *t) {
                {"f64", WEFT_F64},       {"half", WEFT_F16},          {"f16", WEFT_F16},
                {"bfloat16", WEFT_BF16}, {"bf16", WEFT_BF16},         {"int8", WEFT_I8},
                {"uint8", WEFT_U8},      {"int32", WEFT_I32},         {"int", WEFT_I32},
-               {"int64", WEFT_I64},     {"fp8_e4m3", WEFT_FP8_E4M3}, {"fp8_e5m2", WEFT_FP8_E5M2}};
+               {"int64", WEFT_I64},     {"fp8_e4m3", WEFT_FP8_E4M3}, {"fp8_e5m2", WEFT_FP8_E5M2},
+               {"uint32", WEFT_U32},    {"uint64", WEFT_U64}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcasecmp(s, names[i].name) == 0) {
       *t = names[i].t;
@@ -85,8 +86,9 @@ static void usage(FILE *f) {
           "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
           "  -c, --check 0|1       check results against the oracle (#wrong; default 1;\n"
           "                        with 0, #wrong reads n/a and JSON's wrong null)\n"
-          "  -d, --datatype T      float double half bfloat16 int8 uint8 int32 int64 fp8_e4m3 "
-          "fp8_e5m2\n"
+          "  -d, --datatype T      float double half bfloat16 int8 uint8 int32 uint32 int64 "
+          "uint64\n"
+          "                        fp8_e4m3 fp8_e5m2\n"
           "  -o, --op OP           sum prod min max avg (default sum)\n"
           "  -r, --root R          root of broadcast and reduce (default 0)\n"
           "  -C, --collective C    allreduce reduce_scatter allgather broadcast reduce alltoall "

@@ -13,6 +13,8 @@ static MPI_Datatype mpi_type(weft_dtype_t t) {
   case WEFT_U8: return MPI_UINT8_T;
   case WEFT_I32: return MPI_INT32_T;
   case WEFT_I64: return MPI_INT64_T;
+  case WEFT_U32: return MPI_UINT32_T;
+  case WEFT_U64: return MPI_UINT64_T;
   default: return MPI_DATATYPE_NULL;
   }
 }

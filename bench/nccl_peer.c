@@ -11,7 +11,8 @@
 #if __has_include(<nccl.h>)
 #include <nccl.h>
 _Static_assert(ncclFloat32 == 7 && ncclFloat64 == 8 && ncclFloat16 == 6 && ncclBfloat16 == 9 &&
-                   ncclInt8 == 0 && ncclUint8 == 1 && ncclInt32 == 2 && ncclInt64 == 4,
+                   ncclInt8 == 0 && ncclUint8 == 1 && ncclInt32 == 2 && ncclUint32 == 3 &&
+                   ncclInt64 == 4 && ncclUint64 == 5,
                "NCCL data type values");
 _Static_assert(ncclSum == 0 && ncclProd == 1 && ncclMax == 2 && ncclMin == 3 && ncclAvg == 4,
                "NCCL reduction values");
@@ -45,8 +46,9 @@ typedef struct {
 } nccl_t;
 
 static const int DTYPE[WEFT_DTYPE_COUNT] = {
-    [WEFT_F32] = 7, [WEFT_F64] = 8, [WEFT_F16] = 6, [WEFT_BF16] = 9,      [WEFT_I8] = 0,
-    [WEFT_U8] = 1,  [WEFT_I32] = 2, [WEFT_I64] = 4, [WEFT_FP8_E4M3] = 10, [WEFT_FP8_E5M2] = 11};
+    [WEFT_F32] = 7,       [WEFT_F64] = 8,       [WEFT_F16] = 6, [WEFT_BF16] = 9,
+    [WEFT_I8] = 0,        [WEFT_U8] = 1,        [WEFT_I32] = 2, [WEFT_I64] = 4,
+    [WEFT_FP8_E4M3] = 10, [WEFT_FP8_E5M2] = 11, [WEFT_U32] = 3, [WEFT_U64] = 5};
 static const int OP[WEFT_OP_COUNT] = {
     [WEFT_SUM] = 0, [WEFT_PROD] = 1, [WEFT_MIN] = 3, [WEFT_MAX] = 2, [WEFT_AVG] = 4};
 

@@ -21,7 +21,7 @@ static uint32_t mix(uint32_t x) {
 static int input_int(weft_dtype_t t, weft_op_t op, int rank, size_t i, uint32_t seed) {
   uint32_t h =
       mix((uint32_t)i * 2654435761U ^ (uint32_t)rank * 40503U ^ seed * 97U ^ (uint32_t)(i >> 32));
-  int is_unsigned = t == WEFT_U8;
+  int is_unsigned = t == WEFT_U8 || t == WEFT_U32 || t == WEFT_U64;
   switch (op) {
   case WEFT_PROD:
     if ((rank + i) % 4 == 0) return 2;
@@ -112,40 +112,41 @@ static uint64_t wide_bits(int rank, size_t i, uint32_t seed) {
   return (uint64_t)a << 32 | mix(a ^ 0x9e3779b9U ^ (uint32_t)rank);
 }
 
-static int64_t int_wrap(weft_dtype_t t, uint64_t v) {
+/* An integer as t holds it, in 64 bits: signed types sign-extended, unsigned ones
+ * zero-extended; int_less and int_div then compare and divide in t's own signedness. */
+static int int_unsigned(weft_dtype_t t) { return t == WEFT_U8 || t == WEFT_U32 || t == WEFT_U64; }
+
+static uint64_t int_wrap(weft_dtype_t t, uint64_t v) {
   switch (t) {
-  case WEFT_I8: return (int8_t)v;
+  case WEFT_I8: return (uint64_t)(int64_t)(int8_t)v;
   case WEFT_U8: return (uint8_t)v;
-  case WEFT_I32: return (int32_t)v;
-  default: return (int64_t)v;
+  case WEFT_I32: return (uint64_t)(int64_t)(int32_t)v;
+  case WEFT_U32: return (uint32_t)v;
+  default: return v; /* i64, u64 */
   }
 }
 
-static int64_t int_load(weft_dtype_t t, const void *buf, size_t k) {
+static int int_less(weft_dtype_t t, uint64_t x, uint64_t y) {
+  return int_unsigned(t) ? x < y : (int64_t)x < (int64_t)y;
+}
+
+static uint64_t int_div(weft_dtype_t t, uint64_t x, int n) {
+  return int_unsigned(t) ? x / (uint64_t)n : (uint64_t)((int64_t)x / n);
+}
+
+static double int_double(weft_dtype_t t, uint64_t x) {
+  return int_unsigned(t) ? (double)x : (double)(int64_t)x;
+}
+
+static uint64_t int_load(weft_dtype_t t, const void *buf, size_t k) {
   const char *p = (const char *)buf + k * weft_dtype_size(t);
-  int8_t i8;
-  uint8_t u8;
-  int32_t i32;
-  int64_t i64;
-  switch (t) {
-  case WEFT_I8: return memcpy(&i8, p, 1), i8;
-  case WEFT_U8: return memcpy(&u8, p, 1), u8;
-  case WEFT_I32: return memcpy(&i32, p, 4), i32;
-  default: return memcpy(&i64, p, 8), i64;
-  }
+  uint64_t v = 0;
+  memcpy(&v, p, weft_dtype_size(t)); /* little-endian: the low bytes */
+  return int_wrap(t, v);
 }
 
-static void int_store(weft_dtype_t t, void *buf, size_t k, int64_t v) {
-  char *p = (char *)buf + k * weft_dtype_size(t);
-  int8_t i8 = (int8_t)v;
-  uint8_t u8 = (uint8_t)v;
-  int32_t i32 = (int32_t)v;
-  switch (t) {
-  case WEFT_I8: memcpy(p, &i8, 1); break;
-  case WEFT_U8: memcpy(p, &u8, 1); break;
-  case WEFT_I32: memcpy(p, &i32, 4); break;
-  default: memcpy(p, &v, 8); break;
-  }
+static void int_store(weft_dtype_t t, void *buf, size_t k, uint64_t v) {
+  memcpy((char *)buf + k * weft_dtype_size(t), &v, weft_dtype_size(t)); /* the low bytes */
 }
 
 /* Fraction bits of t's significand. */
@@ -223,21 +224,20 @@ size_t oracle_check_wide(weft_dtype_t t, weft_op_t op, int nranks, const void *g
   for (size_t k = 0; k < count; k++) {
     size_t i = first + k;
     if (!is_float) { /* wrapping arithmetic is exact in any order: compare exactly */
-      uint64_t acc = (uint64_t)int_wrap(t, wide_bits(0, i, seed));
-      int64_t mm = int_wrap(t, acc);
+      uint64_t acc = int_wrap(t, wide_bits(0, i, seed)), mm = acc;
       for (int r = 1; r < nranks; r++) {
-        int64_t x = int_wrap(t, wide_bits(r, i, seed));
+        uint64_t x = int_wrap(t, wide_bits(r, i, seed));
         if (op == WEFT_PROD)
-          acc *= (uint64_t)x;
+          acc *= x;
         else
-          acc += (uint64_t)x;
-        mm = op == WEFT_MIN ? (x < mm ? x : mm) : (x > mm ? x : mm);
+          acc += x;
+        mm = op == WEFT_MIN ? (int_less(t, x, mm) ? x : mm) : (int_less(t, mm, x) ? x : mm);
       }
-      int64_t w = op == WEFT_MIN || op == WEFT_MAX ? mm : int_wrap(t, acc);
-      if (op == WEFT_AVG) w /= nranks; /* the wrapped sum, divided as C does */
-      int64_t g = int_load(t, got, k);
+      uint64_t w = op == WEFT_MIN || op == WEFT_MAX ? mm : int_wrap(t, acc);
+      if (op == WEFT_AVG) w = int_div(t, w, nranks); /* the wrapped sum, divided as C does */
+      uint64_t g = int_load(t, got, k);
       if (g != w) {
-        *want = (double)w, *have = (double)g, *tol = 0;
+        *want = int_double(t, w), *have = int_double(t, g), *tol = 0;
         return k;
       }
       continue;

@@ -41,6 +41,8 @@ typedef enum {
   WEFT_ERR_IN_PROGRESS = 11 /* asynchronous work has not finished yet (queries) */
 } weft_result_t;
 
+/* Element types. Integer SUM and PROD wrap modulo 2^bits (the signed ones too), MIN and MAX
+ * of unsigned types compare as unsigned, and AVG divides the wrapped sum. */
 typedef enum {
   WEFT_F32 = 0,
   WEFT_F64,
@@ -52,6 +54,8 @@ typedef enum {
   WEFT_I64,
   WEFT_FP8_E4M3,
   WEFT_FP8_E5M2,
+  WEFT_U32, /* u32 and u64 came later: after the others, which keep their values */
+  WEFT_U64,
   WEFT_DTYPE_COUNT
 } weft_dtype_t;
 

@@ -18,6 +18,7 @@ static const struct {
     [WEFT_I8] = {"int8", 1, 0},           [WEFT_U8] = {"uint8", 1, 0},
     [WEFT_I32] = {"int32", 4, 0},         [WEFT_I64] = {"int64", 8, 0},
     [WEFT_FP8_E4M3] = {"fp8_e4m3", 1, 1}, [WEFT_FP8_E5M2] = {"fp8_e5m2", 1, 1},
+    [WEFT_U32] = {"uint32", 4, 0},        [WEFT_U64] = {"uint64", 8, 0},
 };
 
 const char *weft_dtype_name(weft_dtype_t t) {
@@ -155,6 +156,16 @@ double weft_dtype_load(weft_dtype_t t, const void *buf, size_t i) {
   }
   case WEFT_FP8_E4M3: return weft_e4m3_to_f32(*(const uint8_t *)p);
   case WEFT_FP8_E5M2: return weft_e5m2_to_f32(*(const uint8_t *)p);
+  case WEFT_U32: {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+  }
+  case WEFT_U64: {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return (double)v;
+  }
   default: return 0;
   }
 }
@@ -179,7 +190,7 @@ void weft_dtype_store(weft_dtype_t t, void *buf, size_t i, double v) {
     break;
   }
   case WEFT_I8: *(int8_t *)p = (int8_t)v; break;
-  case WEFT_U8: *(uint8_t *)p = (uint8_t)v; break;
+  case WEFT_U8: *(uint8_t *)p = (uint8_t)(int64_t)v; break;
   case WEFT_I32: {
     int32_t x = (int32_t)v;
     memcpy(p, &x, 4);
@@ -192,6 +203,16 @@ void weft_dtype_store(weft_dtype_t t, void *buf, size_t i, double v) {
   }
   case WEFT_FP8_E4M3: *(uint8_t *)p = weft_f32_to_e4m3((float)v); break;
   case WEFT_FP8_E5M2: *(uint8_t *)p = weft_f32_to_e5m2((float)v); break;
+  case WEFT_U32: { /* a negative integer wraps, as in C's unsigned arithmetic */
+    uint32_t x = (uint32_t)(int64_t)v;
+    memcpy(p, &x, 4);
+    break;
+  }
+  case WEFT_U64: {
+    uint64_t x = v < 0 ? (uint64_t)(int64_t)v : (uint64_t)v;
+    memcpy(p, &x, 8);
+    break;
+  }
   default: break;
   }
 }

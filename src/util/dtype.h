@@ -17,7 +17,8 @@ uint8_t weft_f32_to_e4m3(float f);
 float weft_e5m2_to_f32(uint8_t v);
 uint8_t weft_f32_to_e5m2(float f);
 
-/* Element i of buf as double / stored from double (test oracles and AVG scaling). */
+/* Element i of buf as double / stored from double (test oracles and AVG scaling). 64-bit
+ * integers past 2^53 round in the double; a negative value stored in an unsigned type wraps. */
 double weft_dtype_load(weft_dtype_t t, const void *buf, size_t i);
 void weft_dtype_store(weft_dtype_t t, void *buf, size_t i, double v);
 int weft_dtype_is_float(weft_dtype_t t);

@@ -1,5 +1,6 @@
 /* Reduction loops. Signed integer SUM and PROD wrap (computed in unsigned arithmetic) so
- * that overflow is defined and identical on every rank. */
+ * that overflow is defined and identical on every rank; unsigned ones wrap by nature, and
+ * compare (MIN, MAX) and divide (AVG) as unsigned. */
 #include "reduce.h"
 
 #include <stdint.h>
@@ -110,6 +111,8 @@ void weft_reduce_host(weft_dtype_t t, weft_op_t op, void *dst, const void *a, co
   case WEFT_U8: NATIVE(uint8_t, uint8_t); break;
   case WEFT_I32: NATIVE(int32_t, uint32_t); break;
   case WEFT_I64: NATIVE(int64_t, uint64_t); break;
+  case WEFT_U32: NATIVE(uint32_t, uint32_t); break;
+  case WEFT_U64: NATIVE(uint64_t, uint64_t); break;
   default: reduce_small(t, op, dst, a, b, n); break;
   }
 }
@@ -126,6 +129,8 @@ void weft_avg_host(weft_dtype_t t, void *buf, size_t n, int nranks) {
   case WEFT_U8: DIV_LOOP(uint8_t); break;
   case WEFT_I32: DIV_LOOP(int32_t); break;
   case WEFT_I64: DIV_LOOP(int64_t); break;
+  case WEFT_U32: DIV_LOOP(uint32_t); break; /* nranks > 0: unsigned division */
+  case WEFT_U64: DIV_LOOP(uint64_t); break;
   default:
     for (size_t i = 0; i < n; i++)
       weft_dtype_store(t, buf, i, (float)((float)weft_dtype_load(t, buf, i) / (float)nranks));

@@ -225,6 +225,8 @@ __device__ __forceinline__ uint4 reduce_vec_any(int dtype, int op, const uint4 *
   case WEFT_U8: return reduce_vec_op<WEFT_U8>(op, v, nin, nranks);
   case WEFT_I32: return reduce_vec_op<WEFT_I32>(op, v, nin, nranks);
   case WEFT_I64: return reduce_vec_op<WEFT_I64>(op, v, nin, nranks);
+  case WEFT_U32: return reduce_vec_op<WEFT_U32>(op, v, nin, nranks);
+  case WEFT_U64: return reduce_vec_op<WEFT_U64>(op, v, nin, nranks);
   case WEFT_FP8_E4M3: return reduce_vec_op<WEFT_FP8_E4M3>(op, v, nin, nranks);
   case WEFT_FP8_E5M2: return reduce_vec_op<WEFT_FP8_E5M2>(op, v, nin, nranks);
   default: return reduce_vec_op<WEFT_F32>(op, v, nin, nranks);

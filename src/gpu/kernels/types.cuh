@@ -1,5 +1,5 @@
 /* Element types on the device: storage type, accumulation type, and conversions that give
- * the same bits as the host codecs in src/dtype.c (round to nearest even; fp8 saturates),
+ * the same bits as the host codecs in src/util/dtype.c (round to nearest even; fp8 saturates),
  * so host and device reductions of the same inputs agree exactly. */
 #ifndef WEFT_DEVICE_TYPES_CUH
 #define WEFT_DEVICE_TYPES_CUH
@@ -15,9 +15,11 @@ namespace weft {
 __device__ inline int dtype_size(int t) {
   switch (t) {
   case WEFT_F64:
-  case WEFT_I64: return 8;
+  case WEFT_I64:
+  case WEFT_U64: return 8;
   case WEFT_F32:
-  case WEFT_I32: return 4;
+  case WEFT_I32:
+  case WEFT_U32: return 4;
   case WEFT_F16:
   case WEFT_BF16: return 2;
   default: return 1;
@@ -107,6 +109,8 @@ template <> struct Ty<WEFT_I8> : Plain<int8_t, int32_t> {};
 template <> struct Ty<WEFT_U8> : Plain<uint8_t, uint32_t> {};
 template <> struct Ty<WEFT_I32> : Plain<int32_t, int32_t> {};
 template <> struct Ty<WEFT_I64> : Plain<int64_t, int64_t> {};
+template <> struct Ty<WEFT_U32> : Plain<uint32_t, uint32_t> {};
+template <> struct Ty<WEFT_U64> : Plain<uint64_t, uint64_t> {};
 
 template <typename A> struct Unsigned { typedef A U; };
 template <> struct Unsigned<int32_t> { typedef uint32_t U; };
@@ -115,7 +119,8 @@ template <> struct Unsigned<int64_t> { typedef uint64_t U; };
 template <typename A> __device__ inline constexpr bool is_integer() { return (A)1 / (A)2 == (A)0; }
 
 /* The host's MIN_/MAX_ forms, so NaN behaves the same on both. Integers wrap on SUM and
- * PROD (unsigned arithmetic), as on the host. */
+ * PROD (unsigned arithmetic), as on the host; unsigned types (their own Unsigned) compare
+ * as unsigned. */
 template <int DT, int OP>
 __device__ inline typename Ty<DT>::A combine(typename Ty<DT>::A x, typename Ty<DT>::A y) {
   typedef typename Ty<DT>::A A;
@@ -130,7 +135,8 @@ __device__ inline typename Ty<DT>::A combine(typename Ty<DT>::A x, typename Ty<D
   return x + y;
 }
 
-/* AVG as the host does it: the sum in the element type, then divided. */
+/* AVG as the host does it: the sum in the element type, then divided (C's conversions:
+ * u32 and u64 divide as unsigned, the narrower types as int). */
 template <int DT, int OP>
 __device__ inline typename Ty<DT>::S finish(typename Ty<DT>::A acc, int nranks) {
   typedef Ty<DT> T;
