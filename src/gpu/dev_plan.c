@@ -88,9 +88,10 @@ static weft_result_t check_group(const weft_dev_planner_t *d, const weft_task_t 
     weft_coll_t k = tasks[i].args.coll;
     if (k == WEFT_COLL_SEND || k == WEFT_COLL_RECV) {
       if (tasks[i].args.root == d->rank)
-        return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                              "send/recv to this rank itself on a device communicator (use "
-                              "cudaMemcpyAsync)");
+        return weft_set_error(WEFT_ERR_INTERNAL,
+                              "device planner: a send/recv of rank %d to itself (submit.c copies "
+                              "those)",
+                              d->rank);
       continue;
     }
     ++*ncoll;

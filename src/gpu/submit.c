@@ -2,11 +2,13 @@
  * path chosen (copy engines or kernels into windows, a low-latency kernel, or the general
  * one's plan), and one launch (or a few, for many sends and receives) on the caller's stream,
  * with no host synchronisation, so that it can be captured in a CUDA graph. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtype.h"
 #include "err.h"
 #include "gpu.h"
+#include "self_pairs.h"
 #include "window.h"
 
 /* Device buffers only: a host pointer would fault the kernel and poison the context. */
@@ -65,16 +67,11 @@ static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind, int wi
   return (int)((bytes + per - 1) / per);
 }
 
-weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream) {
+static weft_result_t launch(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream,
+                            uint64_t seq) {
   struct weft_dev *d = dev_of(c);
   cudaStream_t s = (cudaStream_t)(void *)stream;
-  weft_dev_poll_error(c); /* the heartbeat thread watches the rest */
-  pthread_mutex_lock(&c->mu);
-  weft_result_t rc = c->async_error;
-  uint64_t seq = ++c->seq;
-  pthread_mutex_unlock(&c->mu);
-  if (rc != WEFT_SUCCESS) return weft_set_error(rc, "communicator failed earlier: %s", c->error);
-  if (atomic_load(&c->aborted)) return weft_set_error(WEFT_ERR_ABORTED, "communicator was aborted");
+  weft_result_t rc = WEFT_SUCCESS;
   int saved = -1, nblocks = 0;
   if (weft_dev_enter(d->device, &saved) != 0)
     return weft_set_error(WEFT_ERR_SYSTEM, "cannot make GPU %d current", d->device);
@@ -88,8 +85,8 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   int windows = ntasks == 1 && d->wins && tasks->algo != WEFT_ALGO_RING;
   if (rc == WEFT_SUCCESS && windows && weft_window_split_allreduce(c, tasks, parts)) {
     weft_dev_leave(d->device, saved);
-    rc = weft_dev_submit(c, &parts[0], 1, stream);
-    return rc != WEFT_SUCCESS ? rc : weft_dev_submit(c, &parts[1], 1, stream);
+    rc = launch(c, &parts[0], 1, stream, seq);
+    return rc != WEFT_SUCCESS ? rc : launch(c, &parts[1], 1, stream, seq);
   }
   if (rc == WEFT_SUCCESS && windows) { /* into a window: copy engines */
     int taken = 0;
@@ -157,4 +154,63 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   }
   weft_dev_leave(d->device, saved);
   return rc;
+}
+
+/* Sends to and receives from the rank itself: every buffer checked and the pairs matched
+ * before anything runs, then the other operations launched, then one device-to-device copy
+ * per pair on the same stream (capturable like the kernels). */
+static weft_result_t launch_with_self(weft_comm_t c, weft_task_t *tasks, int ntasks,
+                                      weft_stream_t stream, uint64_t seq) {
+  struct weft_dev *d = dev_of(c);
+  int *pair = malloc((size_t)ntasks * sizeof *pair), nself = 0, nrest = 0, saved = -1;
+  weft_task_t *rest = malloc((size_t)ntasks * sizeof *rest);
+  weft_result_t rc = WEFT_SUCCESS;
+  if (!pair || !rest) {
+    rc = weft_set_error(WEFT_ERR_NO_MEMORY, "send/recv to itself: out of memory");
+    goto out;
+  }
+  if (weft_dev_enter(d->device, &saved) != 0) {
+    rc = weft_set_error(WEFT_ERR_SYSTEM, "cannot make GPU %d current", d->device);
+    goto out;
+  }
+  rc = check_buffers(c, tasks, ntasks);
+  weft_dev_leave(d->device, saved);
+  if (rc == WEFT_SUCCESS) rc = weft_dev_self_pairs(c->rank, tasks, ntasks, pair, &nself);
+  for (int i = 0; i < ntasks && rc == WEFT_SUCCESS; i++)
+    if (!weft_dev_is_self(c->rank, &tasks[i])) rest[nrest++] = tasks[i];
+  if (rc == WEFT_SUCCESS && nrest) rc = launch(c, rest, nrest, stream, seq);
+  if (rc != WEFT_SUCCESS) goto out;
+  if (weft_dev_enter(d->device, &saved) != 0) {
+    rc = weft_set_error(WEFT_ERR_SYSTEM, "cannot make GPU %d current", d->device);
+    goto out;
+  }
+  for (int i = 0; i < ntasks && rc == WEFT_SUCCESS; i++) {
+    if (pair[i] < 0) continue;
+    size_t bytes = tasks[i].args.count * weft_dtype_size(tasks[i].dtype);
+    cudaError_t e = bytes ? cudaMemcpyAsync(tasks[i].recvbuf, tasks[pair[i]].sendbuf, bytes,
+                                            cudaMemcpyDeviceToDevice, (cudaStream_t)(void *)stream)
+                          : cudaSuccess;
+    if (e != cudaSuccess)
+      rc = weft_set_error(WEFT_ERR_SYSTEM, "copy of a send to itself failed: %s",
+                          cudaGetErrorString(e));
+  }
+  weft_dev_leave(d->device, saved);
+out:
+  free(pair);
+  free(rest);
+  return rc;
+}
+
+weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream) {
+  weft_dev_poll_error(c); /* the heartbeat thread watches the rest */
+  pthread_mutex_lock(&c->mu);
+  weft_result_t rc = c->async_error;
+  uint64_t seq = ++c->seq;
+  pthread_mutex_unlock(&c->mu);
+  if (rc != WEFT_SUCCESS) return weft_set_error(rc, "communicator failed earlier: %s", c->error);
+  if (atomic_load(&c->aborted)) return weft_set_error(WEFT_ERR_ABORTED, "communicator was aborted");
+  for (int i = 0; i < ntasks; i++)
+    if (weft_dev_is_self(c->rank, &tasks[i]))
+      return launch_with_self(c, tasks, ntasks, stream, seq);
+  return launch(c, tasks, ntasks, stream, seq);
 }
