@@ -190,6 +190,9 @@ WEFT_API weft_result_t weft_barrier(weft_comm_t comm, weft_stream_t stream);
  * reported by weft_group_end. */
 WEFT_API weft_result_t weft_group_start(void);
 WEFT_API weft_result_t weft_group_end(void);
+/* Like weft_group_end, but at the outermost level the group's operations are dropped unrun
+ * (nothing was sent, no buffer touched); an inner level just ends. */
+WEFT_API weft_result_t weft_group_discard(void);
 
 /* ---- debugging ---- */
 

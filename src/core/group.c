@@ -53,6 +53,13 @@ weft_result_t weft_group_add(weft_comm_t comm, weft_task_t *task, weft_stream_t 
   return WEFT_SUCCESS;
 }
 
+weft_result_t weft_group_discard(void) {
+  if (grp.depth == 0)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_group_discard without weft_group_start");
+  if (--grp.depth == 0) drop_items();
+  return WEFT_SUCCESS;
+}
+
 weft_result_t weft_group_end(void) {
   if (grp.depth == 0)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_group_end without weft_group_start");

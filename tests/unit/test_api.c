@@ -204,11 +204,34 @@ static void own_threads_leave_the_environment_alone(void **st) {
   unsetenv("WEFT_TIMEOUT_MS");
 }
 
+/* A discarded group runs nothing; the communicator goes on as if it never was. */
+static void discarded_group_runs_nothing(void **st) {
+  (void)st;
+  float s[8], r[8], keep[8];
+  for (int i = 0; i < 8; i++)
+    s[i] = (float)(i + 1);
+  memset(r, 0x5a, sizeof r);
+  memcpy(keep, r, sizeof r);
+  EXPECT_INVALID(weft_group_discard(), "weft_group_discard");
+  assert_int_equal(weft_group_start(), WEFT_SUCCESS);
+  assert_int_equal(weft_group_start(), WEFT_SUCCESS);
+  assert_int_equal(weft_allreduce(s, r, 8, WEFT_F32, WEFT_SUM, comm, NULL), WEFT_SUCCESS);
+  assert_int_equal(weft_group_discard(), WEFT_SUCCESS); /* inner level: just ends */
+  assert_int_equal(weft_send(s, 4, WEFT_F32, 0, comm, NULL), WEFT_SUCCESS);
+  assert_int_equal(weft_recv(r + 4, 4, WEFT_F32, 0, comm, NULL), WEFT_SUCCESS);
+  assert_int_equal(weft_group_discard(), WEFT_SUCCESS);
+  assert_memory_equal(r, keep, sizeof r);
+  EXPECT_INVALID(weft_group_end(), "weft_group_end"); /* the group is over */
+  assert_int_equal(weft_allreduce(s, r, 8, WEFT_F32, WEFT_SUM, comm, NULL), WEFT_SUCCESS);
+  assert_memory_equal(r, s, sizeof r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(bad_arguments_change_nothing),
                                      cmocka_unit_test(bad_init),
                                      cmocka_unit_test(env_init),
                                      cmocka_unit_test(streams),
+                                     cmocka_unit_test(discarded_group_runs_nothing),
                                      cmocka_unit_test(tables),
                                      cmocka_unit_test(docs_list_every_param),
                                      cmocka_unit_test(own_threads_leave_the_environment_alone)};
