@@ -5,18 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expect.h"
 #include "shim.h"
-
-static int failures;
-#define EXPECT(cond, ...)                                                                          \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                              \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-    }                                                                                              \
-  } while (0)
 
 static void dtypes(void) {
   static const struct {
@@ -150,6 +140,6 @@ int main(void) {
   results();
   configs();
   environment();
-  printf("test_map: %d failures\n", failures);
-  return failures ? 1 : 0;
+  printf("test_map: %d failures\n", expect_failures);
+  return expect_failures ? 1 : 0;
 }

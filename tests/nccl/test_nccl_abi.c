@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expect.h"
+
 /* The nccl_device headers (C++ only) declare these; pointers to them are all this test needs. */
 typedef struct {
   int nRanks, rank, stride;
@@ -26,17 +28,6 @@ int ncclTeamRankToLsa(ncclComm_t, team_t, int);
 void ncclResetDebugInitInternal(void);
 /* newer than some 2.28 headers (2.28.3 lacks it) */
 ncclResult_t ncclCommRevoke(ncclComm_t, int);
-
-static int failures;
-#define EXPECT(cond, ...)                                                                          \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                              \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-    }                                                                                              \
-  } while (0)
 
 /* The 53 functions of NCCL 2.28.9's libnccl.so.2 (nm -D --defined-only), each linked. */
 static void every_function_links(void) {
@@ -180,6 +171,6 @@ int main(void) {
     without_a_gpu();
   else
     printf("test_nccl_abi: %d GPUs here: the no-GPU checks skipped\n", ngpu);
-  printf("test_nccl_abi: %d failures\n", failures);
-  return failures ? 1 : 0;
+  printf("test_nccl_abi: %d failures\n", expect_failures);
+  return expect_failures ? 1 : 0;
 }
