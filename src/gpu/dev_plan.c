@@ -60,10 +60,11 @@ int weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, siz
   case WEFT_COLL_ALLTOALLV:
     *in = *out = 0;
     for (size_t p = 0; p < n; p++) {
+      /* an empty block reaches no byte, wherever its displacement points (as in coll.c) */
       if (!weft_extent_fits(a->sdispls[p], a->sendcounts[p], es, &end)) return 0;
-      if (end > *in) *in = end;
+      if (a->sendcounts[p] && end > *in) *in = end;
       if (!weft_extent_fits(a->rdispls[p], a->recvcounts[p], es, &end)) return 0;
-      if (end > *out) *out = end;
+      if (a->recvcounts[p] && end > *out) *out = end;
     }
     break;
   case WEFT_COLL_BROADCAST:
