@@ -77,6 +77,10 @@ if [ "$ngpu" -lt 2 ]; then
     "$b/tests/gpu/test_collectives_gpu" 2 --share
   run sanitizer_memcheck_matrix_share compute-sanitizer --tool memcheck --target-processes all \
     --error-exitcode 9 "$b/tests/gpu/test_collectives_gpu" 2 --share
+  # the API fuzzer's corpus on device communicators (tests/fuzz/replay_device.c)
+  run sanitizer_memcheck_api_corpus compute-sanitizer --tool memcheck --target-processes all \
+    --error-exitcode 9 "$b/tests/fuzz/replay_api_device" --fork tests/fuzz/corpus/api \
+    tests/fuzz/corpus/api_device
   echo "gpu suite (one GPU): $pass passed, $fail failed" | tee -a "$rep"
   pack_logs
   [ "$fail" -eq 0 ]

@@ -1,7 +1,16 @@
 /* Fuzz target: weft's public API on host buffers. Each input is a few steps (one call, or a group
  * of calls) that every rank of a 1-rank, 2-rank shm or 2-rank TCP communicator runs with its own
  * heap arena. A call must be refused with WEFT_ERR_INVALID_ARG leaving every byte as it was, or
- * succeed writing exactly what its contract says inside its own buffers; anything else aborts. */
+ * succeed writing exactly what its contract says inside its own buffers; anything else aborts.
+ *
+ * Built with -DWEFT_FUZZ_DEVICE (replay_api_device, with replay_device.c) the same steps run on
+ * device communicators on GPU 0: 1 rank, and 2 ranks sharing the GPU, as two threads of this
+ * process or (fuzz_device_start(1)) rank 1 in a forked process. Each rank's arena is a
+ * cudaMalloc'd block of the host arena's size (guards included) that mirrors it: copied in
+ * before a step, the calls given device pointers at the same offsets on the rank's own
+ * non-blocking CUDA stream, the stream synchronised, the block copied back, and the host checks
+ * applied. WEFT_ERR_UNSUPPORTED (a group a device communicator does not run) counts as a
+ * refusal that must leave every byte; a violation is reported and counted, not aborted on. */
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -12,6 +21,16 @@
 #include <string.h>
 #include <sys/types.h>
 
+#ifdef WEFT_FUZZ_DEVICE
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fuzz_device.h"
+#endif
 #include "outcome.h"
 #include "weft.h"
 
@@ -35,29 +54,41 @@ typedef struct {
 
 /* ---- the communicators and the rank threads, made on the first input ---- */
 static weft_comm_t comms[NCOMMS][2];
-static weft_stream_t streams[2];
-static pthread_barrier_t go, done;
+static pthread_barrier_t go_b, done_b, *go = &go_b, *done = &done_b;
 static void (*job)(int rank);
 static int ci, n; /* the input's communicator and its size */
-static char env_transport[] = "WEFT_TRANSPORT=auto", env_check[] = "WEFT_CHECK=0";
 static char env_algo[32] = "WEFT_ALGO=auto", env_chunk[32] = "WEFT_CHUNK_BYTES=0";
 static weft_unique_id_t uid;
 static weft_result_t init_rc[2];
+#ifdef WEFT_FUZZ_DEVICE
+static int forked; /* rank 1 runs in a child process: see to_child */
+static void to_child(void), from_child(void);
+#endif
 
 static void *worker(void *arg) {
   int r = (int)(intptr_t)arg;
   for (;;) {
-    pthread_barrier_wait(&go);
+    pthread_barrier_wait(go);
     job(r);
-    pthread_barrier_wait(&done);
+    pthread_barrier_wait(done);
   }
   return NULL;
 }
 static void run_ranks(void (*fn)(int)) {
   job = fn;
-  pthread_barrier_wait(&go);
-  pthread_barrier_wait(&done);
+#ifdef WEFT_FUZZ_DEVICE
+  if (forked) to_child();
+#endif
+  pthread_barrier_wait(go);
+  pthread_barrier_wait(done);
+#ifdef WEFT_FUZZ_DEVICE
+  if (forked) from_child();
+#endif
 }
+
+#ifndef WEFT_FUZZ_DEVICE
+static weft_stream_t streams[2];
+static char env_transport[] = "WEFT_TRANSPORT=auto", env_check[] = "WEFT_CHECK=0";
 static void init_rank(int r) {
   weft_config_t cfg = WEFT_CONFIG_INIT;
   cfg.timeout_ms = 5000; /* a mismatched pair fails instead of hanging */
@@ -73,8 +104,8 @@ static void setup(void) {
   for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
     putenv(fixed[i]);
   putenv(env_transport), putenv(env_check), putenv(env_algo), putenv(env_chunk);
-  pthread_barrier_init(&go, NULL, 3);
-  pthread_barrier_init(&done, NULL, 3);
+  pthread_barrier_init(go, NULL, 3);
+  pthread_barrier_init(done, NULL, 3);
   for (int r = 0; r < 2; r++) {
     pthread_t t;
     pthread_create(&t, NULL, worker, (void *)(intptr_t)r);
@@ -92,6 +123,7 @@ static void setup(void) {
     }
   }
 }
+#endif
 
 /* ---- input decoding ---- */
 typedef struct {
@@ -188,9 +220,10 @@ static void place(call_t *c, int r) {
 }
 
 /* ---- the contract: which calls weft.h says are valid (pointers as the rank passes them) ---- */
-static char *arena[2];
+static char *arena[2];     /* the bytes the checks read */
+static uintptr_t vbase[2]; /* where the rank's pointers start: arena, or its device block's */
 static char *ptr(int r, size_t off) { /* wrapping: offsets of invalid calls may be huge */
-  return off == NUL ? NULL : (char *)((uintptr_t)arena[r] + off);
+  return off == NUL ? NULL : (char *)(vbase[r] + off);
 }
 static int need(const char *p, size_t b) { return !b || p; }
 static int ovl(const char *a, size_t al, const char *b, size_t bl) {
@@ -394,9 +427,8 @@ static weft_result_t issue(call_t *c, int r, int h, weft_stream_t st) {
   return send ? weft_send(s, c->count, t, peer_of(c, r), cm, st)
               : weft_recv(d, c->count, t, peer_of(c, r), cm, st);
 }
-static void step_rank(int r) {
-  if (r >= n) return;
-  weft_stream_t st = use_stream ? streams[r] : NULL;
+/* The step's calls as rank r issues them, on stream st. */
+static void issue_step(int r, weft_stream_t st) {
   for (int g = 0; g < grouped + nested; g++)
     weft_group_start();
   for (int i = 0; i < ncalls; i++) {
@@ -411,10 +443,244 @@ static void step_rank(int r) {
   }
   for (int g = 0; g < 2; g++)
     gend[r][g] = g < grouped + nested ? weft_group_end() : WEFT_SUCCESS;
-  sync_rc[r] = st ? weft_stream_synchronize(st) : WEFT_SUCCESS;
 }
 
-static void fail(const call_t *only, const char *fmt, ...) {
+#ifndef WEFT_FUZZ_DEVICE
+static void step_rank(int r) {
+  if (r >= n) return;
+  weft_stream_t st = use_stream ? streams[r] : NULL;
+  issue_step(r, st);
+  sync_rc[r] = st ? weft_stream_synchronize(st) : WEFT_SUCCESS;
+}
+#else
+/* ---- device mode: the ranks' device blocks, streams, and rank 1's process ---- */
+static cudaStream_t dstream[2];
+static char *dblock[2], *hblock[2]; /* a rank's block of A + 2 * G bytes, and its host image */
+static char why[2][160];            /* what failed on a rank, for the report */
+static fuzz_device_stats_t stats;
+static int started, ready; /* ready: every communicator made */
+
+static weft_result_t cuda_failed(int r, cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return WEFT_SUCCESS;
+  snprintf(why[r], sizeof why[r], "%s: %s", what, cudaGetErrorString(e));
+  return WEFT_ERR_SYSTEM;
+}
+/* host image <-> device block, on the rank's stream, waited for */
+static weft_result_t copy_block(int r, int in) {
+  cudaStream_t s = dstream[r];
+  cudaError_t e = cudaMemcpyAsync(in ? dblock[r] : hblock[r], in ? hblock[r] : dblock[r], A + 2 * G,
+                                  in ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  return cuda_failed(r, e, in ? "copying the arena in" : "copying the arena back");
+}
+/* A device step: arena in, the calls on the rank's CUDA stream, the stream and the
+ * communicator's kernels waited for, arena back. Never the legacy stream nor a device-wide
+ * synchronisation: the other rank's kernels may be waiting for this rank's. */
+static void dev_step_rank(int r) {
+  if (r >= n) return;
+  why[r][0] = 0;
+  weft_result_t rc = copy_block(r, 1), async = WEFT_SUCCESS;
+  issue_step(r, (weft_stream_t)(void *)dstream[r]);
+  weft_result_t e = cuda_failed(r, cudaStreamSynchronize(dstream[r]), "cudaStreamSynchronize");
+  if (weft_comm_get_async_error(comms[ci][r], &async) == WEFT_SUCCESS && async && !why[r][0])
+    snprintf(why[r], sizeof why[r], "the communicator failed: %s",
+             weft_get_last_error(comms[ci][r]));
+  weft_result_t back = copy_block(r, 0);
+  sync_rc[r] = rc ? rc : e ? e : async ? async : back;
+}
+static void dev_alloc_rank(int r) {
+  void *p = NULL;
+  if (r >= n) return;
+  why[r][0] = 0;
+  sync_rc[r] = cuda_failed(r, cudaMalloc(&p, A + 2 * G), "cudaMalloc of the arena");
+  dblock[r] = p;
+}
+static void dev_free_rank(int r) {
+  if (r < n && dblock[r]) cudaFree(dblock[r]);
+  if (r < n) dblock[r] = NULL;
+}
+static void dev_init_rank(int r) {
+  weft_config_t cfg = WEFT_CONFIG_INIT;
+  if (r >= n) return;
+  why[r][0] = 0;
+  cfg.device = 0;
+  cfg.timeout_ms = 60000; /* kernels wait for the peer's; under memcheck that can take long */
+  init_rc[r] = cuda_failed(r, cudaSetDevice(0), "cudaSetDevice(0)");
+  if (!init_rc[r] && !dstream[r])
+    init_rc[r] = cuda_failed(r, cudaStreamCreateWithFlags(&dstream[r], cudaStreamNonBlocking),
+                             "cudaStreamCreateWithFlags");
+  if (!init_rc[r]) init_rc[r] = weft_comm_init(&comms[ci][r], n, uid, r, &cfg);
+  if (init_rc[r] && !why[r][0]) snprintf(why[r], sizeof why[r], "%s", weft_get_last_error(NULL));
+}
+static void dev_destroy_rank(int r) {
+  if (r < n && comms[ci][r]) weft_comm_destroy(comms[ci][r]);
+  if (r < n) comms[ci][r] = NULL;
+}
+static void dev_idle_rank(int r) { (void)r; }
+
+/* With rank 1 in a child process, what its step reads goes to it through shared memory before
+ * the go barrier, and what it wrote comes back after the done barrier (the barriers are
+ * process-shared there). Its host image is in that memory too. */
+typedef struct {
+  pthread_barrier_t go, done;
+  void (*job)(int rank); /* the same address in the child: forked, not exec'd */
+  int quit, ci, n, ncalls, grouped, nested;
+  size_t A;
+  call_t calls[MAXCALLS];
+  weft_unique_id_t uid;
+  char algo[32], chunk[32];
+  weft_result_t rc[MAXCALLS][3], gend[2], sync_rc, init_rc; /* back from rank 1 */
+  char msg[MAXCALLS][160], why[160];
+  uintptr_t dblock;
+  char host[2][MAXA + 2 * G]; /* both ranks' host images */
+} shared_t;
+static shared_t *S;
+static pid_t child;
+static pthread_t watcher;
+
+static void to_child(void) {
+  S->job = job, S->ci = ci, S->n = n, S->ncalls = ncalls, S->grouped = grouped;
+  S->nested = nested, S->A = A, S->uid = uid;
+  memcpy(S->calls, calls, sizeof calls);
+  memcpy(S->algo, env_algo, sizeof env_algo), memcpy(S->chunk, env_chunk, sizeof env_chunk);
+}
+static void from_child(void) {
+  for (int i = 0; i < MAXCALLS; i++) {
+    memcpy(calls[i].rc[1], S->rc[i], sizeof S->rc[i]);
+    memcpy(msg[i][1], S->msg[i], sizeof S->msg[i]);
+  }
+  memcpy(gend[1], S->gend, sizeof S->gend);
+  sync_rc[1] = S->sync_rc, init_rc[1] = S->init_rc;
+  memcpy(why[1], S->why, sizeof S->why);
+  dblock[1] = (char *)S->dblock; /* its address there: only ever used as a number here */
+}
+/* Rank 1's process: the worker loop, with the step copied in and the results out. */
+static void child_main(pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);
+  for (;;) {
+    pthread_barrier_wait(go);
+    job = S->job, ci = S->ci, n = S->n, ncalls = S->ncalls, grouped = S->grouped;
+    nested = S->nested, A = S->A, uid = S->uid;
+    vbase[1] = (uintptr_t)dblock[1] + G; /* as the parent computed it from S->dblock */
+    memcpy(calls, S->calls, sizeof calls);
+    memcpy(env_algo, S->algo, sizeof env_algo), memcpy(env_chunk, S->chunk, sizeof env_chunk);
+    job(1);
+    for (int i = 0; i < MAXCALLS; i++) {
+      memcpy(S->rc[i], calls[i].rc[1], sizeof S->rc[i]);
+      memcpy(S->msg[i], msg[i][1], sizeof S->msg[i]);
+    }
+    memcpy(S->gend, gend[1], sizeof S->gend);
+    S->sync_rc = sync_rc[1], S->init_rc = init_rc[1], S->dblock = (uintptr_t)dblock[1];
+    memcpy(S->why, why[1], sizeof S->why);
+    int quit = S->quit;
+    pthread_barrier_wait(done);
+    if (quit) {
+      fflush(NULL);
+      _exit(0);
+    }
+  }
+}
+
+/* Rank 1's process ending before it is told to would leave this one at a barrier for good. */
+static void *watch_child(void *arg) {
+  int st = 0;
+  (void)arg;
+  if (waitpid(child, &st, 0) == child && !S->quit) {
+    fprintf(stderr, "replay_api_device: rank 1's process ended (%s %d) during input %ld\n",
+            WIFSIGNALED(st) ? "signal" : "exit status",
+            WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), stats.inputs);
+    _exit(1);
+  }
+  return NULL;
+}
+
+int fuzz_device_start(int fork_rank1) {
+  static char ifaddr[] = "WEFT_SOCKET_IFADDR=127.0.0.1";
+  pthread_barrierattr_t ba;
+  if (started) return 0;
+  S = mmap(NULL, sizeof *S, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (S == MAP_FAILED) {
+    perror("fuzz_api: mmap");
+    return -1;
+  }
+  go = &S->go, done = &S->done;
+  pthread_barrierattr_init(&ba);
+  pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+  pthread_barrier_init(go, &ba, 3);
+  pthread_barrier_init(done, &ba, 3);
+  putenv(ifaddr), putenv(env_algo), putenv(env_chunk);
+  for (int r = 0; r < 2; r++)
+    hblock[r] = S->host[r];
+  /* before anything initialises CUDA: a child cannot use a context its parent made */
+  forked = fork_rank1;
+  if (forked) {
+    pid_t parent = getpid();
+    fflush(NULL);
+    child = fork();
+    if (child == 0) child_main(parent);
+    if (child < 0) {
+      perror("fuzz_api: fork");
+      return -1;
+    }
+    pthread_create(&watcher, NULL, watch_child, NULL);
+  }
+  for (int r = 0; r < (forked ? 1 : 2); r++) {
+    pthread_t t;
+    pthread_create(&t, NULL, worker, (void *)(intptr_t)r);
+  }
+  started = 1;
+  int ndev = 0;
+  cudaError_t e = cudaGetDeviceCount(&ndev);
+  if (e != cudaSuccess || ndev < 1) {
+    fprintf(stderr,
+            "replay_api_device: no usable CUDA device here (%s); the device replay needs "
+            "a GPU\n",
+            e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    fuzz_device_stop();
+    return -1;
+  }
+  for (ci = 0; ci < 2; ci++) { /* 0: 1 rank; 1: 2 ranks, both on GPU 0 */
+    n = ci + 1;
+    if (weft_get_unique_id(&uid)) {
+      fprintf(stderr, "fuzz_api: weft_get_unique_id: %s\n", weft_get_last_error(NULL));
+      fuzz_device_stop();
+      return -1;
+    }
+    run_ranks(dev_init_rank);
+    for (int r = 0; r < n; r++)
+      if (init_rc[r]) {
+        fprintf(stderr, "fuzz_api: cannot make the %d-rank device communicator (rank %d): %s\n", n,
+                r, why[r]);
+        fuzz_device_stop();
+        return -1;
+      }
+  }
+  ready = 1;
+  return 0;
+}
+
+void fuzz_device_stop(void) {
+  if (!started) return;
+  if (ready && !stats.violations) /* a violation may have left a communicator failed */
+    for (ci = 1; ci >= 0; ci--) {
+      n = ci + 1;
+      if (comms[ci][0]) run_ranks(dev_destroy_rank);
+    }
+  if (forked) {
+    S->quit = 1;
+    run_ranks(dev_idle_rank);
+    pthread_join(watcher, NULL);
+  }
+  started = ready = 0;
+}
+
+void fuzz_device_stats(fuzz_device_stats_t *out) { *out = stats; }
+#endif
+
+/* Reports a violation: aborts on host buffers (libFuzzer keeps the input); counts it in device
+ * mode, where the replay goes on with the next input. Returns 1 for check's return. */
+static int fail(const call_t *only, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "fuzz_api: ");
@@ -431,7 +697,12 @@ static void fail(const call_t *only, const char *fmt, ...) {
               c->arr[r][1][1], c->arr[r][2][0], c->arr[r][2][1], c->arr[r][3][0], c->arr[r][3][1]);
   }
   fprintf(stderr, "\n  on %d rank(s), arena %zu bytes, %s\n", n, A, grouped ? "grouped" : "alone");
+#ifdef WEFT_FUZZ_DEVICE
+  stats.violations++;
+  return 1;
+#else
   abort();
+#endif
 }
 
 /* Which ranks issue the call: all when the contract says the same on every rank; else only
@@ -456,36 +727,78 @@ static void prepare(call_t *c) {
   if (unfit) memset(c->issued, 0, sizeof c->issued);
 }
 
-static void check(char **base) {
-  int conflict = 0;
+/* A device communicator may refuse what it does not run (a group of more than 2 alltoallv) with
+ * WEFT_ERR_UNSUPPORTED: a refusal like WEFT_ERR_INVALID_ARG, nothing may change. */
+static int unsupported(weft_result_t rc) {
+#ifdef WEFT_FUZZ_DEVICE
+  return rc == WEFT_ERR_UNSUPPORTED;
+#else
+  (void)rc;
+  return 0;
+#endif
+}
+
+/* 0, or 1 after fail has reported a violation (device mode: it does not abort). */
+static int check(char **base) {
+  int conflict = 0, refused[2] = {0, 0}, acc[MAXCALLS] = {0}, uns[MAXCALLS] = {0};
   inexact = unfit = 0; /* unfit: left by prepare's dry runs */
+#ifdef WEFT_FUZZ_DEVICE
+  for (int r = 0; r < n; r++) /* copies, stream, kernels: nothing else is worth checking */
+    if (sync_rc[r])
+      return fail(ncalls == 1 ? calls : NULL, "rank %d: %s (%s)", r, why[r],
+                  fuzz_result_name(sync_rc[r]));
+#endif
+  for (int r = 0; r < n; r++) { /* a whole group refused: every call in it did nothing */
+    for (int g = 0; g < 2; g++)
+      refused[r] |= unsupported(gend[r][g]);
+    if (refused[r] != refused[0])
+      return fail(NULL, "the group was refused with WEFT_ERR_UNSUPPORTED on rank %d only",
+                  refused[0] ? 0 : r);
+  }
   for (int r = 0; r < n; r++) {
     memcpy(E[r], P[r], A);
     memset(wm[r], 0, A), memset(rm[r], 0, A);
   }
   for (int i = 0; i < ncalls; i++) {
     call_t *c = &calls[i];
-    int accepted = 1;
+    int accepted = 1, un[2] = {0, 0};
     for (int r = 0; r < n; r++) {
       for (int h = 0; h < halves(c); h++) {
         weft_result_t want = c->pred[r][h] ? WEFT_SUCCESS : WEFT_ERR_INVALID_ARG;
         accepted &= c->issued[r][h] && c->pred[r][h];
+        if (c->issued[r][h] && c->pred[r][h] && unsupported(c->rc[r][h])) {
+          un[r] = 1;
+          continue;
+        }
         if (c->issued[r][h] && c->rc[r][h] != want)
-          fail(c, "%s half %d on rank %d returned %s where the contract says %s (%s)",
-               kname[c->kind], h, r, fuzz_result_name(c->rc[r][h]), fuzz_result_name(want),
-               c->rc[r][h] ? msg[i][r] : "");
+          return fail(c, "%s half %d on rank %d returned %s where the contract says %s (%s)",
+                      kname[c->kind], h, r, fuzz_result_name(c->rc[r][h]), fuzz_result_name(want),
+                      c->rc[r][h] ? msg[i][r] : "");
       }
-      if (c->rc[r][2] || memcmp(keep[i][r], c->arr[r], sizeof keep[i][r]))
-        fail(c, "%s on rank %d: group_end %s, or the count arrays changed", kname[c->kind], r,
-             fuzz_result_name(c->rc[r][2]));
+      un[r] |= unsupported(c->rc[r][2]);
+      if ((c->rc[r][2] && !unsupported(c->rc[r][2])) ||
+          memcmp(keep[i][r], c->arr[r], sizeof keep[i][r]))
+        return fail(c, "%s on rank %d: group_end %s, or the count arrays changed", kname[c->kind],
+                    r, fuzz_result_name(c->rc[r][2]));
     }
-    if (accepted) model(c, i);
+    if (accepted) { /* issued on every rank: refused as unsupported on all or none */
+      for (int r = 0; r < n; r++)
+        un[r] |= refused[r];
+      for (int r = 1; r < n; r++)
+        if (un[r] != un[0])
+          return fail(c, "%s refused with WEFT_ERR_UNSUPPORTED on rank %d only", kname[c->kind],
+                      un[0] ? 0 : r);
+    }
+    uns[i] = un[0] || un[1];
+    acc[i] = accepted && !uns[i];
+    if (acc[i]) model(c, i);
   }
   for (int r = 0; r < n; r++)
-    if (gend[r][0] || gend[r][1] || sync_rc[r])
-      fail(ncalls == 1 ? calls : NULL, "rank %d: group_end %s %s, stream_synchronize %s", r,
-           fuzz_result_name(gend[r][0]), fuzz_result_name(gend[r][1]),
-           fuzz_result_name(sync_rc[r]));
+    if ((gend[r][0] && !unsupported(gend[r][0])) || (gend[r][1] && !unsupported(gend[r][1])) ||
+        sync_rc[r])
+      return fail(ncalls == 1 ? calls : NULL, "rank %d: group_end %s %s, stream_synchronize %s", r,
+                  fuzz_result_name(gend[r][0]), fuzz_result_name(gend[r][1]),
+                  fuzz_result_name(sync_rc[r]));
   /* Calls of one group that write what another reads or writes have no defined result. */
   for (int r = 0; r < n; r++)
     for (size_t j = 0; j < A; j++)
@@ -493,8 +806,8 @@ static void check(char **base) {
   for (int r = 0; r < n; r++) {
     for (size_t j = 0; j < G; j++)
       if ((uint8_t)base[r][j] != CANARY || (uint8_t)arena[r][A + j] != CANARY)
-        fail(ncalls == 1 ? calls : NULL, "rank %d: guard byte %s the arena overwritten", r,
-             (uint8_t)base[r][j] != CANARY ? "before" : "after");
+        return fail(ncalls == 1 ? calls : NULL, "rank %d: guard byte %s the arena overwritten", r,
+                    (uint8_t)base[r][j] != CANARY ? "before" : "after");
     for (size_t j = 0; j < A; j++) {
       int exact = !conflict && !inexact;
       uint8_t got = (uint8_t)arena[r][j];
@@ -502,12 +815,31 @@ static void check(char **base) {
       const call_t *c = calls;
       for (int i = 0; i < ncalls; i++) /* name the call that wrote there, if one did */
         if (wm[r][j] & (0x11 << i)) c = &calls[i];
-      fail(ncalls == 1 || wm[r][j] ? c : NULL,
-           "rank %d: arena byte %zu is %#x, expected %#x (before: %#x, %s; %d call(s) in the step)",
-           r, j, got, exact ? E[r][j] : P[r][j], P[r][j],
-           wm[r][j] ? "inside the call's output" : "outside every accepted call's output", ncalls);
+      return fail(
+          ncalls == 1 || wm[r][j] ? c : NULL,
+          "rank %d: arena byte %zu is %#x, expected %#x (before: %#x, %s; %d call(s) in the step)",
+          r, j, got, exact ? E[r][j] : P[r][j], P[r][j],
+          wm[r][j] ? "inside the call's output" : "outside every accepted call's output", ncalls);
     }
   }
+#ifdef WEFT_FUZZ_DEVICE
+  for (int i = 0; i < ncalls; i++) {
+    int any = 0;
+    for (int r = 0; r < n; r++)
+      any |= calls[i].issued[r][0] || calls[i].issued[r][1];
+    if (!any)
+      stats.skipped++;
+    else if (acc[i])
+      stats.accepted++;
+    else if (uns[i])
+      stats.refused_unsupported++;
+    else
+      stats.refused_invalid++;
+  }
+#else
+  (void)acc, (void)uns;
+#endif
+  return 0;
 }
 
 static int put(char *out, size_t len, size_t *o, const char *fmt, ...) {
@@ -556,20 +888,46 @@ static const char *const chunks[4] = {"0", "16", "256", "4096"};
  * 3-4 WEFT_CHUNK_BYTES, 5 host stream, 6 group, 7 nested group), a call count for groups,
  * and the calls (see decode). */
 void fuzz_outcome(const uint8_t *data, size_t size, char *out, size_t len) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
   snprintf(out, len, "skip");
   if (size > 4096) return;
+#ifdef WEFT_FUZZ_DEVICE
+  if (!ready && fuzz_device_start(0) != 0) exit(1);
+#else
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, setup);
+#endif
   in_t in = {data, size};
   ci = u8(&in) % NCOMMS, n = ci ? 2 : 1;
   A = 64 + u16(&in) % (MAXA - 63);
   char *base[2];
+  size_t o = 0;
+#ifdef WEFT_FUZZ_DEVICE
+  int tcp = ci == 2;
+  ci = ci ? 1 : 0; /* no TCP variant: its calls run on the 2-rank device communicator */
+  stats.inputs++;
+  put(out, len, &o, "%s:",
+      ci == 0 ? "1 rank dev"
+      : tcp   ? "2 ranks dev (tcp input)"
+              : "2 ranks dev");
+  run_ranks(dev_alloc_rank);
+  for (int r = 0; r < n; r++) {
+    base[r] = hblock[r], arena[r] = base[r] + G;
+    vbase[r] = (uintptr_t)dblock[r] + G; /* offsets past the block stay outside it there too */
+    if (sync_rc[r]) {
+      fprintf(stderr, "fuzz_api: rank %d: %s\n", r, why[r]);
+      stats.violations++;
+      put(out, len, &o, " VIOLATION (no arena)");
+      in.n = 0; /* no step */
+    }
+  }
+#else
   for (int r = 0; r < n; r++) {
     if (!(base[r] = malloc(A + 2 * G))) abort();
     arena[r] = base[r] + G;
+    vbase[r] = (uintptr_t)arena[r];
   }
-  size_t o = 0;
   put(out, len, &o, "%s:", ci == 0 ? "1 rank" : ci == 1 ? "2 ranks shm" : "2 ranks tcp");
+#endif
   for (int step = 0; step < MAXSTEPS && in.n; step++) {
     uint8_t h = u8(&in);
     use_stream = h >> 5 & 1, grouped = h >> 6 & 1, nested = grouped && h >> 7;
@@ -595,17 +953,32 @@ void fuzz_outcome(const uint8_t *data, size_t size, char *out, size_t len) {
       prepare(&calls[i]);
     snprintf(env_algo + 10, sizeof env_algo - 10, "%s", algos[h & 7]);
     snprintf(env_chunk + 17, sizeof env_chunk - 17, "%s", chunks[h >> 3 & 3]);
+#ifdef WEFT_FUZZ_DEVICE
+    run_ranks(dev_step_rank); /* the host stream bit (use_stream) has no meaning there */
+    stats.steps++;
+#else
     run_ranks(step_rank);
-    check(base);
+#endif
+    int bad = check(base);
     put(out, len, &o, "%s%s", step ? "; " : " ", grouped ? "group(" : "");
     for (int i = 0; i < ncalls; i++) {
       if (i) put(out, len, &o, ", ");
       describe(&calls[i], out, len, &o);
     }
     put(out, len, &o, "%s", grouped ? ")" : "");
+    if (grouped && (unsupported(gend[0][0]) || unsupported(gend[0][1])))
+      put(out, len, &o, " refuse %s", fuzz_result_name(WEFT_ERR_UNSUPPORTED));
+    if (bad) {
+      put(out, len, &o, " VIOLATION");
+      break;
+    }
   }
+#ifdef WEFT_FUZZ_DEVICE
+  run_ranks(dev_free_rank);
+#else
   for (int r = 0; r < n; r++)
     free(base[r]);
+#endif
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
