@@ -3,7 +3,8 @@
 # PyTorch's libtorch_cuda.so imports and the wheel's libnccl.so.2 exports against what ours
 # exports; tests/nccl/test_nccl_abi with a GPU present; test_nccl_gpu (every collective, dtype
 # and op through nccl.h against exact oracles, groups, graphs, split, non-blocking init,
-# abort) with 2 and 3 ranks sharing one GPU, and under compute-sanitizer memcheck; then
+# abort) with 2 and 3 ranks sharing one GPU, and under compute-sanitizer memcheck; what weft
+# does not serve (two hosts, nine ranks) refused on every rank with a message; then
 # PyTorch through LD_PRELOAD (scripts/gpu/nccl_torch.sh).
 # usage: scripts/gpu/nccl_suite.sh OUT [BUILD] [--no-torch]   (BUILD made with -Dcuda=enabled)
 set -uo pipefail
@@ -17,6 +18,7 @@ if [ ! -x "$b/tests/nccl/test_nccl_gpu" ]; then
   { meson setup "$b" -Dcuda=enabled -Dmpi=disabled || meson setup --reconfigure "$b"; } \
     > "$out/build.log" 2>&1 &&
     ninja -C "$b" src/nccl/libnccl.so.2.28.9 tests/nccl/test_nccl_abi tests/nccl/test_nccl_gpu \
+      tests/nccl/test_nccl_refuse \
       >> "$out/build.log" 2>&1 || { echo "build failed"; tail -30 "$out/build.log"; exit 1; }
 fi
 rep="$out/nccl_suite.txt"
@@ -47,11 +49,12 @@ run() { # name, command...
   else
     fail=$((fail + 1)); echo "FAIL $name ($((SECONDS - t0)) s)" | tee -a "$rep"; tail -15 "$out/$name.log"
   fi
-  grep -E "passed|failures" "$out/$name.log" | tail -3 >> "$rep"
+  grep -E "passed|failures|PASS|FAIL" "$out/$name.log" | tail -12 >> "$rep"
 }
 run nccl_abi_gpu "$b/tests/nccl/test_nccl_abi"
 run nccl_gpu_2_share "$b/tests/nccl/test_nccl_gpu" 2 --share
 run nccl_gpu_3_share "$b/tests/nccl/test_nccl_gpu" 3 --share
+run nccl_refuse "$b/tests/nccl/test_nccl_refuse"
 run nccl_gpu_2_share_memcheck compute-sanitizer --tool memcheck --target-processes all \
   --error-exitcode 9 "$b/tests/nccl/test_nccl_gpu" 2 --share
 if [ "$torch" = 1 ]; then

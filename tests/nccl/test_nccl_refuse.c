@@ -1,0 +1,80 @@
+/* What weft cannot serve fails ncclCommInitRank on every rank with ncclInvalidUsage and a
+ * message, in bounded time, never a crash or a hang: ranks on two hosts (faked with
+ * WEFT_HOSTID, all on GPU 0), and more ranks than a device communicator takes (9 on GPU 0).
+ * Device machine only (suite gpu). usage: test_nccl_refuse */
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* One rank: init must fail with ncclInvalidUsage, naming why (want), within 60 s. */
+static int rank_main(int rank, int n, ncclUniqueId id, int fake_hosts, const char *want) {
+  char host[32];
+  if (fake_hosts) {
+    snprintf(host, sizeof host, "fakehost%d", rank);
+    setenv("WEFT_HOSTID", host, 1);
+  }
+  if (cudaSetDevice(0) != cudaSuccess) {
+    printf("%d FAIL setup: no GPU\n", rank);
+    return 1;
+  }
+  ncclComm_t comm = (ncclComm_t)1;
+  double t0 = now_s();
+  ncclResult_t r = ncclCommInitRank(&comm, n, id, rank);
+  double dt = now_s() - t0;
+  const char *msg = ncclGetLastError(NULL);
+  int ok = r == ncclInvalidUsage && comm == NULL && strstr(msg, want) && dt < 60;
+  printf("%d %s %s: %s after %.1f s: %s\n", rank, ok ? "PASS" : "FAIL",
+         fake_hosts ? "two hosts" : "nine ranks", ncclGetErrorString(r), dt, msg);
+  if (r == ncclSuccess) ncclCommDestroy(comm);
+  return ok ? 0 : 1;
+}
+
+/* Forks n ranks sharing one fresh id; 0 when all passed within 120 s. */
+static int run(int n, int fake_hosts, const char *want) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
+  pid_t pid[16];
+  for (int r = 0; r < n; r++) {
+    pid[r] = fork();
+    if (pid[r] == 0) _exit(rank_main(r, n, id, fake_hosts, want));
+  }
+  int bad = 0;
+  double end = now_s() + 120;
+  for (int left = n; left > 0;) {
+    int st = 0;
+    pid_t p = waitpid(-1, &st, WNOHANG);
+    if (p > 0) {
+      left--;
+      bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    } else if (now_s() > end) {
+      printf("FAIL: ranks still running after 120 s\n");
+      for (int r = 0; r < n; r++)
+        kill(pid[r], SIGKILL);
+      while (wait(NULL) > 0) {}
+      return 1;
+    } else {
+      usleep(10000);
+    }
+  }
+  return bad;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  int bad = run(2, 1, "one host");
+  bad += run(9, 0, "at most 8 ranks");
+  printf("test_nccl_refuse: %s\n", bad ? "FAILED" : "ok");
+  return bad ? 1 : 0;
+}
