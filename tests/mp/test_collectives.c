@@ -36,6 +36,7 @@ typedef struct {
   int staged_on; /* GPU build: the rank (+ 1) that alone asks for host-staged regions */
   int runs, failures, refused;
   int rank, n;
+  unsigned dtypes; /* bit t set: dtype t runs (WEFT_TEST_DTYPES, else all) */
   weft_comm_t comm;
   /* Shared with the parent, which compares them once every rank is done: the hash of each
    * allreduce's result per (rank, case seed), 0 when none, and rank 0's case names. */
@@ -449,7 +450,7 @@ static int rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
     int reduces = kind == AR || kind == RS || kind == RD;
     for (int a = 0; ALGOS[kind][a]; a++)
       for (int t = 0; t < WEFT_DTYPE_COUNT; t++)
-        for (int op = 0; op < (reduces ? WEFT_OP_COUNT : 1); op++) {
+        for (int op = 0; op < (!(c.dtypes >> t & 1) ? 0 : reduces ? WEFT_OP_COUNT : 1); op++) {
           case_t k = {
               .kind = kind, .algo = ALGOS[kind][a], .t = (weft_dtype_t)t, .op = (weft_op_t)op};
           for (size_t ci = 0; ci < NCOUNTS; ci++)
@@ -543,6 +544,21 @@ int main(int argc, char **argv) {
       c.staged_on = atoi(argv[i] + 17) + 1;
     else
       setenv("WEFT_TRANSPORT", argv[i], 1);
+  }
+  /* WEFT_TEST_DTYPES=int32,half,...: those types only. The TSan build runs a few: races do
+   * not depend on the element type, and the plain and ASan builds run them all. */
+  const char *only = getenv("WEFT_TEST_DTYPES");
+  if (only && !*only) only = NULL; /* set but empty: all */
+  for (int t = 0; t < WEFT_DTYPE_COUNT; t++) {
+    const char *name = weft_dtype_name((weft_dtype_t)t), *at = only ? strstr(only, name) : NULL;
+    size_t len = strlen(name);
+    while (at && !((at == only || at[-1] == ',') && (at[len] == ',' || at[len] == 0)))
+      at = strstr(at + 1, name);
+    if (!only || at) c.dtypes |= 1u << t;
+  }
+  if (!c.dtypes) {
+    fprintf(stderr, "WEFT_TEST_DTYPES=%s names no type\n", only);
+    return 2;
   }
   /* shared, so that it outlives the ranks; zeroed: no results yet */
   size_t ibytes = (size_t)n * SLOTS * sizeof *c.ident + (size_t)SLOTS * DESC;
