@@ -49,45 +49,40 @@ static void flush_frees(void) {
   grp.nfrees = grp.cap = 0;
 }
 
-static ncclResult_t premul_on(const shim_premul_t *p, const void **send, size_t count,
-                              weft_dtype_t dt, size_t bytes, cudaStream_t s, void **tmp);
-
 /* The scaled copy of count elements of send that a PreMulSum sums, in a new stream-ordered
- * buffer (*tmp): the caller's buffers stay as they were if weft then refuses the call. */
+ * buffer (*tmp): the caller's buffers stay as they were if weft then refuses the call. It is
+ * made on the comm's GPU, whichever is the caller's current one. */
 static ncclResult_t premul_input(int device, const shim_premul_t *p, const void **send,
                                  size_t count, weft_dtype_t dt, cudaStream_t s, void **tmp) {
   size_t es = weft_dtype_size(dt), bytes = count * es;
+  ncclResult_t r = ncclSuccess;
   *tmp = NULL;
   if (!count) return ncclSuccess;
   if (bytes / es != count)
     return shim_error(ncclInvalidArgument, "PreMulSum: count %zu overflows", count);
-  /* on the comm's GPU, whichever is the caller's current one */
   int saved = device;
   cudaGetDevice(&saved);
   if (saved != device) cudaSetDevice(device);
-  ncclResult_t r = premul_on(p, send, count, dt, bytes, s, tmp);
-  if (saved != device) cudaSetDevice(saved);
-  return r;
-}
-
-static ncclResult_t premul_on(const shim_premul_t *p, const void **send, size_t count,
-                              weft_dtype_t dt, size_t bytes, cudaStream_t s, void **tmp) {
   cudaError_t e = cudaMallocAsync(tmp, bytes, s);
   if (e != cudaSuccess) {
     cudaGetLastError();
     *tmp = NULL;
-    return shim_error(ncclUnhandledCudaError, "PreMulSum: a %zu-byte buffer: %s", bytes,
-                      cudaGetErrorString(e));
+    r = shim_error(ncclUnhandledCudaError, "PreMulSum: a %zu-byte buffer: %s", bytes,
+                   cudaGetErrorString(e));
+    goto out;
   }
   int k = shim_premul_launch(*tmp, *send, count, (int)dt, p, s);
   if (k != 0) {
     give_back(*tmp, s);
     *tmp = NULL;
-    return shim_error(ncclUnhandledCudaError, "PreMulSum: scaling kernel: %s",
-                      cudaGetErrorString((cudaError_t)k));
+    r = shim_error(ncclUnhandledCudaError, "PreMulSum: scaling kernel: %s",
+                   cudaGetErrorString((cudaError_t)k));
+    goto out;
   }
   *send = *tmp;
-  return ncclSuccess;
+out:
+  if (saved != device) cudaSetDevice(saved);
+  return r;
 }
 
 typedef struct {
@@ -95,6 +90,7 @@ typedef struct {
   weft_dtype_t dt;
   weft_op_t op;
   shim_premul_t premul;
+  void *tmp; /* PreMulSum's scaled input, given back by finish */
 } call_t;
 
 static ncclResult_t prepare(call_t *c, ncclComm_t comm, ncclDataType_t dtype, int reduces,
@@ -104,7 +100,21 @@ static ncclResult_t prepare(call_t *c, ncclComm_t comm, ncclDataType_t dtype, in
   c->comm = comm;
   c->op = WEFT_SUM;
   c->premul.used = 0;
+  c->tmp = NULL;
   if (r == ncclSuccess && reduces) r = shim_op(comm, op, dtype, fn, &c->op, &c->premul);
+  return r;
+}
+
+/* With a PreMulSum op, *send becomes the scaled copy of its count elements (c->tmp). */
+static ncclResult_t scale_input(call_t *c, const void **send, size_t count, cudaStream_t s) {
+  if (!c->premul.used) return ncclSuccess;
+  return premul_input(c->comm->device, &c->premul, send, count, c->dt, s, &c->tmp);
+}
+
+/* The call's result; the scaled copy goes back after the operation that reads it. */
+static ncclResult_t finish(call_t *c, weft_result_t w, cudaStream_t s) {
+  ncclResult_t r = shim_result(w);
+  if (c->tmp) free_after(c->tmp, s);
   return r;
 }
 
@@ -114,14 +124,9 @@ NCCL_EXPORT(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, s
             ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   call_t c;
   ncclResult_t r = prepare(&c, comm, datatype, 1, op, "ncclAllReduce");
-  if (r != ncclSuccess) return r;
-  void *tmp = NULL;
-  if (c.premul.used &&
-      (r = premul_input(comm->device, &c.premul, &sendbuff, count, c.dt, stream, &tmp)))
-    return r;
-  r = shim_result(weft_allreduce(sendbuff, recvbuff, count, c.dt, c.op, comm->w, WS(stream)));
-  if (tmp) free_after(tmp, stream);
-  return r;
+  if (r != ncclSuccess || (r = scale_input(&c, &sendbuff, count, stream))) return r;
+  return finish(&c, weft_allreduce(sendbuff, recvbuff, count, c.dt, c.op, comm->w, WS(stream)),
+                stream);
 }
 
 NCCL_EXPORT(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
@@ -129,17 +134,13 @@ NCCL_EXPORT(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuf
   call_t c;
   ncclResult_t r = prepare(&c, comm, datatype, 1, op, "ncclReduceScatter");
   if (r != ncclSuccess) return r;
-  void *tmp = NULL;
   size_t all = recvcount * (size_t)comm->nranks;
   if (comm->nranks && all / (size_t)comm->nranks != recvcount)
     return shim_error(ncclInvalidArgument, "ncclReduceScatter: recvcount %zu overflows", recvcount);
-  if (c.premul.used &&
-      (r = premul_input(comm->device, &c.premul, &sendbuff, all, c.dt, stream, &tmp)))
-    return r;
-  r = shim_result(
-      weft_reduce_scatter(sendbuff, recvbuff, recvcount, c.dt, c.op, comm->w, WS(stream)));
-  if (tmp) free_after(tmp, stream);
-  return r;
+  if ((r = scale_input(&c, &sendbuff, all, stream))) return r;
+  return finish(&c,
+                weft_reduce_scatter(sendbuff, recvbuff, recvcount, c.dt, c.op, comm->w, WS(stream)),
+                stream);
 }
 
 NCCL_EXPORT(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count,
@@ -147,14 +148,9 @@ NCCL_EXPORT(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size
             cudaStream_t stream) {
   call_t c;
   ncclResult_t r = prepare(&c, comm, datatype, 1, op, "ncclReduce");
-  if (r != ncclSuccess) return r;
-  void *tmp = NULL;
-  if (c.premul.used &&
-      (r = premul_input(comm->device, &c.premul, &sendbuff, count, c.dt, stream, &tmp)))
-    return r;
-  r = shim_result(weft_reduce(sendbuff, recvbuff, count, c.dt, c.op, root, comm->w, WS(stream)));
-  if (tmp) free_after(tmp, stream);
-  return r;
+  if (r != ncclSuccess || (r = scale_input(&c, &sendbuff, count, stream))) return r;
+  return finish(&c, weft_reduce(sendbuff, recvbuff, count, c.dt, c.op, root, comm->w, WS(stream)),
+                stream);
 }
 
 NCCL_EXPORT(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "outcome.h"
+#include "replay_dir.h"
 
 enum { MAXE = 256, LINE = 1024 };
 
@@ -102,23 +103,6 @@ static int replay_file(const char *path) {
   return 0;
 }
 
-static int no_dots(const struct dirent *e) { return e->d_name[0] != '.'; }
-
-static int replay_path(const char *path) {
-  struct dirent **list;
-  int k = scandir(path, &list, no_dots, alphasort);
-  if (k < 0) return replay_file(path); /* not a folder */
-  int rc = 0;
-  for (int i = 0; i < k; i++) {
-    char file[4096];
-    snprintf(file, sizeof file, "%s/%s", path, list[i]->d_name);
-    if (rc == 0) rc = replay_file(file);
-    free(list[i]);
-  }
-  free(list);
-  return rc;
-}
-
 int main(int argc, char **argv) {
   print = argc > 1 && strcmp(argv[1], "--print") == 0;
   expectations = argv[1];
@@ -130,7 +114,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
     signal(sigs[i], on_crash);
   for (int i = 2; i < argc; i++)
-    if (replay_path(argv[i]) != 0) return 1;
+    if (replay_path(argv[i], replay_file) != 0) return 1;
   for (int i = 0; !print && i < nex; i++)
     if (!ex[i].seen) {
       fprintf(stderr, "replay: %s names %s, which is not in the corpus\n", expectations,

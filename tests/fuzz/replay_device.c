@@ -18,6 +18,7 @@
 
 #include "fuzz_device.h"
 #include "outcome.h"
+#include "replay_dir.h"
 
 static const char *current = "(setup)"; /* the input being run, named if it crashes */
 static long max_inputs = -1, done_inputs;
@@ -51,21 +52,9 @@ static int replay_file(const char *path) {
   return 0;
 }
 
-static int no_dots(const struct dirent *e) { return e->d_name[0] != '.'; }
-
-static int replay_path(const char *path) {
-  struct dirent **list;
-  int k = scandir(path, &list, no_dots, alphasort);
-  if (k < 0) return replay_file(path); /* not a folder */
-  int rc = 0;
-  for (int i = 0; i < k; i++) {
-    char file[4096];
-    snprintf(file, sizeof file, "%s/%s", path, list[i]->d_name);
-    if (rc == 0 && (max_inputs < 0 || done_inputs < max_inputs)) rc = replay_file(file);
-    free(list[i]);
-  }
-  free(list);
-  return rc;
+/* --max N: the first N inputs only */
+static int replay_capped(const char *file) {
+  return max_inputs >= 0 && done_inputs >= max_inputs ? 0 : replay_file(file);
 }
 
 int main(int argc, char **argv) {
@@ -88,7 +77,7 @@ int main(int argc, char **argv) {
     signal(sigs[i], on_crash);
   int rc = 0;
   for (int i = first; i < argc && rc == 0 && (max_inputs < 0 || done_inputs < max_inputs); i++)
-    rc = replay_path(argv[i]);
+    rc = replay_path(argv[i], replay_capped);
   fuzz_device_stop();
   fuzz_device_stats_t s;
   fuzz_device_stats(&s);
