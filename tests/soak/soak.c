@@ -37,8 +37,11 @@ typedef struct {
   int sampled, failed;
 } rank_result_t;
 
+enum { ORDER_SERIAL, ORDER_LAUNCH, ORDER_NONE };
+static const char *const ORDER_NAME[] = {"serial", "launch", "none"};
+
 typedef struct {
-  int seconds, comms, device, split, prime;
+  int seconds, comms, device, split, prime, order;
   uint64_t seed;
   size_t max_bytes;
   rank_result_t *res; /* one per rank, shared with the parent */
@@ -133,10 +136,12 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* Runs every worker until deadline_ms; 0 when none failed. */
-static int run_phase(worker_t *ws, int nw, int64_t deadline_ms, int sweep) {
+/* Runs every worker until deadline_ms; 0 when none failed. The turn sequence restarts from
+ * a seed of the phase, so that every rank draws the same. */
+static int run_phase(worker_t *ws, int nw, int64_t deadline_ms, int sweep, uint64_t seed) {
   pthread_t th[MAX_COMMS];
   int failed = 0;
+  soak_order_begin(ws[0].order, nw, (1u << nw) - 1, seed);
   for (int k = 0; k < nw; k++) {
     ws[k].deadline_ms = deadline_ms, ws[k].sweep = sweep;
     if (pthread_create(&th[k], NULL, worker_main, &ws[k]) != 0) return -1;
@@ -187,16 +192,20 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   weft_comm_t world = NULL, comms[MAX_COMMS] = {0};
   int colors[MAX_COMMS] = {0}, nw = 0, bad = 1;
   worker_t ws[MAX_COMMS];
+  soak_order_t order;
   memset(ws, 0, sizeof ws);
+  if (soak_order_init(&order)) return 1;
+  order.on = o->order != ORDER_NONE, order.serial = o->order == ORDER_SERIAL;
   if (weft_comm_init(&world, n, id, rank, &cfg) != WEFT_SUCCESS) {
     fprintf(stderr, "soak rank %d: init: %s\n", rank, weft_get_last_error(NULL));
+    soak_order_fini(&order);
     return 1;
   }
   if (make_comms(world, rank, n, o->comms, &cfg, comms, colors)) goto out;
   for (; nw < o->comms; nw++) {
     worker_t *w = &ws[nw];
     w->id = nw, w->comm = comms[nw], w->world_rank = rank, w->device = o->device;
-    w->max_bytes = o->max_bytes, w->split = o->split;
+    w->max_bytes = o->max_bytes, w->split = o->split, w->order = &order;
     weft_comm_rank(w->comm, &w->rank);
     weft_comm_count(w->comm, &w->n);
     /* shared by the comm's ranks (same id and color), different for every comm */
@@ -209,6 +218,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   }
   /* --prime: each comm's sweep alone, one after the other, before any runs concurrently */
   for (int k = 0; o->prime && k < nw; k++) {
+    soak_order_begin(&order, nw, 1u << k, o->seed);
     ws[k].deadline_ms = 0, ws[k].sweep = 1;
     if (soak_run(&ws[k])) goto out;
   }
@@ -217,10 +227,13 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   int64_t warm = o->seconds * 100LL;
   warm = warm < 5000 ? 5000 : warm > 30000 ? 30000 : warm;
   if (warm > o->seconds * 500LL) warm = o->seconds * 500LL;
-  if (run_phase(ws, nw, t0 + warm, 1) || weft_barrier(world, NULL) != WEFT_SUCCESS) goto out;
+  if (run_phase(ws, nw, t0 + warm, 1, mix64(o->seed, 1)) ||
+      weft_barrier(world, NULL) != WEFT_SUCCESS)
+    goto out;
   sample(&res->s[0]);
   if (weft_barrier(world, NULL) != WEFT_SUCCESS) goto out;
-  if (run_phase(ws, nw, t0 + o->seconds * 1000LL, 0) || weft_barrier(world, NULL) != WEFT_SUCCESS)
+  if (run_phase(ws, nw, t0 + o->seconds * 1000LL, 0, mix64(o->seed, 2)) ||
+      weft_barrier(world, NULL) != WEFT_SUCCESS)
     goto out;
   sample(&res->s[1]);
   res->sampled = 1;
@@ -236,6 +249,7 @@ out:
       res->c.kind[i] += c->kind[i];
   }
   weft_comm_destroy(world);
+  soak_order_fini(&order);
   if (!res->sampled) memset(res->s, 0, sizeof res->s);
   sample_t *s0 = &res->s[0], *s1 = &res->s[1];
   long long drss = s1->rss - s0->rss;
@@ -262,18 +276,23 @@ out:
 static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s SECONDS [RANKS] [shm|tcp|auto] [--device] [--comms=K] [--seed=S] "
-          "[--max-bytes=B] [--prime] [--no-split]\n"
+          "[--max-bytes=B] [--prime] [--no-split] [--order=serial|launch|none]\n"
           "  RANKS forked ranks (default 4); K communicators, one thread each (1-4, default 4);\n"
           "  operations up to B bytes per buffer (default 4 MiB); --device: device buffers,\n"
           "  every rank on GPU 0 (CUDA builds; otherwise it exits 77, skipped); --prime: each\n"
           "  comm first runs every kind alone, one comm after the other (device kernels' first\n"
           "  launches then never meet another comm's kernel);\n"
-          "  --no-split: never split the world comm under load (by default now and then)\n",
+          "  --no-split: never split the world comm under load (by default now and then);\n"
+          "  --order: the workers of a rank call weft in turns drawn the same on every rank, each\n"
+          "  device launch also waiting on the GPU for the one before (serial: the default with\n"
+          "  --device, what NCCL asks of concurrent communicators), or not (launch); none (the\n"
+          "  default on host buffers): each worker calls when it likes, which device kernels of\n"
+          "  different comms may not survive (docs/gpu.md)\n",
           argv0);
 }
 
 int main(int argc, char **argv) {
-  opts_t o = {.comms = MAX_COMMS, .max_bytes = 4u << 20, .split = 1};
+  opts_t o = {.comms = MAX_COMMS, .max_bytes = 4u << 20, .split = 1, .order = -1};
   int n = 4;
   o.seed = (uint64_t)time(NULL);
   if (argc < 2 || (o.seconds = atoi(argv[1])) <= 0) return usage(argv[0]), 2;
@@ -284,7 +303,10 @@ int main(int argc, char **argv) {
       o.prime = 1;
     else if (strcmp(argv[i], "--no-split") == 0)
       o.split = 0;
-    else if (strncmp(argv[i], "--comms=", 8) == 0)
+    else if (strncmp(argv[i], "--order=", 8) == 0) {
+      for (o.order = 0; o.order < 3 && strcmp(argv[i] + 8, ORDER_NAME[o.order]); o.order++) {}
+      if (o.order == 3) return usage(argv[0]), 2;
+    } else if (strncmp(argv[i], "--comms=", 8) == 0)
       o.comms = atoi(argv[i] + 8);
     else if (strncmp(argv[i], "--seed=", 7) == 0)
       o.seed = strtoull(argv[i] + 7, NULL, 0);
@@ -298,6 +320,9 @@ int main(int argc, char **argv) {
       return usage(argv[0]), 2;
   }
   if (n < 1 || o.comms < 1 || o.comms > MAX_COMMS || o.max_bytes < 1024) return usage(argv[0]), 2;
+  /* device kernels of different comms can wait on each other where the ranks issue them in
+   * different orders (docs/gpu.md); host comms progress on their own threads */
+  if (o.order < 0) o.order = o.device ? ORDER_SERIAL : ORDER_NONE;
   if (o.device && !soak_dev_available()) {
     printf("soak: --device needs a CUDA build (meson setup -Dcuda=enabled): skipped\n");
     return 77;
@@ -306,9 +331,9 @@ int main(int argc, char **argv) {
                -1, 0);
   if (o.res == MAP_FAILED) return perror("mmap"), 2;
   const char *tr = getenv("WEFT_TRANSPORT");
-  printf("soak: %d ranks, %d comms, %s buffers, transport %s, %d s, seed %llu (--seed to "
-         "repeat the sequence)\n",
-         n, o.comms, o.device ? "device" : "host", tr ? tr : "auto", o.seconds,
+  printf("soak: %d ranks, %d comms, %s buffers, launch order %s, transport %s, %d s, seed %llu "
+         "(--seed to repeat the sequence)\n",
+         n, o.comms, o.device ? "device" : "host", ORDER_NAME[o.order], tr ? tr : "auto", o.seconds,
          (unsigned long long)o.seed);
   names_t *before = calloc(1, sizeof *before);
   if (!before) return 2;

@@ -4,8 +4,10 @@
 #ifndef WEFT_SOAK_H
 #define WEFT_SOAK_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "weft.h"
 
@@ -55,7 +57,19 @@ typedef struct {
   sop_t ops[SOAK_MAX_MEMBERS];
 } item_t;
 
-typedef struct {
+/* A rank's launch order (soak_order.c), shared by its workers. */
+typedef struct soak_order {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int on;             /* device runs: workers launch in the shared turn sequence */
+  int serial;         /* and each launch waits on the GPU for the previous one to finish */
+  int nworkers, turn; /* turn: the worker whose launch is next (-1: all have quit) */
+  unsigned members, done;
+  uint64_t rng; /* the turn sequence, the same on every rank */
+  void *last;   /* cudaEvent_t recorded after the last launch */
+} soak_order_t;
+
+typedef struct worker {
   /* set up by soak.c */
   int id; /* which communicator (0: world) */
   weft_comm_t comm;
@@ -66,6 +80,8 @@ typedef struct {
   uint64_t rng;         /* the shared sequence: every rank of comm draws the same */
   uint64_t local_rng;   /* this rank's own choices (blocking or stream, when to synchronize) */
   weft_stream_t stream; /* host stream, or cudaStream_t cast (device runs) */
+  soak_order_t *order;  /* the rank's, shared by its workers */
+  void *event;          /* cudaEvent_t after this worker's last launch (serial order) */
   int64_t deadline_ms;
   int sweep; /* first every kind at the largest size and at 3 elements (the warm-up) */
   int split; /* world comm: splits among the items (--split; a weft bug) */
@@ -97,5 +113,14 @@ void sbuf_free(sbuf_t *b);
 /* Waits for everything issued on w->stream; 0 when it all succeeded. */
 int soak_sync(worker_t *w, char *why, size_t len);
 void soak_arena_reset(worker_t *w);
+
+/* soak_order.c: enter before a call that may launch, leave after it, quit when the worker
+ * leaves the phase; all three do nothing unless order->on. */
+int soak_order_init(soak_order_t *o);
+void soak_order_fini(soak_order_t *o);
+void soak_order_begin(soak_order_t *o, int nworkers, unsigned members, uint64_t seed);
+int soak_order_enter(worker_t *w);
+int soak_order_leave(worker_t *w);
+void soak_order_quit(worker_t *w);
 
 #endif

@@ -32,8 +32,13 @@ int soak_dev_init(worker_t *w) {
   w->arena_bytes = SOAK_MAX_PENDING * (2 * w->max_bytes + (64u << 10));
   if (cudaSetDevice(0) != cudaSuccess ||
       cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
-      cudaMalloc((void **)&w->arena, w->arena_bytes) != cudaSuccess)
+      cudaMalloc((void **)&w->arena, w->arena_bytes) != cudaSuccess ||
+      cudaEventCreateWithFlags((cudaEvent_t *)&w->event, cudaEventDisableTiming) != cudaSuccess) {
+    if (s) cudaStreamDestroy(s);
+    if (w->arena) cudaFree(w->arena);
+    w->arena = NULL;
     return -1;
+  }
   /* a non-blocking stream per worker: the legacy default stream would order the workers'
    * kernels differently on each rank and deadlock them */
   w->stream = (weft_stream_t)s;
@@ -57,8 +62,9 @@ void soak_dev_fini(worker_t *w) {
   }
 #ifdef WEFT_HAVE_CUDA
   if (w->stream) cudaStreamDestroy((cudaStream_t)w->stream);
+  if (w->event) cudaEventDestroy((cudaEvent_t)w->event);
   cudaFree(w->arena);
-  w->stream = NULL, w->arena = NULL;
+  w->stream = NULL, w->arena = NULL, w->event = NULL;
 #endif
 }
 

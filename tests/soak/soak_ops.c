@@ -366,9 +366,11 @@ static int agree_stop(worker_t *w, int *stop) {
   weft_result_t rc = WEFT_ERR_NO_MEMORY;
   if (sbuf_alloc(w, &b, sizeof v) == 0) {
     memcpy(b.host, v, sizeof v);
-    if (sbuf_upload(w, &b) == 0)
+    if (sbuf_upload(w, &b) == 0 && soak_order_enter(w) == 0) {
       rc = weft_allreduce(b.dev, (int32_t *)b.dev + 1, 1, WEFT_I32, WEFT_MAX, w->comm,
                           w->device ? w->stream : NULL);
+      if (soak_order_leave(w) && rc == WEFT_SUCCESS) rc = WEFT_ERR_INTERNAL;
+    }
     if (rc != WEFT_SUCCESS)
       snprintf(msg, sizeof msg, "%s", weft_get_last_error(w->comm));
     else if (w->device && soak_sync(w, msg, sizeof msg))
@@ -396,6 +398,10 @@ static int run_item(worker_t *w, item_t *it) {
     finish_item(w, it, w->rank, w->n, 0);
     return fail_call(w, "allocating buffers", "out of memory");
   }
+  if (soak_order_enter(w)) {
+    finish_item(w, it, w->rank, w->n, 0);
+    return fail_call(w, "waiting for the previous launch", "cudaStreamWaitEvent failed");
+  }
   if (it->kind == GROUP) weft_group_start();
   weft_result_t rc = WEFT_SUCCESS;
   for (int i = 0; i < it->nops; i++) {
@@ -403,9 +409,13 @@ static int run_item(worker_t *w, item_t *it) {
     if (rc == WEFT_SUCCESS) rc = e;
   }
   if (it->kind == GROUP) rc = weft_group_end();
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", weft_get_last_error(w->comm));
+  if (soak_order_leave(w) && rc == WEFT_SUCCESS) {
+    rc = WEFT_ERR_INTERNAL;
+    snprintf(msg, sizeof msg, "cudaEventRecord after the launch failed");
+  }
   if (rc != WEFT_SUCCESS) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", weft_get_last_error(w->comm));
     finish_item(w, it, w->rank, w->n, 0);
     return fail_call(w, SOAK_KIND_NAME[it->kind], msg);
   }
@@ -465,5 +475,6 @@ int soak_run(worker_t *w) {
       finish_item(w, &w->pending[i], w->rank, w->n, 0);
     w->npending = 0;
   }
+  soak_order_quit(w);
   return w->stop_failed ? 1 : 0;
 }
