@@ -1,0 +1,89 @@
+/* weft MoE: expert-parallel dispatch and combine. A layer's plan (weft_moe_t) is made once
+ * per communicator and shape; each batch's layout (weft_moe_handle_t) says which rank and
+ * expert every token goes to, and serves its dispatch and the matching combine.
+ * Plain C11 beside weft.h, no CUDA types. */
+#ifndef WEFT_MOE_H
+#define WEFT_MOE_H
+
+#include "weft.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  WEFT_MOE_NORMAL = 0,     /* counts exchanged at layout, outputs of the exact size */
+  WEFT_MOE_LOW_LATENCY = 1 /* fixed shapes from a token bound, no host sync (not built yet) */
+} weft_moe_mode_t;
+
+/* Experts are spread evenly: expert e lives on rank e / (num_experts / nranks), as local
+ * expert e % (num_experts / nranks). Start from WEFT_MOE_CONFIG_INIT; every rank must pass
+ * the same values (weft_moe_create checks). */
+typedef struct {
+  size_t size;             /* sizeof(weft_moe_config_t), set by WEFT_MOE_CONFIG_INIT */
+  int num_experts;         /* over all ranks; a multiple of the rank count */
+  int topk;                /* experts per token, 1..WEFT_MOE_MAX_TOPK */
+  size_t hidden;           /* elements per token */
+  weft_dtype_t dtype;      /* payload: WEFT_F32, WEFT_F16 or WEFT_BF16 */
+  weft_dtype_t index_type; /* top-k ids: WEFT_I32 or WEFT_I64 */
+  weft_moe_mode_t mode;
+  size_t align; /* rows of each expert's block rounded up to a multiple of this (0, 1: none),
+                   for grouped GEMMs; padding rows are written as zeros */
+} weft_moe_config_t;
+
+#define WEFT_MOE_MAX_TOPK 32
+#define WEFT_MOE_CONFIG_INIT                                                                       \
+  { sizeof(weft_moe_config_t), 0, 0, 0, WEFT_BF16, WEFT_I64, WEFT_MOE_NORMAL, 1 }
+
+typedef struct weft_moe *weft_moe_t;
+typedef struct weft_moe_handle *weft_moe_handle_t;
+
+/* Collective over comm: every rank checks the configuration and compares it with the
+ * others'; any difference fails on every rank with a message naming the field. Host
+ * communicators only for now (a device communicator gets WEFT_ERR_UNSUPPORTED). */
+WEFT_API weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
+                                       weft_moe_t *moe);
+/* Local; handles made from moe must be destroyed first. */
+WEFT_API weft_result_t weft_moe_destroy(weft_moe_t moe);
+
+/* Collective: the layout of one batch. topk_ids is [tokens][topk] of config.index_type,
+ * -1 for a dropped choice; a token's ids are distinct. Exchanges the counts (in normal mode
+ * the call returns once they are known), so that the queries below answer at once. An id
+ * out of range or repeated on any rank fails the call on every rank, the message naming the
+ * rank, token and id; nothing is made then. Calls on the handle run in the order made. */
+WEFT_API weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t tokens,
+                                       weft_moe_handle_t *handle, weft_stream_t stream);
+WEFT_API weft_result_t weft_moe_handle_destroy(weft_moe_handle_t handle);
+
+/* Rows this rank receives, expert-major (local expert 0's rows, then 1's, ...), each
+ * expert's block padded to config.align: the size of dispatch's outputs and combine's input,
+ * in rows of config.hidden elements. */
+WEFT_API weft_result_t weft_moe_recv_rows(weft_moe_handle_t handle, size_t *rows);
+/* counts[l] = rows of local expert l (without padding); offsets[l] = its first row. Either
+ * may be NULL; each holds num_experts / nranks entries. */
+WEFT_API weft_result_t weft_moe_expert_counts(weft_moe_handle_t handle, int64_t *counts,
+                                              int64_t *offsets);
+
+/* Collective: each token goes once to every rank holding one of its experts, and lands in
+ * one row per such expert. x is [tokens][hidden]; topk_weights ([tokens][topk] f32, may be
+ * NULL) travel with it into recv_weights (one per row, may be NULL; 0 for padding rows).
+ * recv_x has weft_moe_recv_rows rows. Rows within an expert's block are ordered by source
+ * rank, then by token. */
+WEFT_API weft_result_t weft_moe_dispatch(weft_moe_handle_t handle, const void *x,
+                                         const float *topk_weights, void *recv_x,
+                                         float *recv_weights, weft_stream_t stream);
+
+/* Collective, dispatch reversed: y[t] = sum over the rows r of token t of w[r] * rows[r],
+ * accumulated in f32, with w = row_weights (one per row, typically dispatch's recv_weights)
+ * or 1 when NULL. Each rank first sums the rows of a token it holds, then sends that partial
+ * home once, in config.dtype. y is [tokens][hidden]; a token with no expert gets zeros.
+ * Combine with weights 1 is dispatch's adjoint (its backward), and dispatch followed by
+ * scaling each row by w is the adjoint of combine with weights w. */
+WEFT_API weft_result_t weft_moe_combine(weft_moe_handle_t handle, const void *rows,
+                                        const float *row_weights, void *y, weft_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

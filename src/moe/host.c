@@ -1,0 +1,168 @@
+/* MoE data movement for host buffers: dispatch packs each token once per destination rank,
+ * moves the rows and the weights with alltoallv, and copies every received token into the
+ * rows of its local experts; combine sums a token's local rows with their weights (f32),
+ * sends that partial home, and sums the partials into token order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "checked.h"
+#include "dtype.h"
+#include "err.h"
+#include "moe.h"
+
+_Static_assert(sizeof(size_t) == sizeof(uint64_t), "counts travel as WEFT_U64");
+
+static void to_f32(weft_dtype_t t, const void *src, float *dst, size_t n) {
+  if (t == WEFT_F32) {
+    memcpy(dst, src, n * sizeof *dst);
+  } else if (t == WEFT_BF16) {
+    for (size_t i = 0; i < n; i++)
+      dst[i] = weft_bf16_to_f32(((const uint16_t *)src)[i]);
+  } else {
+    for (size_t i = 0; i < n; i++)
+      dst[i] = weft_f16_to_f32(((const uint16_t *)src)[i]);
+  }
+}
+
+static void from_f32(weft_dtype_t t, const float *src, void *dst, size_t n) {
+  if (t == WEFT_F32) {
+    memcpy(dst, src, n * sizeof *src);
+  } else if (t == WEFT_BF16) {
+    for (size_t i = 0; i < n; i++)
+      ((uint16_t *)dst)[i] = weft_f32_to_bf16(src[i]);
+  } else {
+    for (size_t i = 0; i < n; i++)
+      ((uint16_t *)dst)[i] = weft_f32_to_f16(src[i]);
+  }
+}
+
+/* Counts and displacements of entries (each `per` elements) by rank, from a plan's
+ * per-rank counts and offsets; per * entries was checked to fit when the buffers were. */
+static void by_rank(int n, const size_t *tok, const size_t *off, size_t per, size_t *counts,
+                    size_t *displs) {
+  for (int r = 0; r < n; r++)
+    counts[r] = tok[r] * per, displs[r] = off[r] * per;
+}
+
+/* malloc(a * b) that refuses a product past size_t (never 0 bytes, so NULL means failure). */
+static void *alloc2(size_t a, size_t b) {
+  size_t bytes;
+  if (!weft_mul_fits(a ? a : 1, b ? b : 1, &bytes)) return NULL;
+  return malloc(bytes);
+}
+
+weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const float *w,
+                                     void *recv_x, float *recv_w) {
+  const weft_moe_plan_t *p = &h->plan;
+  weft_moe_t m = h->moe;
+  int n = m->nranks;
+  size_t k = (size_t)p->k, hid = m->cfg.hidden, row = hid * weft_dtype_size(m->cfg.dtype);
+  size_t ns = p->send_off[n], nr = p->recv_off[n];
+  char *sbuf = alloc2(ns, row), *rbuf = alloc2(nr, row);
+  float *sw = alloc2(ns * k, sizeof(float)), *rw = alloc2(nr * k, sizeof(float));
+  size_t *cnt = calloc(4 * (size_t)n, sizeof *cnt), *dsp = cnt + n, *rcnt = cnt + 2 * n,
+         *rdsp = cnt + 3 * n;
+  weft_result_t rc = WEFT_SUCCESS;
+  /* every rank allocates before any moves data: a rank short of memory that skipped the
+   * exchanges below would leave its peers waiting in them, so it fails them all instead */
+  int64_t short_here = !sbuf || !rbuf || !sw || !rw || !cnt, short_any = 0;
+  rc = weft_allreduce(&short_here, &short_any, 1, WEFT_I64, WEFT_MAX, m->comm, NULL);
+  if (rc == WEFT_SUCCESS && short_any)
+    rc = weft_set_error(WEFT_ERR_NO_MEMORY,
+                        "weft_moe_dispatch: out of memory for the staging buffers on %s",
+                        short_here ? "this rank" : "another rank");
+  if (rc != WEFT_SUCCESS) goto out;
+  for (size_t e = 0; e < ns; e++) {
+    size_t t = p->send_list[e];
+    memcpy(sbuf + e * row, (const char *)x + t * row, row);
+    for (size_t j = 0; j < k; j++)
+      sw[e * k + j] = w ? w[t * k + j] : 1.0f;
+  }
+  by_rank(n, p->send_tok, p->send_off, hid, cnt, dsp);
+  by_rank(n, p->recv_tok, p->recv_off, hid, rcnt, rdsp);
+  CHECK_GOTO(weft_alltoallv(sbuf, cnt, dsp, rbuf, rcnt, rdsp, m->cfg.dtype, m->comm, NULL), rc,
+             out);
+  by_rank(n, p->send_tok, p->send_off, k, cnt, dsp);
+  by_rank(n, p->recv_tok, p->recv_off, k, rcnt, rdsp);
+  CHECK_GOTO(weft_alltoallv(sw, cnt, dsp, rw, rcnt, rdsp, WEFT_F32, m->comm, NULL), rc, out);
+  /* padding rows: zeros, and weight 0 */
+  for (int l = 0; l < m->local; l++) {
+    size_t end = l + 1 < m->local ? (size_t)p->offset[l + 1] : p->rows;
+    size_t pad0 = (size_t)(p->offset[l] + p->count[l]);
+    if (end == pad0) continue;
+    memset((char *)recv_x + pad0 * row, 0, (end - pad0) * row);
+    if (recv_w)
+      for (size_t r = pad0; r < end; r++)
+        recv_w[r] = 0.0f;
+  }
+  for (size_t i = 0; i < nr; i++)
+    for (size_t j = 0; j < k; j++) {
+      size_t r = p->row_of[i * k + j];
+      if (r == WEFT_MOE_NO_ROW) continue;
+      memcpy((char *)recv_x + r * row, rbuf + i * row, row);
+      if (recv_w) recv_w[r] = rw[i * k + j];
+    }
+out:
+  free(sbuf);
+  free(rbuf);
+  free(sw);
+  free(rw);
+  free(cnt);
+  return rc;
+}
+
+weft_result_t weft_moe_host_combine(weft_moe_handle_t h, const void *rows, const float *w,
+                                    void *y) {
+  const weft_moe_plan_t *p = &h->plan;
+  weft_moe_t m = h->moe;
+  int n = m->nranks;
+  weft_dtype_t t = m->cfg.dtype;
+  size_t k = (size_t)p->k, hid = m->cfg.hidden, row = hid * weft_dtype_size(t);
+  size_t ns = p->send_off[n], nr = p->recv_off[n];
+  char *part = alloc2(nr, row), *back = alloc2(ns, row);
+  float *acc = alloc2(hid, sizeof(float)), *one = alloc2(hid, sizeof(float));
+  float *yacc = alloc2(p->tokens, hid * sizeof(float));
+  size_t *cnt = calloc(4 * (size_t)n, sizeof *cnt), *dsp = cnt + n, *rcnt = cnt + 2 * n,
+         *rdsp = cnt + 3 * n;
+  weft_result_t rc = WEFT_SUCCESS;
+  int64_t short_here = !part || !back || !acc || !one || !yacc || !cnt, short_any = 0;
+  rc = weft_allreduce(&short_here, &short_any, 1, WEFT_I64, WEFT_MAX, m->comm, NULL);
+  if (rc == WEFT_SUCCESS && short_any)
+    rc = weft_set_error(WEFT_ERR_NO_MEMORY,
+                        "weft_moe_combine: out of memory for the staging buffers on %s",
+                        short_here ? "this rank" : "another rank");
+  if (rc != WEFT_SUCCESS) goto out;
+  /* each received token: the weighted sum of its rows here, in f32, sent home once */
+  for (size_t i = 0; i < nr; i++) {
+    memset(acc, 0, hid * sizeof *acc);
+    for (size_t j = 0; j < k; j++) {
+      size_t r = p->row_of[i * k + j];
+      if (r == WEFT_MOE_NO_ROW) continue;
+      float wr = w ? w[r] : 1.0f;
+      to_f32(t, (const char *)rows + r * row, one, hid);
+      for (size_t e = 0; e < hid; e++)
+        acc[e] += wr * one[e];
+    }
+    from_f32(t, acc, part + i * row, hid);
+  }
+  by_rank(n, p->recv_tok, p->recv_off, hid, cnt, dsp);
+  by_rank(n, p->send_tok, p->send_off, hid, rcnt, rdsp);
+  CHECK_GOTO(weft_alltoallv(part, cnt, dsp, back, rcnt, rdsp, t, m->comm, NULL), rc, out);
+  /* home: every rank's partial of a token added in rank order, then y once */
+  memset(yacc, 0, p->tokens * hid * sizeof *yacc);
+  for (size_t e = 0; e < ns; e++) {
+    float *dst = yacc + p->send_list[e] * hid;
+    to_f32(t, back + e * row, one, hid);
+    for (size_t c = 0; c < hid; c++)
+      dst[c] += one[c];
+  }
+  if (p->tokens) from_f32(t, yacc, y, p->tokens * hid);
+out:
+  free(part);
+  free(back);
+  free(acc);
+  free(one);
+  free(yacc);
+  free(cnt);
+  return rc;
+}

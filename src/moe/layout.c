@@ -1,0 +1,138 @@
+/* MoE layout as pure functions: from a batch's top-k ids, which tokens go to which rank (each
+ * once, however many of its experts live there), and, once a rank knows what it receives,
+ * the expert-major row of every choice. No communication here; moe.c exchanges the counts. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "checked.h"
+#include "moe.h"
+
+void weft_moe_plan_free(weft_moe_plan_t *p) {
+  free(p->send_tok);
+  free(p->send_off);
+  free(p->send_list);
+  free(p->send_ids);
+  free(p->recv_tok);
+  free(p->recv_off);
+  free(p->recv_ids);
+  free(p->row_of);
+  free(p->count);
+  free(p->offset);
+  memset(p, 0, sizeof *p);
+}
+
+static int64_t id_at(const void *ids, weft_dtype_t t, size_t i) {
+  return t == WEFT_I32 ? (int64_t)((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
+}
+
+/* A token's ids: each in [-1, experts), none repeated; -1 and *bad otherwise. */
+static int check_token(const void *ids, weft_dtype_t t, size_t token, int k, int experts,
+                       weft_moe_bad_t *bad) {
+  for (int j = 0; j < k; j++) {
+    int64_t e = id_at(ids, t, token * (size_t)k + (size_t)j);
+    int repeated = 0;
+    for (int i = 0; i < j && e >= 0 && !repeated; i++)
+      repeated = id_at(ids, t, token * (size_t)k + (size_t)i) == e;
+    if (e < -1 || e >= experts || repeated) {
+      bad->token = (int64_t)token, bad->slot = j, bad->id = e, bad->repeated = repeated;
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int weft_moe_plan_send(weft_moe_plan_t *p, int nranks, int experts, int k, const void *ids,
+                       weft_dtype_t index_type, size_t tokens, weft_moe_bad_t *bad) {
+  memset(p, 0, sizeof *p);
+  p->nranks = nranks, p->local = experts / nranks, p->k = k, p->tokens = tokens;
+  for (size_t t = 0; t < tokens; t++)
+    if (check_token(ids, index_type, t, k, experts, bad)) return -1;
+  p->send_tok = calloc((size_t)nranks, sizeof *p->send_tok);
+  p->send_off = calloc((size_t)nranks + 1, sizeof *p->send_off);
+  unsigned char *to = calloc((size_t)nranks, 1);
+  if (!p->send_tok || !p->send_off || !to) goto oom;
+  /* two passes: count per rank, then place; a token counts once per rank however many of
+   * its experts live there (`to` marks the ranks of the current token) */
+  for (int pass = 0; pass < 2; pass++) {
+    size_t *fill = pass ? calloc((size_t)nranks, sizeof *fill) : NULL;
+    if (pass && !fill) goto oom;
+    for (size_t t = 0; t < tokens; t++) {
+      memset(to, 0, (size_t)nranks);
+      for (int j = 0; j < k; j++) {
+        int64_t e = id_at(ids, index_type, t * (size_t)k + (size_t)j);
+        if (e < 0 || to[e / p->local]) continue;
+        int d = (int)(e / p->local);
+        to[d] = 1;
+        if (!pass) {
+          p->send_tok[d]++;
+          continue;
+        }
+        size_t at = p->send_off[d] + fill[d]++;
+        p->send_list[at] = t;
+        for (int i = 0; i < k; i++)
+          p->send_ids[at * (size_t)k + (size_t)i] =
+              (int32_t)id_at(ids, index_type, t * (size_t)k + (size_t)i);
+      }
+    }
+    free(fill);
+    if (pass) break;
+    for (int d = 0; d < nranks; d++)
+      p->send_off[d + 1] = p->send_off[d] + p->send_tok[d];
+    /* entries <= tokens * k, the length of the caller's ids array; in bytes it may not fit */
+    size_t entries = p->send_off[nranks] ? p->send_off[nranks] : 1, idb, lb;
+    if (!weft_mul_fits(entries, (size_t)k * sizeof *p->send_ids, &idb) ||
+        !weft_mul_fits(entries, sizeof *p->send_list, &lb))
+      goto oom;
+    p->send_list = malloc(lb);
+    p->send_ids = malloc(idb);
+    if (!p->send_list || !p->send_ids) goto oom;
+  }
+  free(to);
+  return 0;
+oom:
+  free(to);
+  weft_moe_plan_free(p);
+  return -2;
+}
+
+int weft_moe_plan_recv_alloc(weft_moe_plan_t *p) {
+  p->recv_off = calloc((size_t)p->nranks + 1, sizeof *p->recv_off);
+  p->count = calloc((size_t)p->local, sizeof *p->count);
+  p->offset = calloc((size_t)p->local, sizeof *p->offset);
+  if (!p->recv_off || !p->count || !p->offset) return -2;
+  for (int s = 0; s < p->nranks; s++)
+    if (!weft_add_fits(p->recv_off[s], p->recv_tok[s], &p->recv_off[s + 1])) return -2;
+  size_t entries = p->recv_off[p->nranks], ids;
+  if (!weft_mul_fits(entries ? entries : 1, (size_t)p->k * sizeof(size_t), &ids)) return -2;
+  p->recv_ids = malloc(ids / sizeof(size_t) * sizeof *p->recv_ids);
+  p->row_of = malloc(ids);
+  return p->recv_ids && p->row_of ? 0 : -2;
+}
+
+int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align) {
+  size_t entries = p->recv_off[p->nranks], k = (size_t)p->k;
+  int64_t first = (int64_t)rank * p->local;
+  memset(p->count, 0, (size_t)p->local * sizeof *p->count);
+  for (size_t i = 0; i < entries * k; i++) {
+    int64_t e = p->recv_ids[i];
+    if (e >= first && e < first + p->local) p->count[e - first]++;
+  }
+  size_t at = 0, a = align ? align : 1;
+  for (int l = 0; l < p->local; l++) {
+    p->offset[l] = (int64_t)at;
+    size_t n = (size_t)p->count[l], padded;
+    if (!weft_add_fits(n, a - 1, &padded) || !weft_add_fits(at, padded / a * a, &at)) return -1;
+  }
+  p->rows = at;
+  /* rows within a block in entry order: by source rank, then by the source's token order */
+  int64_t *fill = calloc((size_t)p->local, sizeof *fill);
+  if (!fill) return -2;
+  for (size_t i = 0; i < entries * k; i++) {
+    int64_t e = p->recv_ids[i];
+    p->row_of[i] = WEFT_MOE_NO_ROW;
+    if (e >= first && e < first + p->local)
+      p->row_of[i] = (size_t)(p->offset[e - first] + fill[e - first]++);
+  }
+  free(fill);
+  return 0;
+}

@@ -1,0 +1,66 @@
+/* MoE internals: the layer (weft_moe), one batch's plan (who sends which token where, which
+ * row each received choice lands in) and handle, and the host path that moves the rows.
+ * layout.c computes plans (pure functions); moe.c runs the API; host.c moves the data. */
+#ifndef WEFT_MOE_INTERNAL_H
+#define WEFT_MOE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft_moe.h"
+
+#define WEFT_MOE_NO_ROW SIZE_MAX
+
+struct weft_moe {
+  weft_comm_t comm;
+  int rank, nranks, local; /* local: experts per rank */
+  weft_moe_config_t cfg;
+  int handles; /* live handles (destroy refuses while any is) */
+};
+
+/* A token's ids that break the rules, found by weft_moe_plan_send. */
+typedef struct {
+  int64_t token, slot, id; /* id: the offending value */
+  int repeated;            /* 1: the id appeared earlier in the token's row */
+} weft_moe_bad_t;
+
+typedef struct {
+  int nranks, local, k;
+  size_t tokens;
+  /* send side: entries grouped by destination rank, in token order within */
+  size_t *send_tok;  /* [nranks] tokens sent to each rank */
+  size_t *send_off;  /* [nranks + 1] first entry of each rank */
+  size_t *send_list; /* [entries] the token of each entry */
+  int32_t *send_ids; /* [entries][k] the token's ids, as sent (global expert ids or -1) */
+  /* receive side: entries grouped by source rank, in the source's token order */
+  size_t *recv_tok;  /* [nranks] */
+  size_t *recv_off;  /* [nranks + 1] */
+  int32_t *recv_ids; /* [entries][k] */
+  size_t *row_of;    /* [entries][k] the row of each choice, WEFT_MOE_NO_ROW if not here */
+  int64_t *count;    /* [local] rows of each local expert */
+  int64_t *offset;   /* [local] its first row */
+  size_t rows;       /* padded total */
+} weft_moe_plan_t;
+
+struct weft_moe_handle {
+  weft_moe_t moe;
+  weft_moe_plan_t plan;
+};
+
+/* layout.c. Fills the send side from ids ([tokens][k] of index_type); returns -1 and *bad
+ * when an id is out of [-1, experts) or repeated in its token, -2 when out of memory. */
+int weft_moe_plan_send(weft_moe_plan_t *p, int nranks, int experts, int k, const void *ids,
+                       weft_dtype_t index_type, size_t tokens, weft_moe_bad_t *bad);
+/* Allocates the receive side once recv_tok holds what each rank sends here; 0 or -2. */
+int weft_moe_plan_recv_alloc(weft_moe_plan_t *p);
+/* With recv_ids filled: rows of this rank (rank of nranks) for each choice, counts, offsets
+ * and the padded total. 0, or -1 when the rows do not fit in size_t. */
+int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align);
+void weft_moe_plan_free(weft_moe_plan_t *p);
+
+/* host.c: the host path's data movement (buffers checked by moe.c). */
+weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const float *w,
+                                     void *recv_x, float *recv_w);
+weft_result_t weft_moe_host_combine(weft_moe_handle_t h, const void *rows, const float *w, void *y);
+
+#endif

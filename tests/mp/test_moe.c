@@ -1,0 +1,322 @@
+/* MoE dispatch and combine on forked ranks with host buffers: every rank can compute every
+ * rank's ids and tokens, so each checks its own rows, counts and combined tokens exactly
+ * against a model; the adjoint identities; and refusals that reach every rank and change
+ * nothing. usage: test_moe RANKS [shm|tcp] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "launch.h"
+#include "rank_check.h"
+#include "weft.h"
+#include "weft_moe.h"
+
+enum { UNIFORM, SKEWED, SPARSE, DROPPED, NPATTERN };
+static const char *const PATTERN_NAME[] = {"uniform", "skewed", "sparse", "dropped"};
+
+typedef struct {
+  int pattern, experts, k, align;
+  size_t hidden;
+  weft_dtype_t t;
+} shape_t;
+
+static uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t z = a * 0x9e3779b97f4a7c15ULL + b + 0x632be59bd9b4e019ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/* Tokens of rank s: the sparse pattern leaves rank 1 without any. */
+static size_t tokens_of(const shape_t *sh, int s) {
+  return sh->pattern == SPARSE && s == 1 ? 0 : 5 + (size_t)(mix(s, 77) % 13);
+}
+
+/* Choice j of token t on rank s, distinct within the token. Skewed: every token's first
+ * choice is expert 0; sparse: only the experts of rank 0 and of the last rank; dropped: some
+ * -1, and every fourth token drops all. */
+static int64_t id_of(const shape_t *sh, int n, int s, size_t t, int j) {
+  int e = sh->experts, local = e / n, pool = sh->pattern == SPARSE && n > 1 ? 2 * local : e;
+  int64_t row[64];
+  if (sh->pattern == DROPPED && (t % 4 == 3 || mix((uint64_t)s * 1000 + t, (uint64_t)j) % 3 == 0))
+    return -1;
+  for (int i = 0, tries = 0; i <= j; tries++) {
+    int64_t v =
+        sh->pattern == SKEWED && i == 0
+            ? 0
+            : (int64_t)(mix((uint64_t)s * 1000 + t, 100 + (uint64_t)tries) % (uint64_t)pool);
+    if (sh->pattern == SPARSE && n > 1 && v >= local) v = e - local + (v - local);
+    int seen = sh->pattern == SKEWED && i > 0 && v == 0;
+    for (int q = 0; q < i; q++)
+      seen |= row[q] == v;
+    if (!seen) row[i++] = v;
+  }
+  return row[j];
+}
+
+/* Token t's element h on rank s: small integers times a power of two, exact in every dtype
+ * and in sums of up to 32 of them scaled by 1/k. */
+static float x_of(int s, size_t t, size_t h) {
+  return (float)((int)(mix(s * 100000 + (int)t, h) % 15) - 7) * 0.25f;
+}
+
+static float w_of(const shape_t *sh) { return 1.0f / (float)sh->k; }
+
+static void put(weft_dtype_t t, void *buf, size_t i, float v) {
+  if (t == WEFT_F32) ((float *)buf)[i] = v;
+  if (t == WEFT_BF16) ((uint16_t *)buf)[i] = weft_f32_to_bf16(v);
+  if (t == WEFT_F16) ((uint16_t *)buf)[i] = weft_f32_to_f16(v);
+}
+
+static float get(weft_dtype_t t, const void *buf, size_t i) {
+  return t == WEFT_F32    ? ((const float *)buf)[i]
+         : t == WEFT_BF16 ? weft_bf16_to_f32(((const uint16_t *)buf)[i])
+                          : weft_f16_to_f32(((const uint16_t *)buf)[i]);
+}
+
+static int has(const shape_t *sh, int n, int s, size_t t, int64_t e, int *slot) {
+  for (int j = 0; j < sh->k; j++)
+    if (id_of(sh, n, s, t, j) == e) return *slot = j, 1;
+  return 0;
+}
+
+/* One shape: layout, queries, dispatch against the model, identity combine, an expert-scaled
+ * combine, and the two adjoint identities. */
+static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
+  weft_moe_config_t cfg = WEFT_MOE_CONFIG_INIT;
+  cfg.num_experts = sh->experts, cfg.topk = sh->k, cfg.hidden = sh->hidden, cfg.dtype = sh->t;
+  cfg.index_type = sh->pattern % 2 ? WEFT_I32 : WEFT_I64, cfg.align = (size_t)sh->align;
+  weft_moe_t moe = NULL;
+  weft_moe_handle_t h = NULL;
+  size_t T = tokens_of(sh, rank), H = sh->hidden, es = weft_dtype_size(sh->t), k = sh->k;
+  int local = sh->experts / n, bad = 0;
+  const char *pn = PATTERN_NAME[sh->pattern];
+  if (weft_moe_create(comm, &cfg, &moe) != WEFT_SUCCESS) FAIL("create %s", pn);
+  void *ids = calloc(T * k + 1, 8), *x = calloc(T * H + 1, es), *y = calloc(T * H + 1, es);
+  float *w = calloc(T * k + 1, sizeof *w);
+  for (size_t t = 0; t < T; t++) {
+    for (size_t j = 0; j < k; j++) {
+      int64_t e = id_of(sh, n, rank, t, (int)j);
+      if (cfg.index_type == WEFT_I32)
+        ((int32_t *)ids)[t * k + j] = (int32_t)e;
+      else
+        ((int64_t *)ids)[t * k + j] = e;
+      w[t * k + j] = w_of(sh);
+    }
+    for (size_t c = 0; c < H; c++)
+      put(sh->t, x, t * H + c, x_of(rank, t, c));
+  }
+  if (weft_moe_layout(moe, T ? ids : NULL, T, &h, NULL) != WEFT_SUCCESS) FAIL("layout %s", pn);
+  /* the model: rows of local expert l from source s, token t in order */
+  int64_t *count = calloc((size_t)local, 8), *off = calloc((size_t)local, 8);
+  int64_t *got_c = calloc((size_t)local, 8), *got_o = calloc((size_t)local, 8);
+  size_t rows = 0, want_rows = 0;
+  for (int l = 0; l < local; l++) {
+    off[l] = (int64_t)want_rows;
+    for (int s = 0; s < n; s++)
+      for (size_t t = 0, T2 = tokens_of(sh, s); t < T2; t++) {
+        int j;
+        count[l] += has(sh, n, s, t, (int64_t)rank * local + l, &j);
+      }
+    want_rows += ((size_t)count[l] + sh->align - 1) / sh->align * sh->align;
+  }
+  weft_moe_recv_rows(h, &rows);
+  weft_moe_expert_counts(h, got_c, got_o);
+  if (rows != want_rows) FAIL("%s: %zu rows, want %zu", pn, rows, want_rows);
+  for (int l = 0; l < local; l++)
+    if (got_c[l] != count[l] || got_o[l] != off[l])
+      FAIL("%s: expert %d: count %lld at %lld, want %lld at %lld", pn, l, (long long)got_c[l],
+           (long long)got_o[l], (long long)count[l], (long long)off[l]);
+  char *rx = malloc(rows * H * es + 1), *ro = malloc(rows * H * es + 1);
+  float *rw = malloc(rows * sizeof *rw + 1), *rws = malloc(rows * sizeof *rws + 1);
+  memset(rx, 0x5a, rows * H * es);
+  if (weft_moe_dispatch(h, x, w, rx, rw, NULL) != WEFT_SUCCESS) FAIL("dispatch %s", pn);
+  for (int l = 0; l < local && !bad; l++) {
+    size_t r = (size_t)off[l];
+    for (int s = 0; s < n; s++)
+      for (size_t t = 0, T2 = tokens_of(sh, s); t < T2; t++) {
+        int j;
+        if (!has(sh, n, s, t, (int64_t)rank * local + l, &j)) continue;
+        for (size_t c = 0; c < H && !bad; c++)
+          bad = get(sh->t, rx, r * H + c) != x_of(s, t, c);
+        if (bad || rw[r] != w_of(sh))
+          FAIL("%s: expert %d row %zu (rank %d token %zu): wrong %s", pn, l, r, s, t,
+               bad ? "payload" : "weight");
+        r++;
+      }
+    size_t end = l + 1 < local ? (size_t)off[l + 1] : rows;
+    for (; r < end; r++) { /* padding */
+      for (size_t c = 0; c < H * es; c++)
+        bad |= rx[r * H * es + c] != 0;
+      if (bad || rw[r] != 0.0f) FAIL("%s: padding row %zu not zero", pn, r);
+    }
+  }
+  /* identity experts: y[t] = x[t] times the kept weights' sum, exactly */
+  if (weft_moe_combine(h, rx, rw, y, NULL) != WEFT_SUCCESS) FAIL("combine %s", pn);
+  for (size_t t = 0; t < T; t++) {
+    int kept = 0;
+    for (size_t j = 0; j < k; j++)
+      kept += id_of(sh, n, rank, t, (int)j) >= 0;
+    for (size_t c = 0; c < H; c++)
+      if (get(sh->t, y, t * H + c) != x_of(rank, t, c) * (float)kept * w_of(sh))
+        FAIL("%s: token %zu element %zu: %g, want %g", pn, t, c, get(sh->t, y, t * H + c),
+             x_of(rank, t, c) * (float)kept * w_of(sh));
+  }
+  /* experts that scale by (expert + 1), weights from the rows: y = sum w (e + 1) x */
+  for (int l = 0; l < local; l++)
+    for (int64_t r = off[l]; r < off[l] + count[l]; r++)
+      for (size_t c = 0; c < H; c++)
+        put(sh->t, ro, (size_t)r * H + c,
+            get(sh->t, rx, (size_t)r * H + c) * (float)(rank * local + l + 1));
+  if (weft_moe_combine(h, ro, rw, y, NULL) != WEFT_SUCCESS) FAIL("combine 2 %s", pn);
+  for (size_t t = 0; t < T; t++) {
+    float f = 0;
+    for (size_t j = 0; j < k; j++) {
+      int64_t e = id_of(sh, n, rank, t, (int)j);
+      if (e >= 0) f += w_of(sh) * (float)(e + 1);
+    }
+    for (size_t c = 0; c < H; c++) {
+      double want = (double)x_of(rank, t, c) * f, have = get(sh->t, y, t * H + c);
+      double tol = sh->t == WEFT_F32 ? 0 : fabs(want) * (sh->t == WEFT_BF16 ? 0x1p-7 : 0x1p-10);
+      if (fabs(have - want) > tol)
+        FAIL("%s: scaled combine token %zu element %zu: %g, want %g", pn, t, c, have, want);
+    }
+  }
+  /* adjoints (f32): <D x, r> = <x, C_1 r> and <C_w r, z> = <r, W D z>, r = ro, z = x */
+  if (sh->t == WEFT_F32) {
+    double v[4] = {0}, g[4];
+    if (weft_moe_combine(h, ro, NULL, y, NULL) != WEFT_SUCCESS) FAIL("combine 3");
+    for (size_t i = 0; i < rows * H; i++)
+      v[0] += (double)((float *)rx)[i] * ((float *)ro)[i];
+    for (size_t i = 0; i < T * H; i++)
+      v[1] += (double)((float *)x)[i] * ((float *)y)[i];
+    for (size_t r = 0; r < rows; r++)
+      rws[r] = (float)(r % 3 + 1) * 0.5f;
+    if (weft_moe_combine(h, ro, rws, y, NULL) != WEFT_SUCCESS) FAIL("combine 4");
+    for (size_t i = 0; i < T * H; i++)
+      v[2] += (double)((float *)y)[i] * ((float *)x)[i];
+    for (size_t i = 0; i < rows * H; i++)
+      v[3] += (double)((float *)ro)[i] * rws[i / H] * ((float *)rx)[i];
+    if (weft_allreduce(v, g, 4, WEFT_F64, WEFT_SUM, comm, NULL) != WEFT_SUCCESS) FAIL("sum");
+    if (fabs(g[0] - g[1]) > 1e-9 * fabs(g[0]) || fabs(g[2] - g[3]) > 1e-9 * fabs(g[2]) || g[0] == 0)
+      FAIL("%s: adjoint identities: %.17g vs %.17g, %.17g vs %.17g", pn, g[0], g[1], g[2], g[3]);
+  }
+  weft_moe_handle_destroy(h);
+  if (weft_moe_destroy(moe) != WEFT_SUCCESS) FAIL("destroy");
+  free(ids), free(x), free(y), free(w), free(count), free(off), free(got_c), free(got_o);
+  free(rx), free(ro), free(rw), free(rws);
+  return 0;
+}
+
+/* A call that must fail with `want` on every rank, with `needle` in the message. */
+static int expect_fail(int rank, weft_result_t rc, weft_result_t want, const char *needle,
+                       const char *what) {
+  const char *msg = weft_get_last_error(NULL);
+  if (rc != want || !strstr(msg, needle))
+    FAIL("%s: got %s \"%s\", want %s with \"%s\"", what, weft_result_string(rc), msg,
+         weft_result_string(want), needle);
+  return 0;
+}
+
+static int run_errors(weft_comm_t comm, int rank, int n) {
+  weft_moe_config_t cfg = WEFT_MOE_CONFIG_INIT;
+  cfg.num_experts = 2 * n, cfg.topk = 2, cfg.hidden = 8, cfg.dtype = WEFT_BF16;
+  weft_moe_t moe = NULL;
+  weft_moe_handle_t h = NULL;
+  char who[64];
+  snprintf(who, sizeof who, "rank %d", n - 1);
+  /* configs: k differs on the last rank; experts not a multiple; low latency */
+  weft_moe_config_t c2 = cfg;
+  if (rank == n - 1) c2.topk = 3;
+  if (n > 1 && expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_INVALID_ARG,
+                           "disagree on topk", "k mismatched"))
+    return 1;
+  c2 = cfg, c2.num_experts = n > 1 ? 2 * n + 1 : 0;
+  if (expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_INVALID_ARG,
+                  "multiple of the rank count", "experts not a multiple"))
+    return 1;
+  c2 = cfg, c2.mode = WEFT_MOE_LOW_LATENCY;
+  if (expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_UNSUPPORTED, "not built",
+                  "low latency"))
+    return 1;
+  if (moe) FAIL("a refused create left a plan");
+  if (weft_moe_create(comm, &cfg, &moe) != WEFT_SUCCESS) FAIL("create");
+  /* ids: out of range on the last rank only, then repeated there; every rank's token 2
+   * goes to the last expert, so the last rank receives rows */
+  int64_t ids[8] = {0, 1, 1, 0, 2 * n - 1, -1, 0, -1};
+  if (rank == n - 1) ids[5] = 2 * n;
+  if (expect_fail(rank, weft_moe_layout(moe, ids, 4, &h, NULL), WEFT_ERR_INVALID_ARG, who,
+                  "id out of range") ||
+      expect_fail(rank, weft_moe_layout(moe, ids, 4, &h, NULL), WEFT_ERR_INVALID_ARG,
+                  "not in [-1, num_experts)", "id out of range message"))
+    return 1;
+  ids[5] = -1;
+  if (rank == n - 1) ids[3] = 1;
+  if (expect_fail(rank, weft_moe_layout(moe, ids, 4, &h, NULL), WEFT_ERR_INVALID_ARG,
+                  "already chose", "repeated id"))
+    return 1;
+  if (h) FAIL("a refused layout left a handle");
+  ids[3] = 0;
+  if (weft_moe_layout(moe, ids, 4, &h, NULL) != WEFT_SUCCESS) FAIL("layout");
+  size_t rows = 0;
+  weft_moe_recv_rows(h, &rows);
+  if (rank == n - 1 && rows == 0) FAIL("the last rank receives no rows");
+  /* buffers: NULL on the last rank, misaligned on the first; the others' left unchanged */
+  uint16_t x[4 * 8 + 1], *rx = calloc(rows * 8 + 2, 2), *rx0 = calloc(rows * 8 + 2, 2);
+  for (int i = 0; i < 33; i++)
+    x[i] = weft_f32_to_bf16((float)i);
+  memset(rx, 0x5a, (rows * 8 + 2) * 2);
+  memcpy(rx0, rx, (rows * 8 + 2) * 2);
+  snprintf(who, sizeof who, "rank %d: recv_x is NULL", n - 1);
+  if (expect_fail(rank, weft_moe_dispatch(h, x, NULL, rank == n - 1 ? NULL : rx, NULL, NULL),
+                  WEFT_ERR_INVALID_ARG, who, "NULL recv_x"))
+    return 1;
+  if (memcmp(rx, rx0, (rows * 8 + 2) * 2)) FAIL("a refused dispatch wrote recv_x");
+  if (expect_fail(rank,
+                  weft_moe_dispatch(h, rank == 0 ? (char *)x + 1 : (char *)x, NULL, rx, NULL, NULL),
+                  WEFT_ERR_INVALID_ARG, "rank 0: x is not aligned", "misaligned x"))
+    return 1;
+  if (memcmp(rx, rx0, (rows * 8 + 2) * 2)) FAIL("a refused dispatch wrote recv_x");
+  if (expect_fail(rank, weft_moe_destroy(moe), WEFT_ERR_INVALID_ARG, "still live",
+                  "destroy with a live handle"))
+    return 1;
+  /* and the communicator still works */
+  if (weft_moe_dispatch(h, x, NULL, rx, NULL, NULL) != WEFT_SUCCESS) FAIL("dispatch after");
+  weft_moe_handle_destroy(h);
+  weft_moe_destroy(moe);
+  free(rx), free(rx0);
+  return 0;
+}
+
+static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
+  (void)arg;
+  weft_comm_t comm = NULL;
+  if (weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS) FAIL("init");
+  const weft_dtype_t types[] = {WEFT_F32, WEFT_BF16, WEFT_F16};
+  int cases = 0;
+  for (int p = 0; p < NPATTERN; p++)
+    for (int ti = 0; ti < 3; ti++) {
+      shape_t sh = {.pattern = p,
+                    .experts = 4 * n,
+                    .k = p == SKEWED ? 4 : 2,
+                    .align = ti == 1 ? 4 : 1,
+                    .hidden = 24 + (size_t)ti,
+                    .t = types[ti]};
+      if (p == UNIFORM && ti == 0) sh.k = 8 < 4 * n ? 8 : 4 * n;
+      if (run_shape(comm, rank, n, &sh)) return 1;
+      cases++;
+    }
+  if (run_errors(comm, rank, n)) return 1;
+  weft_comm_destroy(comm);
+  if (rank == 0) printf("test_moe: %d ranks: %d shapes and the refusals passed\n", n, cases);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 2;
+  if (argc > 2) setenv("WEFT_TRANSPORT", argv[2], 1);
+  if (n < 1) return 2;
+  return launch_local(n, rank_main, NULL, 120) ? 1 : 0;
+}
