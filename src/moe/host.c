@@ -51,6 +51,16 @@ static void *alloc2(size_t a, size_t b) {
   return malloc(bytes);
 }
 
+/* Every rank allocates its staging before any moves data: a rank short of memory that
+ * skipped the exchanges would leave its peers waiting in them, so it fails them all. */
+static weft_result_t all_allocated(weft_moe_t m, const char *fn, int ok_here) {
+  int64_t short_here = !ok_here, short_any = 0;
+  CHECK(weft_allreduce(&short_here, &short_any, 1, WEFT_I64, WEFT_MAX, m->comm, NULL));
+  if (!short_any) return WEFT_SUCCESS;
+  return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for the staging buffers on %s", fn,
+                        short_here ? "this rank" : "another rank");
+}
+
 weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const float *w,
                                      void *recv_x, float *recv_w) {
   const weft_moe_plan_t *p = &h->plan;
@@ -62,15 +72,7 @@ weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const f
   float *sw = alloc2(ns * k, sizeof(float)), *rw = alloc2(nr * k, sizeof(float));
   size_t *cnt = calloc(4 * (size_t)n, sizeof *cnt), *dsp = cnt + n, *rcnt = cnt + 2 * n,
          *rdsp = cnt + 3 * n;
-  weft_result_t rc = WEFT_SUCCESS;
-  /* every rank allocates before any moves data: a rank short of memory that skipped the
-   * exchanges below would leave its peers waiting in them, so it fails them all instead */
-  int64_t short_here = !sbuf || !rbuf || !sw || !rw || !cnt, short_any = 0;
-  rc = weft_allreduce(&short_here, &short_any, 1, WEFT_I64, WEFT_MAX, m->comm, NULL);
-  if (rc == WEFT_SUCCESS && short_any)
-    rc = weft_set_error(WEFT_ERR_NO_MEMORY,
-                        "weft_moe_dispatch: out of memory for the staging buffers on %s",
-                        short_here ? "this rank" : "another rank");
+  weft_result_t rc = all_allocated(m, "weft_moe_dispatch", sbuf && rbuf && sw && rw && cnt);
   if (rc != WEFT_SUCCESS) goto out;
   for (size_t e = 0; e < ns; e++) {
     size_t t = p->send_list[e];
@@ -124,13 +126,8 @@ weft_result_t weft_moe_host_combine(weft_moe_handle_t h, const void *rows, const
   float *yacc = alloc2(p->tokens, hid * sizeof(float));
   size_t *cnt = calloc(4 * (size_t)n, sizeof *cnt), *dsp = cnt + n, *rcnt = cnt + 2 * n,
          *rdsp = cnt + 3 * n;
-  weft_result_t rc = WEFT_SUCCESS;
-  int64_t short_here = !part || !back || !acc || !one || !yacc || !cnt, short_any = 0;
-  rc = weft_allreduce(&short_here, &short_any, 1, WEFT_I64, WEFT_MAX, m->comm, NULL);
-  if (rc == WEFT_SUCCESS && short_any)
-    rc = weft_set_error(WEFT_ERR_NO_MEMORY,
-                        "weft_moe_combine: out of memory for the staging buffers on %s",
-                        short_here ? "this rank" : "another rank");
+  weft_result_t rc =
+      all_allocated(m, "weft_moe_combine", part && back && acc && one && yacc && cnt);
   if (rc != WEFT_SUCCESS) goto out;
   /* each received token: the weighted sum of its rows here, in f32, sent home once */
   for (size_t i = 0; i < nr; i++) {
