@@ -81,6 +81,12 @@ if [ "$ngpu" -lt 2 ]; then
   run sanitizer_memcheck_api_corpus compute-sanitizer --tool memcheck --target-processes all \
     --error-exitcode 9 "$b/tests/fuzz/replay_api_device" --fork tests/fuzz/corpus/api \
     tests/fuzz/corpus/api_device
+  # MoE dispatch and combine on device buffers (tests/mp/test_moe.c --device)
+  run moe_2_share "$b/tests/mp/test_moe" 2 --device
+  run moe_3_share "$b/tests/mp/test_moe" 3 --device
+  run moe_4_share "$b/tests/mp/test_moe" 4 --device
+  run sanitizer_memcheck_moe compute-sanitizer --tool memcheck --target-processes all \
+    --error-exitcode 9 "$b/tests/mp/test_moe" 2 --device
   echo "gpu suite (one GPU): $pass passed, $fail failed" | tee -a "$rep"
   pack_logs
   [ "$fail" -eq 0 ]
@@ -116,6 +122,7 @@ WEFT_P2P_SPLIT=0 run collectives_2_nosplit "$b/tests/gpu/test_collectives_gpu" 2
 run one_process bash -c 'logged_twice "$@"' _ 'straight into (or from)' "$out/windows_1p.txt" \
   "$b/tests/gpu/test_one_process"
 run gpu_fault "$b/tests/gpu/test_gpu_fault"
+run moe_4_share "$b/tests/mp/test_moe" 4 --device
 run collectives_2_share "$b/tests/gpu/test_collectives_gpu" 2 --share
 run collectives_3_share "$b/tests/gpu/test_collectives_gpu" 3 --share
 # 4 ranks on the 2 GPUs in turn: every hop of a ring crosses NVLink, and two ranks share each GPU.

@@ -70,6 +70,10 @@ size_t weft_dev_memory(const struct weft_comm *c);
 int weft_dev_enter(int device, int *saved);
 void weft_dev_leave(int device, int saved);
 
+/* submit.c. WEFT_SUCCESS when p holds `bytes` of memory this communicator's kernels can
+ * use (device memory of its GPU, or managed); else an error that says what p is. */
+weft_result_t weft_dev_check_ptr(struct weft_dev *d, const char *what, const void *p, size_t bytes);
+
 /* params.c. Reads and checks every device parameter into d (a bad value fails init, naming
  * it), with the defaults measured for this many ranks. */
 weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d);

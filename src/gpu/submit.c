@@ -12,7 +12,8 @@
 #include "window.h"
 
 /* Device buffers only: a host pointer would fault the kernel and poison the context. */
-static weft_result_t check_ptr(struct weft_dev *d, const char *what, const void *p, size_t bytes) {
+weft_result_t weft_dev_check_ptr(struct weft_dev *d, const char *what, const void *p,
+                                 size_t bytes) {
   if (!bytes) return WEFT_SUCCESS;
   for (int i = 0; i < 8; i++)
     if (d->checked[i] == p) return WEFT_SUCCESS;
@@ -41,8 +42,8 @@ static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int 
     if (!weft_dev_extents(c->rank, c->nranks, &tasks[i], &in_b, &out_b))
       return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: a buffer's extent overflows size_t",
                             weft_coll_name(tasks[i].args.coll));
-    CHECK(check_ptr(dev_of(c), "sendbuf", tasks[i].sendbuf, in_b));
-    CHECK(check_ptr(dev_of(c), "recvbuf", tasks[i].recvbuf, out_b));
+    CHECK(weft_dev_check_ptr(dev_of(c), "sendbuf", tasks[i].sendbuf, in_b));
+    CHECK(weft_dev_check_ptr(dev_of(c), "recvbuf", tasks[i].recvbuf, out_b));
   }
   return WEFT_SUCCESS;
 }

@@ -50,14 +50,6 @@ static void from_f32(weft_dtype_t t, const float *src, void *dst, size_t n) {
   }
 }
 
-/* Counts and displacements of entries (each `per` elements) by rank, from a plan's
- * per-rank counts and offsets; per * entries was checked to fit when the buffers were. */
-static void by_rank(int n, const size_t *tok, const size_t *off, size_t per, size_t *counts,
-                    size_t *displs) {
-  for (int r = 0; r < n; r++)
-    counts[r] = tok[r] * per, displs[r] = off[r] * per;
-}
-
 /* malloc(a * b) that refuses a product past size_t (never 0 bytes, so NULL means failure). */
 static void *alloc2(size_t a, size_t b) {
   size_t bytes;
@@ -94,12 +86,12 @@ weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const f
     for (size_t j = 0; j < k; j++)
       sw[e * k + j] = w ? w[t * k + j] : 1.0f;
   }
-  by_rank(n, p->send_tok, p->send_off, hid, cnt, dsp);
-  by_rank(n, p->recv_tok, p->recv_off, hid, rcnt, rdsp);
+  weft_moe_plan_counts(p, 0, hid, cnt, dsp);
+  weft_moe_plan_counts(p, 1, hid, rcnt, rdsp);
   CHECK_GOTO(weft_alltoallv(sbuf, cnt, dsp, rbuf, rcnt, rdsp, m->cfg.dtype, m->comm, NULL), rc,
              out);
-  by_rank(n, p->send_tok, p->send_off, k, cnt, dsp);
-  by_rank(n, p->recv_tok, p->recv_off, k, rcnt, rdsp);
+  weft_moe_plan_counts(p, 0, k, cnt, dsp);
+  weft_moe_plan_counts(p, 1, k, rcnt, rdsp);
   CHECK_GOTO(weft_alltoallv(sw, cnt, dsp, rw, rcnt, rdsp, WEFT_F32, m->comm, NULL), rc, out);
   /* padding rows: zeros, and weight 0 */
   for (int l = 0; l < m->local; l++) {
@@ -152,8 +144,8 @@ weft_result_t weft_moe_host_combine(weft_moe_handle_t h, const void *rows, const
     }
     from_f32(t, acc, part + i * row, hid);
   }
-  by_rank(n, p->recv_tok, p->recv_off, hid, cnt, dsp);
-  by_rank(n, p->send_tok, p->send_off, hid, rcnt, rdsp);
+  weft_moe_plan_counts(p, 1, hid, cnt, dsp);
+  weft_moe_plan_counts(p, 0, hid, rcnt, rdsp);
   CHECK_GOTO(weft_alltoallv(part, cnt, dsp, back, rcnt, rdsp, t, m->comm, NULL), rc, out);
   /* home: every rank's partial of a token added in rank order, then y once */
   memset(yacc, 0, p->tokens * hid * sizeof *yacc);

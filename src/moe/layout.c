@@ -136,3 +136,10 @@ int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align) {
   free(fill);
   return 0;
 }
+
+void weft_moe_plan_counts(const weft_moe_plan_t *p, int recv, size_t per, size_t *counts,
+                          size_t *displs) {
+  const size_t *tok = recv ? p->recv_tok : p->send_tok, *off = recv ? p->recv_off : p->send_off;
+  for (int r = 0; r < p->nranks; r++)
+    counts[r] = tok[r] * per, displs[r] = off[r] * per;
+}

@@ -4,49 +4,57 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap.h"
 #include "checked.h"
 #include "comm.h"
 #include "err.h"
 #include "moe.h"
 
-/* Why a rank refuses a call, shared with every rank so that all print the same reason. */
-enum { OK = 0, BAD_ID, REPEATED_ID, NULL_BUF, MISALIGNED, TOO_BIG, NO_MEM };
 static const char *const BUF_NAME[] = {
     "topk_ids", "x", "recv_x", "rows", "y", "topk_weights", "recv_weights", "row_weights"};
 enum { B_IDS, B_X, B_RECV_X, B_ROWS, B_Y, B_W, B_RECV_W, B_ROW_W };
 
-typedef struct {
-  int64_t code, a, b, c;
-} verdict_t;
-
-/* Every rank's verdict: the lowest refusing rank's becomes every rank's error (two small
- * collectives, nothing allocated, so that even an out-of-memory rank takes part). */
-static weft_result_t agree(weft_moe_t m, const char *fn, verdict_t mine) {
-  int64_t key = mine.code != OK ? m->rank : INT64_MAX, first = 0;
-  CHECK(weft_allreduce(&key, &first, 1, WEFT_I64, WEFT_MIN, m->comm, NULL));
-  if (first == INT64_MAX) return WEFT_SUCCESS;
-  verdict_t v = mine;
-  int r = (int)first;
-  CHECK(weft_broadcast(&mine, &v, 4, WEFT_I64, r, m->comm, NULL));
-  if (v.a < 0 || v.a > B_ROW_W) v.a = 0; /* names a buffer only: keep it in the table */
+/* Every rank's verdict, over the bootstrap ring (host and device communicators alike, and
+ * no GPU work): the lowest refusing rank's reason becomes every rank's error. */
+weft_result_t weft_moe_agree(weft_moe_t m, const char *fn, weft_moe_verdict_t mine) {
+  weft_moe_verdict_t few[64], *all = m->nranks <= 64 ? few : calloc((size_t)m->nranks, sizeof *all);
+  if (!all) return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
+  all[m->rank] = mine;
+  weft_result_t rc = weft_bootstrap_allgather(m->comm->boot, all, sizeof *all);
+  int r = 0;
+  while (rc == WEFT_SUCCESS && r < m->nranks && all[r].code == MOE_OK)
+    r++;
+  weft_moe_verdict_t v = rc == WEFT_SUCCESS && r < m->nranks ? all[r] : mine;
+  if (all != few) free(all);
+  if (rc != WEFT_SUCCESS) return rc;
+  if (r == m->nranks) return WEFT_SUCCESS;
+  /* a buffer's name comes from a peer's index: kept inside the table */
+  const char *buf = BUF_NAME[v.a >= 0 && v.a <= B_ROW_W ? v.a : 0];
   switch (v.code) {
-  case BAD_ID:
-  case REPEATED_ID:
+  case MOE_BAD_ID:
+  case MOE_REPEATED_ID:
     return weft_set_error(
         WEFT_ERR_INVALID_ARG, "%s: rank %d: token %lld's choice %lld is expert %lld, which %s", fn,
         r, (long long)v.a, (long long)v.b, (long long)v.c,
-        v.code == BAD_ID ? "is not in [-1, num_experts)" : "the token already chose");
-  case NULL_BUF:
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: rank %d: %s is NULL", fn, r, BUF_NAME[v.a]);
-  case MISALIGNED:
+        v.code == MOE_BAD_ID ? "is not in [-1, num_experts)" : "the token already chose");
+  case MOE_NULL_BUF:
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: rank %d: %s is NULL", fn, r, buf);
+  case MOE_NOT_DEVICE:
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "%s: rank %d: %s is not device memory of the communicator's GPU", fn, r,
+                          buf);
+  case MOE_MISALIGNED:
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "%s: rank %d: %s is not aligned to its element size (%lld bytes)", fn, r,
-                          BUF_NAME[v.a], (long long)v.b);
-  case TOO_BIG:
+                          buf, (long long)v.b);
+  case MOE_TOO_BIG:
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "%s: rank %d: %lld tokens of this shape "
                           "do not fit in memory's address range",
                           fn, r, (long long)v.a);
+  case MOE_FAILED:
+    return weft_set_error(WEFT_ERR_SYSTEM, "%s: rank %d: a CUDA call failed (its error says which)",
+                          fn, r);
   default: return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: rank %d: out of memory", fn, r);
   }
 }
@@ -89,14 +97,10 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
                           "%s: config->size is %zu, not sizeof(weft_moe_config_t) (start from "
                           "WEFT_MOE_CONFIG_INIT)",
                           fn, config->size);
-  if (strcmp(comm->engine->name, "host") != 0)
-    return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                          "%s: MoE on device communicators is not built yet (host buffers only)",
-                          fn);
   const weft_moe_config_t *c = config;
   int n = comm->nranks;
-  /* every rank's fields and whether it found them valid (its rank + 1, else 0): equal on
-   * all ranks exactly when the smallest and the largest are */
+  /* every rank's fields and whether it found them valid (its rank + 1, else 0), over the
+   * bootstrap ring: equal on all ranks exactly when the smallest and the largest are */
   const char *why = config_problem(c, n);
   int64_t mine[NFIELD + 1] = {c->num_experts,
                               c->topk,
@@ -107,16 +111,25 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
                               (int64_t)(c->align ? c->align : 1),
                               why ? comm->rank + 1 : 0},
                         lo[NFIELD + 1], hi[NFIELD + 1];
-  CHECK(weft_allreduce(mine, lo, NFIELD + 1, WEFT_I64, WEFT_MIN, comm, NULL));
-  CHECK(weft_allreduce(mine, hi, NFIELD + 1, WEFT_I64, WEFT_MAX, comm, NULL));
+  int64_t(*all)[NFIELD + 1] = calloc((size_t)n, sizeof *all);
+  if (!all) return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
+  memcpy(all[comm->rank], mine, sizeof mine);
+  weft_result_t rc = weft_bootstrap_allgather(comm->boot, all, sizeof *all);
+  memcpy(lo, mine, sizeof mine), memcpy(hi, mine, sizeof mine);
+  for (int r = 0; r < n && rc == WEFT_SUCCESS; r++)
+    for (int f = 0; f <= NFIELD; f++) {
+      lo[f] = all[r][f] < lo[f] ? all[r][f] : lo[f];
+      hi[f] = all[r][f] > hi[f] ? all[r][f] : hi[f];
+    }
+  free(all);
+  CHECK(rc);
   if (why)
     return weft_set_error(strstr(why, "not built") ? WEFT_ERR_UNSUPPORTED : WEFT_ERR_INVALID_ARG,
                           "%s: %s", fn, why);
   if (hi[NFIELD])
     return weft_set_error(WEFT_ERR_INVALID_ARG,
-                          "%s: rank %lld's config is invalid (its error "
-                          "says why)",
-                          fn, (long long)hi[NFIELD] - 1);
+                          "%s: rank %lld's config is invalid (its error says why)", fn,
+                          (long long)hi[NFIELD] - 1);
   for (int f = 0; f < NFIELD; f++)
     if (lo[f] != hi[f])
       return weft_set_error(WEFT_ERR_INVALID_ARG,
@@ -126,6 +139,7 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
   weft_moe_t m = calloc(1, sizeof *m);
   if (!m) return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
   m->comm = comm, m->rank = comm->rank, m->nranks = n, m->cfg = *c;
+  m->device = strcmp(comm->engine->name, "gpu") == 0;
   m->cfg.size = sizeof m->cfg, m->local = c->num_experts / n;
   if (!m->cfg.align) m->cfg.align = 1;
   *moe = m;
@@ -148,67 +162,57 @@ static weft_result_t order_after(weft_stream_t stream) {
   return stream ? weft_stream_synchronize(stream) : WEFT_SUCCESS;
 }
 
-/* Exchanges who sends what: counts (alltoall), then each sent token's ids (alltoallv). */
-static weft_result_t exchange(weft_moe_t m, weft_moe_plan_t *p, const char *fn) {
-  size_t n = (size_t)m->nranks, k = (size_t)p->k;
-  p->recv_tok = calloc(n, sizeof *p->recv_tok);
-  size_t *sc = calloc(4 * n, sizeof *sc), *sd = sc + n, *rc_ = sc + 2 * n, *rd = sc + 3 * n;
-  verdict_t v = {OK, 0, 0, 0};
-  if (!p->recv_tok || !sc) v.code = NO_MEM;
-  weft_result_t rc = agree(m, fn, v);
-  if (rc == WEFT_SUCCESS) /* size_t counts as u64: weft_dtype has no size_t */
-    rc = weft_alltoall(p->send_tok, p->recv_tok, 1, WEFT_U64, m->comm, NULL);
-  if (rc == WEFT_SUCCESS) {
-    v.code = weft_moe_plan_recv_alloc(p) ? NO_MEM : OK;
-    rc = agree(m, fn, v);
-  }
-  if (rc == WEFT_SUCCESS) {
-    for (size_t r = 0; r < n; r++) /* ids per entry k: extents checked in recv_alloc */
-      sc[r] = p->send_tok[r] * k, sd[r] = p->send_off[r] * k, rc_[r] = p->recv_tok[r] * k,
-      rd[r] = p->recv_off[r] * k;
-    rc = weft_alltoallv(p->send_ids, sc, sd, p->recv_ids, rc_, rd, WEFT_I32, m->comm, NULL);
-  }
-  free(sc);
-  return rc;
-}
-
 weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t tokens,
                               weft_moe_handle_t *handle, weft_stream_t stream) {
   const char *fn = "weft_moe_layout";
   if (!moe || !handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: NULL argument", fn);
   *handle = NULL;
-  CHECK(order_after(stream));
   weft_moe_t m = moe;
-  size_t k = (size_t)m->cfg.topk, es = weft_dtype_size(m->cfg.index_type), bytes;
+  if (!m->device) CHECK(order_after(stream));
+  size_t k = (size_t)m->cfg.topk, es = weft_dtype_size(m->cfg.index_type), bytes = 0;
   weft_moe_handle_t h = calloc(1, sizeof *h);
-  verdict_t v = {OK, 0, 0, 0};
+  void *fetched = NULL; /* device runs: the ids copied to the host */
+  const void *ids = topk_ids;
+  weft_moe_verdict_t v = {MOE_OK, 0, 0, 0};
   weft_moe_bad_t bad = {0};
   if (!h)
-    v.code = NO_MEM;
+    v.code = MOE_NO_MEM;
   else if (!weft_extent_fits(0, tokens, k * es, &bytes))
-    v.code = TOO_BIG, v.a = (int64_t)tokens;
+    v.code = MOE_TOO_BIG, v.a = (int64_t)tokens;
   else if (tokens && !topk_ids)
-    v.code = NULL_BUF, v.a = B_IDS;
+    v.code = MOE_NULL_BUF, v.a = B_IDS;
   else if (misaligned(topk_ids, es))
-    v.code = MISALIGNED, v.a = B_IDS, v.b = (int64_t)es;
-  else {
-    int r = weft_moe_plan_send(&h->plan, m->nranks, m->cfg.num_experts, m->cfg.topk, topk_ids,
+    v.code = MOE_MISALIGNED, v.a = B_IDS, v.b = (int64_t)es;
+  else if (m->device && tokens && !weft_moe_dev_owns(m, topk_ids, bytes))
+    v.code = MOE_NOT_DEVICE, v.a = B_IDS;
+  else if (m->device && tokens && !(ids = fetched = malloc(bytes)))
+    v.code = MOE_NO_MEM;
+  else if (fetched && weft_moe_dev_fetch(fetched, topk_ids, bytes, stream) != WEFT_SUCCESS)
+    v.code = MOE_FAILED;
+  if (v.code == MOE_OK) {
+    int r = weft_moe_plan_send(&h->plan, m->nranks, m->cfg.num_experts, m->cfg.topk, ids,
                                m->cfg.index_type, tokens, &bad);
     if (r == -1)
-      v.code = bad.repeated ? REPEATED_ID : BAD_ID, v.a = bad.token, v.b = bad.slot, v.c = bad.id;
+      v.code = bad.repeated ? MOE_REPEATED_ID : MOE_BAD_ID, v.a = bad.token, v.b = bad.slot,
+      v.c = bad.id;
     else if (r)
-      v.code = NO_MEM;
+      v.code = MOE_NO_MEM;
   }
-  weft_result_t rc = agree(m, fn, v);
-  if (rc == WEFT_SUCCESS) rc = exchange(m, &h->plan, fn);
+  weft_result_t rc = weft_moe_agree(m, fn, v);
+  if (rc == WEFT_SUCCESS) rc = weft_moe_exchange(m, &h->plan, ids, fn);
   if (rc == WEFT_SUCCESS) {
-    v.code = OK;
     int r = weft_moe_plan_rows(&h->plan, m->rank, m->cfg.align);
-    if (r) v.code = r == -1 ? TOO_BIG : NO_MEM, v.a = (int64_t)tokens;
-    rc = agree(m, fn, v);
+    v.code = r == -1 ? MOE_TOO_BIG : r ? MOE_NO_MEM : MOE_OK, v.a = (int64_t)tokens;
+    rc = weft_moe_agree(m, fn, v);
   }
+  if (rc == WEFT_SUCCESS && m->device) {
+    h->moe = m;
+    v.code = weft_moe_dev_upload(h, stream) == WEFT_SUCCESS ? MOE_OK : MOE_FAILED;
+    rc = weft_moe_agree(m, fn, v);
+  }
+  free(fetched);
   if (rc != WEFT_SUCCESS) {
-    if (h) weft_moe_plan_free(&h->plan);
+    if (h) weft_moe_dev_free(h), weft_moe_plan_free(&h->plan);
     free(h);
     return rc;
   }
@@ -221,6 +225,7 @@ weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t token
 weft_result_t weft_moe_handle_destroy(weft_moe_handle_t handle) {
   if (!handle) return WEFT_SUCCESS;
   handle->moe->handles--;
+  weft_moe_dev_free(handle);
   weft_moe_plan_free(&handle->plan);
   free(handle);
   return WEFT_SUCCESS;
@@ -243,20 +248,28 @@ weft_result_t weft_moe_expert_counts(weft_moe_handle_t handle, int64_t *counts, 
 
 /* ---- dispatch and combine ---- */
 
-/* The local checks of a data call: inputs of `in_rows` rows, outputs of `out_rows`. */
-static verdict_t check_bufs(weft_moe_handle_t h, const void *in, int in_name, size_t in_rows,
-                            void *out, int out_name, size_t out_rows, const void *w, int w_name) {
-  weft_moe_t m = h->moe;
-  size_t es = weft_dtype_size(m->cfg.dtype);
-  verdict_t v = {OK, 0, 0, 0};
-  if (in_rows && !in)
-    v.code = NULL_BUF, v.a = in_name;
-  else if (out_rows && !out)
-    v.code = NULL_BUF, v.a = out_name;
-  else if (misaligned(in, es) || misaligned(out, es))
-    v.code = MISALIGNED, v.a = misaligned(in, es) ? in_name : out_name, v.b = (int64_t)es;
-  else if (misaligned(w, sizeof(float)))
-    v.code = MISALIGNED, v.a = w_name, v.b = (int64_t)sizeof(float);
+/* A buffer of a data call: `need`ed when its extent is not empty. */
+typedef struct {
+  const void *p;
+  int name, need;
+  size_t rows, row_bytes, align;
+} buf_t;
+
+/* The local checks of a data call, in the order given. */
+static weft_moe_verdict_t check_bufs(weft_moe_t m, const buf_t *b, int nb) {
+  weft_moe_verdict_t v = {MOE_OK, 0, 0, 0};
+  for (int i = 0; i < nb && v.code == MOE_OK; i++) {
+    size_t bytes;
+    v.a = b[i].name;
+    if (!weft_mul_fits(b[i].rows, b[i].row_bytes, &bytes))
+      v.code = MOE_TOO_BIG, v.a = (int64_t)b[i].rows;
+    else if (b[i].need && bytes && !b[i].p)
+      v.code = MOE_NULL_BUF;
+    else if (misaligned(b[i].p, b[i].align))
+      v.code = MOE_MISALIGNED, v.b = (int64_t)b[i].align;
+    else if (m->device && b[i].p && bytes && !weft_moe_dev_owns(m, b[i].p, bytes))
+      v.code = MOE_NOT_DEVICE;
+  }
   return v;
 }
 
@@ -264,24 +277,31 @@ weft_result_t weft_moe_dispatch(weft_moe_handle_t handle, const void *x, const f
                                 void *recv_x, float *recv_weights, weft_stream_t stream) {
   const char *fn = "weft_moe_dispatch";
   if (!handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: NULL handle", fn);
-  CHECK(order_after(stream));
   weft_moe_handle_t h = handle;
-  verdict_t v =
-      check_bufs(h, x, B_X, h->plan.tokens, recv_x, B_RECV_X, h->plan.rows, topk_weights, B_W);
-  if (v.code == OK && misaligned(recv_weights, sizeof(float)))
-    v.code = MISALIGNED, v.a = B_RECV_W, v.b = (int64_t)sizeof(float);
-  CHECK(agree(h->moe, fn, v));
-  return weft_moe_host_dispatch(h, x, topk_weights, recv_x, recv_weights);
+  weft_moe_t m = h->moe;
+  if (!m->device) CHECK(order_after(stream));
+  size_t es = weft_dtype_size(m->cfg.dtype), row = m->cfg.hidden * es, k = (size_t)m->cfg.topk;
+  const buf_t b[] = {{x, B_X, 1, h->plan.tokens, row, es},
+                     {recv_x, B_RECV_X, 1, h->plan.rows, row, es},
+                     {topk_weights, B_W, 0, h->plan.tokens, k * sizeof(float), sizeof(float)},
+                     {recv_weights, B_RECV_W, 0, h->plan.rows, sizeof(float), sizeof(float)}};
+  CHECK(weft_moe_agree(m, fn, check_bufs(m, b, 4)));
+  return m->device ? weft_moe_dev_dispatch(h, x, topk_weights, recv_x, recv_weights, stream)
+                   : weft_moe_host_dispatch(h, x, topk_weights, recv_x, recv_weights);
 }
 
 weft_result_t weft_moe_combine(weft_moe_handle_t handle, const void *rows, const float *row_weights,
                                void *y, weft_stream_t stream) {
   const char *fn = "weft_moe_combine";
   if (!handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: NULL handle", fn);
-  CHECK(order_after(stream));
   weft_moe_handle_t h = handle;
-  verdict_t v =
-      check_bufs(h, rows, B_ROWS, h->plan.rows, y, B_Y, h->plan.tokens, row_weights, B_ROW_W);
-  CHECK(agree(h->moe, fn, v));
-  return weft_moe_host_combine(h, rows, row_weights, y);
+  weft_moe_t m = h->moe;
+  if (!m->device) CHECK(order_after(stream));
+  size_t es = weft_dtype_size(m->cfg.dtype), row = m->cfg.hidden * es;
+  const buf_t b[] = {{rows, B_ROWS, 1, h->plan.rows, row, es},
+                     {y, B_Y, 1, h->plan.tokens, row, es},
+                     {row_weights, B_ROW_W, 0, h->plan.rows, sizeof(float), sizeof(float)}};
+  CHECK(weft_moe_agree(m, fn, check_bufs(m, b, 3)));
+  return m->device ? weft_moe_dev_combine(h, rows, row_weights, y, stream)
+                   : weft_moe_host_combine(h, rows, row_weights, y);
 }

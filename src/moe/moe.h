@@ -14,6 +14,7 @@
 struct weft_moe {
   weft_comm_t comm;
   int rank, nranks, local; /* local: experts per rank */
+  int device;              /* a device communicator: buffers on its GPU (device.c) */
   weft_moe_config_t cfg;
   int handles; /* live handles (destroy refuses while any is) */
 };
@@ -45,7 +46,34 @@ typedef struct {
 struct weft_moe_handle {
   weft_moe_t moe;
   weft_moe_plan_t plan;
+  void *dev; /* device.c's copy of the plan, device communicators only */
 };
+
+/* Why a rank refuses a call (a, b, c: what the message names), shared with every rank so
+ * that all of them fail with the same reason. */
+enum {
+  MOE_OK = 0,
+  MOE_BAD_ID,
+  MOE_REPEATED_ID,
+  MOE_NULL_BUF,
+  MOE_MISALIGNED,
+  MOE_NOT_DEVICE,
+  MOE_TOO_BIG,
+  MOE_NO_MEM,
+  MOE_FAILED /* a CUDA call failed there: its own error says which */
+};
+typedef struct {
+  int64_t code, a, b, c;
+} weft_moe_verdict_t;
+
+/* moe.c. Collective over the bootstrap ring: WEFT_SUCCESS when every rank's verdict is
+ * MOE_OK, else the lowest refusing rank's reason as everyone's error. */
+weft_result_t weft_moe_agree(weft_moe_t m, const char *fn, weft_moe_verdict_t mine);
+
+/* exchange.c. Collective: fills p's receive side (recv_tok, recv_off, recv_ids) from what
+ * every rank sends here; host communicators through alltoall and alltoallv, device ones over
+ * the bootstrap ring from ids (this rank's [tokens][k] of index_type, on the host). */
+weft_result_t weft_moe_exchange(weft_moe_t m, weft_moe_plan_t *p, const void *ids, const char *fn);
 
 /* layout.c. Fills the send side from ids ([tokens][k] of index_type); returns -1 and *bad
  * when an id is out of [-1, experts) or repeated in its token, -2 when out of memory. */
@@ -57,6 +85,20 @@ int weft_moe_plan_recv_alloc(weft_moe_plan_t *p);
  * and the padded total. 0, or -1 when the rows do not fit in size_t. */
 int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align);
 void weft_moe_plan_free(weft_moe_plan_t *p);
+/* The alltoallv counts and displacements of the send (recv = 0) or receive side, in units of
+ * `per` elements an entry (its rows, its weights); the plan's sizes were checked to fit. */
+void weft_moe_plan_counts(const weft_moe_plan_t *p, int recv, size_t per, size_t *counts,
+                          size_t *displs);
+
+/* device.c in CUDA builds (device_none.c otherwise): device buffers. */
+int weft_moe_dev_owns(weft_moe_t m, const void *p, size_t bytes); /* 1: device memory here */
+weft_result_t weft_moe_dev_fetch(void *dst, const void *src, size_t bytes, weft_stream_t s);
+weft_result_t weft_moe_dev_upload(weft_moe_handle_t h, weft_stream_t s); /* plan -> GPU */
+weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const float *w,
+                                    void *recv_x, float *recv_w, weft_stream_t s);
+weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const float *w, void *y,
+                                   weft_stream_t s);
+void weft_moe_dev_free(weft_moe_handle_t h);
 
 /* host.c: the host path's data movement (buffers checked by moe.c). */
 weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const float *w,

@@ -1,11 +1,16 @@
 /* MoE dispatch and combine on forked ranks with host buffers: every rank can compute every
  * rank's ids and tokens, so each checks its own rows, counts and combined tokens exactly
  * against a model; the adjoint identities; and refusals that reach every rank and change
- * nothing. usage: test_moe RANKS [shm|tcp] */
+ * nothing. With --device (CUDA builds) every rank works on GPU 0 with device buffers.
+ * usage: test_moe RANKS [shm|tcp] [--device] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef WEFT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "dtype.h"
 #include "launch.h"
@@ -82,6 +87,60 @@ static int has(const shape_t *sh, int n, int s, size_t t, int64_t e, int *slot) 
   return 0;
 }
 
+/* A buffer the calls get: host memory, or with --device a device twin of it, copied in
+ * before a call (up) and back after (down) on the rank's stream. */
+static int g_dev;
+static weft_stream_t g_st;
+
+typedef struct {
+  char *h;
+  void *d;
+  size_t n;
+} mb_t;
+
+static int mb_new(mb_t *b, size_t n) {
+  b->n = n + 16, b->d = NULL;
+  b->h = calloc(b->n, 1);
+#ifdef WEFT_HAVE_CUDA
+  /* zeroed on the rank's stream: a cudaMemset on the legacy stream is not ordered with the
+   * non-blocking stream's copies that follow */
+  if (g_dev && (cudaMalloc(&b->d, b->n) != cudaSuccess ||
+                cudaMemsetAsync(b->d, 0, b->n, (cudaStream_t)g_st) != cudaSuccess))
+    return -1;
+#endif
+  return b->h ? 0 : -1;
+}
+static void *mb(const mb_t *b) { return g_dev ? b->d : (void *)b->h; }
+static int mb_copy(mb_t *b, int up) {
+#ifdef WEFT_HAVE_CUDA
+  if (g_dev) {
+    cudaStream_t s = (cudaStream_t)g_st;
+    return cudaMemcpyAsync(up ? b->d : b->h, up ? b->h : b->d, b->n,
+                           up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                           s) != cudaSuccess ||
+           cudaStreamSynchronize(s) != cudaSuccess;
+  }
+#endif
+  (void)b, (void)up;
+  return 0;
+}
+static int mb_up(mb_t *b) { return mb_copy(b, 1); }
+static int mb_down(mb_t *b) { return mb_copy(b, 0); }
+static void mb_free(mb_t *b) {
+#ifdef WEFT_HAVE_CUDA
+  if (b->d) cudaFree(b->d);
+#endif
+  free(b->h);
+}
+
+/* The test's own sums go over a host communicator split from the tested one (device runs:
+ * host buffers), so that a check of MoE depends on nothing but the MoE calls. */
+static weft_comm_t g_host;
+
+static int sum4(const double *v, double *g) {
+  return weft_allreduce(v, g, 4, WEFT_F64, WEFT_SUM, g_host, NULL) != WEFT_SUCCESS;
+}
+
 /* One shape: layout, queries, dispatch against the model, identity combine, an expert-scaled
  * combine, and the two adjoint identities. */
 static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
@@ -94,21 +153,27 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
   int local = sh->experts / n, bad = 0;
   const char *pn = PATTERN_NAME[sh->pattern];
   if (weft_moe_create(comm, &cfg, &moe) != WEFT_SUCCESS) FAIL("create %s", pn);
-  void *ids = calloc(T * k + 1, 8), *x = calloc(T * H + 1, es), *y = calloc(T * H + 1, es);
-  float *w = calloc(T * k + 1, sizeof *w);
+  mb_t bids, bx, by, bw;
+  if (mb_new(&bids, T * k * 8) || mb_new(&bx, T * H * es) || mb_new(&by, T * H * es) ||
+      mb_new(&bw, T * k * 4))
+    FAIL("buffers");
+  char *x = bx.h, *y = by.h;
+  float *w = (float *)bw.h;
   for (size_t t = 0; t < T; t++) {
     for (size_t j = 0; j < k; j++) {
       int64_t e = id_of(sh, n, rank, t, (int)j);
       if (cfg.index_type == WEFT_I32)
-        ((int32_t *)ids)[t * k + j] = (int32_t)e;
+        ((int32_t *)bids.h)[t * k + j] = (int32_t)e;
       else
-        ((int64_t *)ids)[t * k + j] = e;
+        ((int64_t *)bids.h)[t * k + j] = e;
       w[t * k + j] = w_of(sh);
     }
     for (size_t c = 0; c < H; c++)
       put(sh->t, x, t * H + c, x_of(rank, t, c));
   }
-  if (weft_moe_layout(moe, T ? ids : NULL, T, &h, NULL) != WEFT_SUCCESS) FAIL("layout %s", pn);
+  if (mb_up(&bids) || mb_up(&bx) || mb_up(&bw)) FAIL("copying in");
+  if (weft_moe_layout(moe, T ? mb(&bids) : NULL, T, &h, g_st) != WEFT_SUCCESS)
+    FAIL("layout %s", pn);
   /* the model: rows of local expert l from source s, token t in order */
   int64_t *count = calloc((size_t)local, 8), *off = calloc((size_t)local, 8);
   int64_t *got_c = calloc((size_t)local, 8), *got_o = calloc((size_t)local, 8);
@@ -129,10 +194,18 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
     if (got_c[l] != count[l] || got_o[l] != off[l])
       FAIL("%s: expert %d: count %lld at %lld, want %lld at %lld", pn, l, (long long)got_c[l],
            (long long)got_o[l], (long long)count[l], (long long)off[l]);
-  char *rx = malloc(rows * H * es + 1), *ro = malloc(rows * H * es + 1);
-  float *rw = malloc(rows * sizeof *rw + 1), *rws = malloc(rows * sizeof *rws + 1);
+  mb_t brx, bro, brw, brws;
+  if (mb_new(&brx, rows * H * es) || mb_new(&bro, rows * H * es) || mb_new(&brw, rows * 4) ||
+      mb_new(&brws, rows * 4))
+    FAIL("row buffers");
+  char *rx = brx.h, *ro = bro.h;
+  float *rw = (float *)brw.h, *rws = (float *)brws.h;
   memset(rx, 0x5a, rows * H * es);
-  if (weft_moe_dispatch(h, x, w, rx, rw, NULL) != WEFT_SUCCESS) FAIL("dispatch %s", pn);
+  memset(rw, 0x5a, rows * 4);
+  if (mb_up(&brx) || mb_up(&brw)) FAIL("copying in");
+  if (weft_moe_dispatch(h, mb(&bx), mb(&bw), mb(&brx), mb(&brw), g_st) != WEFT_SUCCESS)
+    FAIL("dispatch %s", pn);
+  if (mb_down(&brx) || mb_down(&brw)) FAIL("copying out");
   for (int l = 0; l < local && !bad; l++) {
     size_t r = (size_t)off[l];
     for (int s = 0; s < n; s++)
@@ -154,7 +227,8 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
     }
   }
   /* identity experts: y[t] = x[t] times the kept weights' sum, exactly */
-  if (weft_moe_combine(h, rx, rw, y, NULL) != WEFT_SUCCESS) FAIL("combine %s", pn);
+  if (weft_moe_combine(h, mb(&brx), mb(&brw), mb(&by), g_st) != WEFT_SUCCESS || mb_down(&by))
+    FAIL("combine %s", pn);
   for (size_t t = 0; t < T; t++) {
     int kept = 0;
     for (size_t j = 0; j < k; j++)
@@ -170,7 +244,9 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
       for (size_t c = 0; c < H; c++)
         put(sh->t, ro, (size_t)r * H + c,
             get(sh->t, rx, (size_t)r * H + c) * (float)(rank * local + l + 1));
-  if (weft_moe_combine(h, ro, rw, y, NULL) != WEFT_SUCCESS) FAIL("combine 2 %s", pn);
+  if (mb_up(&bro) || weft_moe_combine(h, mb(&bro), mb(&brw), mb(&by), g_st) != WEFT_SUCCESS ||
+      mb_down(&by))
+    FAIL("combine 2 %s", pn);
   for (size_t t = 0; t < T; t++) {
     float f = 0;
     for (size_t j = 0; j < k; j++) {
@@ -187,26 +263,44 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
   /* adjoints (f32): <D x, r> = <x, C_1 r> and <C_w r, z> = <r, W D z>, r = ro, z = x */
   if (sh->t == WEFT_F32) {
     double v[4] = {0}, g[4];
-    if (weft_moe_combine(h, ro, NULL, y, NULL) != WEFT_SUCCESS) FAIL("combine 3");
+    if (weft_moe_combine(h, mb(&bro), NULL, mb(&by), g_st) != WEFT_SUCCESS || mb_down(&by))
+      FAIL("combine 3");
+    for (size_t t = 0; t < T; t++) { /* no weights: y = sum (e + 1) x, exactly */
+      float f = 0;
+      for (size_t j = 0; j < k; j++) {
+        int64_t e = id_of(sh, n, rank, t, (int)j);
+        if (e >= 0) f += (float)(e + 1);
+      }
+      for (size_t c = 0; c < H; c++)
+        if (get(sh->t, y, t * H + c) != x_of(rank, t, c) * f)
+          FAIL("%s: unweighted combine token %zu element %zu: %g, want %g", pn, t, c,
+               get(sh->t, y, t * H + c), x_of(rank, t, c) * f);
+    }
     for (size_t i = 0; i < rows * H; i++)
       v[0] += (double)((float *)rx)[i] * ((float *)ro)[i];
     for (size_t i = 0; i < T * H; i++)
       v[1] += (double)((float *)x)[i] * ((float *)y)[i];
     for (size_t r = 0; r < rows; r++)
       rws[r] = (float)(r % 3 + 1) * 0.5f;
-    if (weft_moe_combine(h, ro, rws, y, NULL) != WEFT_SUCCESS) FAIL("combine 4");
+    if (mb_up(&brws) || weft_moe_combine(h, mb(&bro), mb(&brws), mb(&by), g_st) != WEFT_SUCCESS ||
+        mb_down(&by))
+      FAIL("combine 4");
     for (size_t i = 0; i < T * H; i++)
       v[2] += (double)((float *)y)[i] * ((float *)x)[i];
     for (size_t i = 0; i < rows * H; i++)
       v[3] += (double)((float *)ro)[i] * rws[i / H] * ((float *)rx)[i];
-    if (weft_allreduce(v, g, 4, WEFT_F64, WEFT_SUM, comm, NULL) != WEFT_SUCCESS) FAIL("sum");
+    if (sum4(v, g)) FAIL("sum");
+    if (getenv("TEST_MOE_VERBOSE"))
+      fprintf(stderr, "rank %d %s: v %.17g %.17g %.17g %.17g, sums %.17g %.17g %.17g %.17g\n", rank,
+              pn, v[0], v[1], v[2], v[3], g[0], g[1], g[2], g[3]);
     if (fabs(g[0] - g[1]) > 1e-9 * fabs(g[0]) || fabs(g[2] - g[3]) > 1e-9 * fabs(g[2]) || g[0] == 0)
       FAIL("%s: adjoint identities: %.17g vs %.17g, %.17g vs %.17g", pn, g[0], g[1], g[2], g[3]);
   }
   weft_moe_handle_destroy(h);
   if (weft_moe_destroy(moe) != WEFT_SUCCESS) FAIL("destroy");
-  free(ids), free(x), free(y), free(w), free(count), free(off), free(got_c), free(got_o);
-  free(rx), free(ro), free(rw), free(rws);
+  mb_free(&bids), mb_free(&bx), mb_free(&by), mb_free(&bw), mb_free(&brx), mb_free(&bro);
+  mb_free(&brw), mb_free(&brws);
+  free(count), free(off), free(got_c), free(got_o);
   return 0;
 }
 
@@ -243,57 +337,83 @@ static int run_errors(weft_comm_t comm, int rank, int n) {
     return 1;
   if (moe) FAIL("a refused create left a plan");
   if (weft_moe_create(comm, &cfg, &moe) != WEFT_SUCCESS) FAIL("create");
-  /* ids: out of range on the last rank only, then repeated there; every rank's token 2
-   * goes to the last expert, so the last rank receives rows */
-  int64_t ids[8] = {0, 1, 1, 0, 2 * n - 1, -1, 0, -1};
-  if (rank == n - 1) ids[5] = 2 * n;
-  if (expect_fail(rank, weft_moe_layout(moe, ids, 4, &h, NULL), WEFT_ERR_INVALID_ARG, who,
+  /* ids of 12 tokens: out of range on the last rank only (token 9), then repeated there
+   * (token 1); every rank's token 2 goes to the last expert, so the last rank gets rows */
+  mb_t bids, bx, brx;
+  if (mb_new(&bids, 24 * 8) || mb_new(&bx, 12 * 8 * 2)) FAIL("buffers");
+  int64_t *ids = (int64_t *)bids.h;
+  for (int t = 0; t < 12; t++)
+    ids[2 * t] = t % 2, ids[2 * t + 1] = -1;
+  ids[2] = 1, ids[3] = 0, ids[4] = 2 * n - 1;
+  if (rank == n - 1) ids[19] = 2 * n;
+  if (mb_up(&bids)) FAIL("copying in");
+  if (expect_fail(rank, weft_moe_layout(moe, mb(&bids), 12, &h, g_st), WEFT_ERR_INVALID_ARG, who,
                   "id out of range") ||
-      expect_fail(rank, weft_moe_layout(moe, ids, 4, &h, NULL), WEFT_ERR_INVALID_ARG,
-                  "not in [-1, num_experts)", "id out of range message"))
+      expect_fail(rank, weft_moe_layout(moe, mb(&bids), 12, &h, g_st), WEFT_ERR_INVALID_ARG,
+                  "token 9's choice 1 is expert", "id out of range message"))
     return 1;
-  ids[5] = -1;
+  ids[19] = -1;
   if (rank == n - 1) ids[3] = 1;
-  if (expect_fail(rank, weft_moe_layout(moe, ids, 4, &h, NULL), WEFT_ERR_INVALID_ARG,
-                  "already chose", "repeated id"))
+  if (mb_up(&bids) || expect_fail(rank, weft_moe_layout(moe, mb(&bids), 12, &h, g_st),
+                                  WEFT_ERR_INVALID_ARG, "already chose", "repeated id"))
     return 1;
   if (h) FAIL("a refused layout left a handle");
   ids[3] = 0;
-  if (weft_moe_layout(moe, ids, 4, &h, NULL) != WEFT_SUCCESS) FAIL("layout");
+  if (mb_up(&bids) || weft_moe_layout(moe, mb(&bids), 12, &h, g_st) != WEFT_SUCCESS) FAIL("layout");
   size_t rows = 0;
   weft_moe_recv_rows(h, &rows);
   if (rank == n - 1 && rows == 0) FAIL("the last rank receives no rows");
-  /* buffers: NULL on the last rank, misaligned on the first; the others' left unchanged */
-  uint16_t x[4 * 8 + 1], *rx = calloc(rows * 8 + 2, 2), *rx0 = calloc(rows * 8 + 2, 2);
-  for (int i = 0; i < 33; i++)
+  /* buffers: NULL on the last rank, misaligned on the first, and (device comms) a host
+   * buffer on the first; the others' left unchanged */
+  if (mb_new(&brx, rows * 8 * 2)) FAIL("buffers");
+  uint16_t *x = (uint16_t *)bx.h;
+  char *rx0 = malloc(brx.n);
+  for (int i = 0; i < 12 * 8; i++)
     x[i] = weft_f32_to_bf16((float)i);
-  memset(rx, 0x5a, (rows * 8 + 2) * 2);
-  memcpy(rx0, rx, (rows * 8 + 2) * 2);
+  memset(brx.h, 0x5a, brx.n);
+  memcpy(rx0, brx.h, brx.n);
+  if (mb_up(&bx) || mb_up(&brx)) FAIL("copying in");
   snprintf(who, sizeof who, "rank %d: recv_x is NULL", n - 1);
-  if (expect_fail(rank, weft_moe_dispatch(h, x, NULL, rank == n - 1 ? NULL : rx, NULL, NULL),
-                  WEFT_ERR_INVALID_ARG, who, "NULL recv_x"))
-    return 1;
-  if (memcmp(rx, rx0, (rows * 8 + 2) * 2)) FAIL("a refused dispatch wrote recv_x");
   if (expect_fail(rank,
-                  weft_moe_dispatch(h, rank == 0 ? (char *)x + 1 : (char *)x, NULL, rx, NULL, NULL),
+                  weft_moe_dispatch(h, mb(&bx), NULL, rank == n - 1 ? NULL : mb(&brx), NULL, g_st),
+                  WEFT_ERR_INVALID_ARG, who, "NULL recv_x") ||
+      expect_fail(rank,
+                  weft_moe_dispatch(h, (char *)mb(&bx) + (rank == 0), NULL, mb(&brx), NULL, g_st),
                   WEFT_ERR_INVALID_ARG, "rank 0: x is not aligned", "misaligned x"))
     return 1;
-  if (memcmp(rx, rx0, (rows * 8 + 2) * 2)) FAIL("a refused dispatch wrote recv_x");
+  if (g_dev &&
+      expect_fail(rank,
+                  weft_moe_dispatch(h, rank == 0 ? bx.h : mb(&bx), NULL, mb(&brx), NULL, g_st),
+                  WEFT_ERR_INVALID_ARG, "rank 0: x is not device memory", "host x"))
+    return 1;
+  if (mb_down(&brx) || memcmp(brx.h, rx0, brx.n)) FAIL("a refused dispatch wrote recv_x");
   if (expect_fail(rank, weft_moe_destroy(moe), WEFT_ERR_INVALID_ARG, "still live",
                   "destroy with a live handle"))
     return 1;
   /* and the communicator still works */
-  if (weft_moe_dispatch(h, x, NULL, rx, NULL, NULL) != WEFT_SUCCESS) FAIL("dispatch after");
+  if (weft_moe_dispatch(h, mb(&bx), NULL, mb(&brx), NULL, g_st) != WEFT_SUCCESS || mb_down(&brx))
+    FAIL("dispatch after");
   weft_moe_handle_destroy(h);
   weft_moe_destroy(moe);
-  free(rx), free(rx0);
+  mb_free(&bids), mb_free(&bx), mb_free(&brx);
+  free(rx0);
   return 0;
 }
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
   weft_comm_t comm = NULL;
-  if (weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS) FAIL("init");
+  weft_config_t cfg = WEFT_CONFIG_INIT;
+#ifdef WEFT_HAVE_CUDA
+  cudaStream_t st = NULL;
+  if (g_dev && (cudaSetDevice(0) != cudaSuccess ||
+                cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess))
+    FAIL("no GPU stream");
+  g_st = (weft_stream_t)st, cfg.device = g_dev ? 0 : -1;
+#endif
+  if (weft_comm_init(&comm, n, id, rank, &cfg) != WEFT_SUCCESS) FAIL("init");
+  weft_config_t hcfg = WEFT_CONFIG_INIT; /* device -1: host buffers */
+  if (weft_comm_split(comm, 0, rank, &g_host, &hcfg) != WEFT_SUCCESS) FAIL("host comm");
   const weft_dtype_t types[] = {WEFT_F32, WEFT_BF16, WEFT_F16};
   int cases = 0;
   for (int p = 0; p < NPATTERN; p++)
@@ -309,14 +429,24 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
       cases++;
     }
   if (run_errors(comm, rank, n)) return 1;
+  weft_comm_destroy(g_host);
   weft_comm_destroy(comm);
-  if (rank == 0) printf("test_moe: %d ranks: %d shapes and the refusals passed\n", n, cases);
+  if (rank == 0)
+    printf("test_moe: %d ranks (%s buffers): %d shapes and the refusals passed\n", n,
+           g_dev ? "device" : "host", cases);
   return 0;
 }
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
-  if (argc > 2) setenv("WEFT_TRANSPORT", argv[2], 1);
+  for (int i = 2; i < argc; i++)
+    if (strcmp(argv[i], "--device") == 0)
+      g_dev = 1;
+    else
+      setenv("WEFT_TRANSPORT", argv[i], 1);
   if (n < 1) return 2;
+#ifndef WEFT_HAVE_CUDA
+  if (g_dev) return printf("test_moe: --device needs a CUDA build: skipped\n"), 77;
+#endif
   return launch_local(n, rank_main, NULL, 120) ? 1 : 0;
 }

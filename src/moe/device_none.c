@@ -1,0 +1,32 @@
+/* The MoE device path in a build without CUDA: there are no device communicators, so none
+ * of this is reached; it keeps moe.c free of #ifdefs. */
+#include "err.h"
+#include "moe.h"
+
+static weft_result_t none(void) {
+  return weft_set_error(WEFT_ERR_UNSUPPORTED, "MoE on device buffers needs a CUDA build");
+}
+
+int weft_moe_dev_owns(weft_moe_t m, const void *p, size_t bytes) {
+  (void)m, (void)p, (void)bytes;
+  return 0;
+}
+weft_result_t weft_moe_dev_fetch(void *dst, const void *src, size_t bytes, weft_stream_t s) {
+  (void)dst, (void)src, (void)bytes, (void)s;
+  return none();
+}
+weft_result_t weft_moe_dev_upload(weft_moe_handle_t h, weft_stream_t s) {
+  (void)h, (void)s;
+  return none();
+}
+weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const float *w,
+                                    void *recv_x, float *recv_w, weft_stream_t s) {
+  (void)h, (void)x, (void)w, (void)recv_x, (void)recv_w, (void)s;
+  return none();
+}
+weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const float *w, void *y,
+                                   weft_stream_t s) {
+  (void)h, (void)rows, (void)w, (void)y, (void)s;
+  return none();
+}
+void weft_moe_dev_free(weft_moe_handle_t h) { (void)h; }
