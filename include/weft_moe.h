@@ -27,20 +27,22 @@ typedef struct {
   weft_dtype_t dtype;      /* payload: WEFT_F32, WEFT_F16 or WEFT_BF16 */
   weft_dtype_t index_type; /* top-k ids: WEFT_I32 or WEFT_I64 */
   weft_moe_mode_t mode;
-  size_t align; /* rows of each expert's block rounded up to a multiple of this (0, 1: none),
-                   for grouped GEMMs; padding rows are written as zeros */
+  size_t align; /* rows of each expert's block rounded up to a multiple of this (0, 1: none;
+                   at most WEFT_MOE_MAX_ALIGN), for grouped GEMMs; padding rows are zeros */
 } weft_moe_config_t;
 
-#define WEFT_MOE_MAX_TOPK 32
+#define WEFT_MOE_MAX_TOPK  32
+#define WEFT_MOE_MAX_ALIGN 65536
 #define WEFT_MOE_CONFIG_INIT                                                                       \
   { sizeof(weft_moe_config_t), 0, 0, 0, WEFT_BF16, WEFT_I64, WEFT_MOE_NORMAL, 1 }
 
 typedef struct weft_moe *weft_moe_t;
 typedef struct weft_moe_handle *weft_moe_handle_t;
 
-/* Collective over comm: every rank checks the configuration and compares it with the
- * others'; any difference fails on every rank with a message naming the field. Host
- * communicators only for now (a device communicator gets WEFT_ERR_UNSUPPORTED). */
+/* Collective over comm (host or device communicator): every rank checks the configuration
+ * and compares it with the others'; any difference fails on every rank with a message naming
+ * the field. On a device communicator every buffer below is device memory of its GPU and the
+ * stream is a cudaStream_t cast to weft_stream_t. */
 WEFT_API weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
                                        weft_moe_t *moe);
 /* Local; handles made from moe must be destroyed first. */

@@ -60,11 +60,8 @@ static void *alloc2(size_t a, size_t b) {
 /* Every rank allocates its staging before any moves data: a rank short of memory that
  * skipped the exchanges would leave its peers waiting in them, so it fails them all. */
 static weft_result_t all_allocated(weft_moe_t m, const char *fn, int ok_here) {
-  int64_t short_here = !ok_here, short_any = 0;
-  CHECK(weft_allreduce(&short_here, &short_any, 1, WEFT_I64, WEFT_MAX, m->comm, NULL));
-  if (!short_any) return WEFT_SUCCESS;
-  return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for the staging buffers on %s", fn,
-                        short_here ? "this rank" : "another rank");
+  weft_moe_verdict_t v = {ok_here ? MOE_OK : MOE_NO_MEM, 0, 0, 0};
+  return weft_moe_agree(m, fn, v);
 }
 
 weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const float *w,
@@ -129,7 +126,8 @@ weft_result_t weft_moe_host_combine(weft_moe_handle_t h, const void *rows, const
   size_t ns = p->send_off[n], nr = p->recv_off[n];
   char *part = alloc2(nr, row), *back = alloc2(ns, row);
   float *acc = alloc2(hid, sizeof(float));
-  float *yacc = alloc2(p->tokens, hid * sizeof(float));
+  size_t hb; /* hid * es fit (create checked it); hid * 4 need not for 2-byte types */
+  float *yacc = weft_mul_fits(hid, sizeof(float), &hb) ? alloc2(p->tokens, hb) : NULL;
   size_t *cnt = calloc(4 * (size_t)n, sizeof *cnt), *dsp = cnt + n, *rcnt = cnt + 2 * n,
          *rdsp = cnt + 3 * n;
   weft_result_t rc = all_allocated(m, "weft_moe_combine", part && back && acc && yacc && cnt);

@@ -98,10 +98,15 @@ __global__ void home(const T *back, const uint64_t *entries, int width, uint64_t
 
 unsigned blocks(uint64_t n) { return n < MAX_BLOCKS ? (unsigned)n : MAX_BLOCKS; }
 
+/* An error left by an earlier, unrelated call would otherwise be reported as this launch's
+ * (sticky errors stay and are reported again, as they should). */
+void clear_stale() { (void)cudaGetLastError(); }
+
 } // namespace
 
 extern "C" int weft_moe_k_gather(const void *x, const uint64_t *list, uint64_t n, size_t row,
                                  void *out, const float *w, float *wout, int k, void *stream) {
+  clear_stale();
   if (n)
     gather<<<blocks(n), THREADS, 0, (cudaStream_t)stream>>>((const char *)x, list, n, row,
                                                             (char *)out, w, wout, k);
@@ -111,6 +116,7 @@ extern "C" int weft_moe_k_gather(const void *x, const uint64_t *list, uint64_t n
 extern "C" int weft_moe_k_scatter(const void *in, const float *win, const uint64_t *row_of,
                                   uint64_t n, int k, size_t row, void *out, float *wout,
                                   const uint64_t *pad, uint64_t npad, void *stream) {
+  clear_stale();
   cudaStream_t s = (cudaStream_t)stream;
   if (n)
     scatter<<<blocks(n), THREADS, 0, s>>>((const char *)in, win, row_of, n, k, row, (char *)out,
@@ -122,6 +128,7 @@ extern "C" int weft_moe_k_scatter(const void *in, const float *win, const uint64
 extern "C" int weft_moe_k_partials(int dtype, const void *rows, const float *w,
                                    const uint64_t *row_of, uint64_t n, int k, size_t hidden,
                                    void *out, void *stream) {
+  clear_stale();
   cudaStream_t s = (cudaStream_t)stream;
   if (!n) return (int)cudaSuccess;
   if (dtype == WEFT_MOE_K_F32)
@@ -138,6 +145,7 @@ extern "C" int weft_moe_k_partials(int dtype, const void *rows, const float *w,
 
 extern "C" int weft_moe_k_home(int dtype, const void *back, const uint64_t *entries, int width,
                                uint64_t tokens, size_t hidden, void *y, void *stream) {
+  clear_stale();
   cudaStream_t s = (cudaStream_t)stream;
   if (!tokens) return (int)cudaSuccess;
   if (dtype == WEFT_MOE_K_F32)

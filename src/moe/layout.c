@@ -123,6 +123,7 @@ int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align) {
     size_t n = (size_t)p->count[l], padded;
     if (!weft_add_fits(n, a - 1, &padded) || !weft_add_fits(at, padded / a * a, &at)) return -1;
   }
+  if (at > (size_t)INT64_MAX) return -1; /* offsets are reported as int64 */
   p->rows = at;
   /* rows within a block in entry order: by source rank, then by the source's token order */
   int64_t *fill = calloc((size_t)p->local, sizeof *fill);

@@ -17,15 +17,13 @@ enum { B_IDS, B_X, B_RECV_X, B_ROWS, B_Y, B_W, B_RECV_W, B_ROW_W };
 /* Every rank's verdict, over the bootstrap ring (host and device communicators alike, and
  * no GPU work): the lowest refusing rank's reason becomes every rank's error. */
 weft_result_t weft_moe_agree(weft_moe_t m, const char *fn, weft_moe_verdict_t mine) {
-  weft_moe_verdict_t few[64], *all = m->nranks <= 64 ? few : calloc((size_t)m->nranks, sizeof *all);
-  if (!all) return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
+  weft_moe_verdict_t *all = m->verdicts; /* made with the layer: agreeing never allocates */
   all[m->rank] = mine;
   weft_result_t rc = weft_bootstrap_allgather(m->comm->boot, all, sizeof *all);
   int r = 0;
   while (rc == WEFT_SUCCESS && r < m->nranks && all[r].code == MOE_OK)
     r++;
   weft_moe_verdict_t v = rc == WEFT_SUCCESS && r < m->nranks ? all[r] : mine;
-  if (all != few) free(all);
   if (rc != WEFT_SUCCESS) return rc;
   if (r == m->nranks) return WEFT_SUCCESS;
   /* a buffer's name comes from a peer's index: kept inside the table */
@@ -53,7 +51,9 @@ weft_result_t weft_moe_agree(weft_moe_t m, const char *fn, weft_moe_verdict_t mi
                           "do not fit in memory's address range",
                           fn, r, (long long)v.a);
   case MOE_FAILED:
-    return weft_set_error(WEFT_ERR_SYSTEM, "%s: rank %d: a CUDA call failed (its error says which)",
+    return weft_set_error(WEFT_ERR_SYSTEM,
+                          "%s: rank %d: an earlier operation on its stream, or a CUDA call, failed "
+                          "(its error says which)",
                           fn, r);
   default: return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: rank %d: out of memory", fn, r);
   }
@@ -68,7 +68,10 @@ static const char *const FIELD[] = {"num_experts", "topk", "hidden", "dtype",
                                     "index_type",  "mode", "align"};
 enum { NFIELD = 7 };
 
-static const char *config_problem(const weft_moe_config_t *c, int nranks) {
+/* What is wrong with c on nranks ranks (NULL: nothing); *unsupported when it is valid but
+ * not built. */
+static const char *config_problem(const weft_moe_config_t *c, int nranks, int *unsupported) {
+  *unsupported = 0;
   if (c->num_experts < 1 || c->num_experts % nranks)
     return "num_experts must be a positive multiple of the rank count";
   if (c->topk < 1 || c->topk > WEFT_MOE_MAX_TOPK) return "topk must be in 1..WEFT_MOE_MAX_TOPK";
@@ -80,7 +83,8 @@ static const char *config_problem(const weft_moe_config_t *c, int nranks) {
     return "index_type must be WEFT_I32 or WEFT_I64";
   if (c->mode != WEFT_MOE_NORMAL && c->mode != WEFT_MOE_LOW_LATENCY)
     return "mode must be WEFT_MOE_NORMAL or WEFT_MOE_LOW_LATENCY";
-  if (c->mode == WEFT_MOE_LOW_LATENCY) return "low-latency mode is not built yet";
+  if (c->align > WEFT_MOE_MAX_ALIGN) return "align must be at most WEFT_MOE_MAX_ALIGN rows";
+  if (c->mode == WEFT_MOE_LOW_LATENCY) return *unsupported = 1, "low-latency mode is not built yet";
   size_t row;
   if (!weft_mul_fits(c->hidden, weft_dtype_size(c->dtype), &row))
     return "hidden times the element size overflows";
@@ -89,61 +93,66 @@ static const char *config_problem(const weft_moe_config_t *c, int nranks) {
 
 weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config, weft_moe_t *moe) {
   const char *fn = "weft_moe_create";
-  if (!comm || !config || !moe)
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: NULL argument", fn);
-  *moe = NULL;
-  if (config->size < sizeof(weft_moe_config_t))
-    return weft_set_error(WEFT_ERR_INVALID_ARG,
-                          "%s: config->size is %zu, not sizeof(weft_moe_config_t) (start from "
-                          "WEFT_MOE_CONFIG_INIT)",
-                          fn, config->size);
-  const weft_moe_config_t *c = config;
-  int n = comm->nranks;
-  /* every rank's fields and whether it found them valid (its rank + 1, else 0), over the
-   * bootstrap ring: equal on all ranks exactly when the smallest and the largest are */
-  const char *why = config_problem(c, n);
-  int64_t mine[NFIELD + 1] = {c->num_experts,
-                              c->topk,
-                              (int64_t)c->hidden,
-                              c->dtype,
-                              c->index_type,
-                              c->mode,
-                              (int64_t)(c->align ? c->align : 1),
+  if (!comm) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: comm is NULL", fn);
+  if (moe) *moe = NULL;
+  /* every rank's fields and whether it found them valid (rank + 1, else 0), over the
+   * bootstrap ring: equal on all ranks exactly when the smallest and the largest are. A
+   * rank with a bad argument or no memory still takes part, or its peers would wait. */
+  int n = comm->nranks, unsupported = 0;
+  weft_moe_config_t c = WEFT_MOE_CONFIG_INIT;
+  const char *why = !config || !moe ? "config or moe is NULL"
+                    : config->size < sizeof(weft_moe_config_t)
+                        ? "config->size is smaller than sizeof(weft_moe_config_t) (start from "
+                          "WEFT_MOE_CONFIG_INIT)"
+                        : NULL;
+  if (!why) c = *config, why = config_problem(&c, n, &unsupported);
+  weft_moe_t m = calloc(1, sizeof *m);
+  int64_t(*all)[NFIELD + 1] = calloc((size_t)n, sizeof *all);
+  if (m) m->verdicts = calloc((size_t)n, sizeof *m->verdicts);
+  if (!why && (!m || !m->verdicts)) why = "out of memory";
+  int64_t mine[NFIELD + 1] = {c.num_experts,
+                              c.topk,
+                              (int64_t)c.hidden,
+                              c.dtype,
+                              c.index_type,
+                              c.mode,
+                              (int64_t)(c.align ? c.align : 1),
                               why ? comm->rank + 1 : 0},
                         lo[NFIELD + 1], hi[NFIELD + 1];
-  int64_t(*all)[NFIELD + 1] = calloc((size_t)n, sizeof *all);
-  if (!all) return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
+  weft_result_t rc = WEFT_SUCCESS;
+  int bad_rank = -1;
+  /* without this array the rank cannot take part: its peers then fail at their timeout */
+  if (!all) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
   memcpy(all[comm->rank], mine, sizeof mine);
-  weft_result_t rc = weft_bootstrap_allgather(comm->boot, all, sizeof *all);
+  CHECK_GOTO(weft_bootstrap_allgather(comm->boot, all, sizeof *all), rc, out);
   memcpy(lo, mine, sizeof mine), memcpy(hi, mine, sizeof mine);
-  for (int r = 0; r < n && rc == WEFT_SUCCESS; r++)
-    for (int f = 0; f <= NFIELD; f++) {
+  for (int r = 0; r < n; r++) {
+    for (int f = 0; f < NFIELD; f++) {
       lo[f] = all[r][f] < lo[f] ? all[r][f] : lo[f];
       hi[f] = all[r][f] > hi[f] ? all[r][f] : hi[f];
     }
-  free(all);
-  CHECK(rc);
+    if (all[r][NFIELD] && bad_rank < 0) bad_rank = r;
+  }
   if (why)
-    return weft_set_error(strstr(why, "not built") ? WEFT_ERR_UNSUPPORTED : WEFT_ERR_INVALID_ARG,
-                          "%s: %s", fn, why);
-  if (hi[NFIELD])
-    return weft_set_error(WEFT_ERR_INVALID_ARG,
-                          "%s: rank %lld's config is invalid (its error says why)", fn,
-                          (long long)hi[NFIELD] - 1);
+    ERR_GOTO(rc, out, unsupported ? WEFT_ERR_UNSUPPORTED : WEFT_ERR_INVALID_ARG, "%s: %s", fn, why);
+  if (bad_rank >= 0)
+    ERR_GOTO(rc, out, WEFT_ERR_INVALID_ARG,
+             "%s: rank %d's config or arguments are invalid (its error says why)", fn, bad_rank);
   for (int f = 0; f < NFIELD; f++)
     if (lo[f] != hi[f])
-      return weft_set_error(WEFT_ERR_INVALID_ARG,
-                            "%s: ranks disagree on %s: from %lld to %lld (%lld here, on rank %d)",
-                            fn, FIELD[f], (long long)lo[f], (long long)hi[f], (long long)mine[f],
-                            comm->rank);
-  weft_moe_t m = calloc(1, sizeof *m);
-  if (!m) return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
-  m->comm = comm, m->rank = comm->rank, m->nranks = n, m->cfg = *c;
+      ERR_GOTO(rc, out, WEFT_ERR_INVALID_ARG,
+               "%s: ranks disagree on %s: from %lld to %lld (%lld here, on rank %d)", fn, FIELD[f],
+               (long long)lo[f], (long long)hi[f], (long long)mine[f], comm->rank);
+  m->comm = comm, m->rank = comm->rank, m->nranks = n, m->cfg = c;
   m->device = strcmp(comm->engine->name, "gpu") == 0;
-  m->cfg.size = sizeof m->cfg, m->local = c->num_experts / n;
+  m->cfg.size = sizeof m->cfg, m->local = c.num_experts / n;
   if (!m->cfg.align) m->cfg.align = 1;
-  *moe = m;
-  return WEFT_SUCCESS;
+  *moe = m, m = NULL;
+out:
+  if (m) free(m->verdicts);
+  free(m);
+  free(all);
+  return rc;
 }
 
 weft_result_t weft_moe_destroy(weft_moe_t moe) {
@@ -151,15 +160,17 @@ weft_result_t weft_moe_destroy(weft_moe_t moe) {
   if (moe->handles)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "weft_moe_destroy: %d handle(s) made from it still live", moe->handles);
+  free(moe->verdicts);
   free(moe);
   return WEFT_SUCCESS;
 }
 
 /* ---- layout ---- */
 
-/* Waits for a host stream's earlier work: the host path runs within the call. */
-static weft_result_t order_after(weft_stream_t stream) {
-  return stream ? weft_stream_synchronize(stream) : WEFT_SUCCESS;
+/* Waits for a host stream's earlier work (the host path runs within the call); -1 when that
+ * work failed. Device streams order themselves. */
+static int order_after(weft_moe_t m, weft_stream_t stream) {
+  return !m->device && stream && weft_stream_synchronize(stream) != WEFT_SUCCESS ? -1 : 0;
 }
 
 weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t tokens,
@@ -168,7 +179,6 @@ weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t token
   if (!moe || !handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: NULL argument", fn);
   *handle = NULL;
   weft_moe_t m = moe;
-  if (!m->device) CHECK(order_after(stream));
   size_t k = (size_t)m->cfg.topk, es = weft_dtype_size(m->cfg.index_type), bytes = 0;
   weft_moe_handle_t h = calloc(1, sizeof *h);
   void *fetched = NULL; /* device runs: the ids copied to the host */
@@ -177,6 +187,8 @@ weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t token
   weft_moe_bad_t bad = {0};
   if (!h)
     v.code = MOE_NO_MEM;
+  else if (order_after(m, stream))
+    v.code = MOE_FAILED;
   else if (!weft_extent_fits(0, tokens, k * es, &bytes))
     v.code = MOE_TOO_BIG, v.a = (int64_t)tokens;
   else if (tokens && !topk_ids)
@@ -279,13 +291,14 @@ weft_result_t weft_moe_dispatch(weft_moe_handle_t handle, const void *x, const f
   if (!handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: NULL handle", fn);
   weft_moe_handle_t h = handle;
   weft_moe_t m = h->moe;
-  if (!m->device) CHECK(order_after(stream));
   size_t es = weft_dtype_size(m->cfg.dtype), row = m->cfg.hidden * es, k = (size_t)m->cfg.topk;
   const buf_t b[] = {{x, B_X, 1, h->plan.tokens, row, es},
                      {recv_x, B_RECV_X, 1, h->plan.rows, row, es},
                      {topk_weights, B_W, 0, h->plan.tokens, k * sizeof(float), sizeof(float)},
                      {recv_weights, B_RECV_W, 0, h->plan.rows, sizeof(float), sizeof(float)}};
-  CHECK(weft_moe_agree(m, fn, check_bufs(m, b, 4)));
+  weft_moe_verdict_t v = check_bufs(m, b, 4);
+  if (v.code == MOE_OK && order_after(m, stream)) v.code = MOE_FAILED;
+  CHECK(weft_moe_agree(m, fn, v));
   return m->device ? weft_moe_dev_dispatch(h, x, topk_weights, recv_x, recv_weights, stream)
                    : weft_moe_host_dispatch(h, x, topk_weights, recv_x, recv_weights);
 }
@@ -296,12 +309,13 @@ weft_result_t weft_moe_combine(weft_moe_handle_t handle, const void *rows, const
   if (!handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: NULL handle", fn);
   weft_moe_handle_t h = handle;
   weft_moe_t m = h->moe;
-  if (!m->device) CHECK(order_after(stream));
   size_t es = weft_dtype_size(m->cfg.dtype), row = m->cfg.hidden * es;
   const buf_t b[] = {{rows, B_ROWS, 1, h->plan.rows, row, es},
                      {y, B_Y, 1, h->plan.tokens, row, es},
                      {row_weights, B_ROW_W, 0, h->plan.rows, sizeof(float), sizeof(float)}};
-  CHECK(weft_moe_agree(m, fn, check_bufs(m, b, 3)));
+  weft_moe_verdict_t v = check_bufs(m, b, 3);
+  if (v.code == MOE_OK && order_after(m, stream)) v.code = MOE_FAILED;
+  CHECK(weft_moe_agree(m, fn, v));
   return m->device ? weft_moe_dev_combine(h, rows, row_weights, y, stream)
                    : weft_moe_host_combine(h, rows, row_weights, y);
 }

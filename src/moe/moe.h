@@ -1,6 +1,7 @@
 /* MoE internals: the layer (weft_moe), one batch's plan (who sends which token where, which
- * row each received choice lands in) and handle, and the host path that moves the rows.
- * layout.c computes plans (pure functions); moe.c runs the API; host.c moves the data. */
+ * row each received choice lands in) and handle. layout.c computes plans (pure functions),
+ * moe.c runs the API and the ranks' agreement, exchange.c tells each rank what it receives,
+ * host.c and device.c move the data of host and device buffers. */
 #ifndef WEFT_MOE_INTERNAL_H
 #define WEFT_MOE_INTERNAL_H
 
@@ -16,7 +17,8 @@ struct weft_moe {
   int rank, nranks, local; /* local: experts per rank */
   int device;              /* a device communicator: buffers on its GPU (device.c) */
   weft_moe_config_t cfg;
-  int handles; /* live handles (destroy refuses while any is) */
+  int handles;                       /* live handles (destroy refuses while any is) */
+  struct weft_moe_verdict *verdicts; /* [nranks] weft_moe_agree's scratch */
 };
 
 /* A token's ids that break the rules, found by weft_moe_plan_send. */
@@ -62,7 +64,7 @@ enum {
   MOE_NO_MEM,
   MOE_FAILED /* a CUDA call failed there: its own error says which */
 };
-typedef struct {
+typedef struct weft_moe_verdict {
   int64_t code, a, b, c;
 } weft_moe_verdict_t;
 

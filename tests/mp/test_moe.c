@@ -67,7 +67,12 @@ static float x_of(int s, size_t t, size_t h) {
   return (float)((int)(mix(s * 100000 + (int)t, h) % 15) - 7) * 0.25f;
 }
 
-static float w_of(const shape_t *sh) { return 1.0f / (float)sh->k; }
+/* Weight of choice j: 1/2, 1/4, 1/8 by slot on f32 (so that a weight landing in another
+ * slot's row shows, and sums stay exact); 1/k on the 16-bit types, whose sums of those would
+ * round. */
+static float w_of(const shape_t *sh, int j) {
+  return sh->t == WEFT_F32 ? 1.0f / (float)(2 << (j % 3)) : 1.0f / (float)sh->k;
+}
 
 static void put(weft_dtype_t t, void *buf, size_t i, float v) {
   if (t == WEFT_F32) ((float *)buf)[i] = v;
@@ -90,7 +95,7 @@ static int has(const shape_t *sh, int n, int s, size_t t, int64_t e, int *slot) 
 /* A buffer the calls get: host memory, or with --device a device twin of it, copied in
  * before a call (up) and back after (down) on the rank's stream. */
 static int g_dev;
-static weft_stream_t g_st;
+static weft_stream_t g_st, g_st2; /* the rank's stream, and a second one (device runs) */
 
 typedef struct {
   char *h;
@@ -125,6 +130,12 @@ static int mb_copy(mb_t *b, int up) {
   return 0;
 }
 static int mb_up(mb_t *b) { return mb_copy(b, 1); }
+static int sync2(void) {
+#ifdef WEFT_HAVE_CUDA
+  if (g_st2) return cudaStreamSynchronize((cudaStream_t)g_st2) != cudaSuccess;
+#endif
+  return 0;
+}
 static int mb_down(mb_t *b) { return mb_copy(b, 0); }
 static void mb_free(mb_t *b) {
 #ifdef WEFT_HAVE_CUDA
@@ -166,7 +177,7 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
         ((int32_t *)bids.h)[t * k + j] = (int32_t)e;
       else
         ((int64_t *)bids.h)[t * k + j] = e;
-      w[t * k + j] = w_of(sh);
+      w[t * k + j] = w_of(sh, (int)j);
     }
     for (size_t c = 0; c < H; c++)
       put(sh->t, x, t * H + c, x_of(rank, t, c));
@@ -214,7 +225,7 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
         if (!has(sh, n, s, t, (int64_t)rank * local + l, &j)) continue;
         for (size_t c = 0; c < H && !bad; c++)
           bad = get(sh->t, rx, r * H + c) != x_of(s, t, c);
-        if (bad || rw[r] != w_of(sh))
+        if (bad || rw[r] != w_of(sh, j))
           FAIL("%s: expert %d row %zu (rank %d token %zu): wrong %s", pn, l, r, s, t,
                bad ? "payload" : "weight");
         r++;
@@ -226,17 +237,38 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
       if (bad || rw[r] != 0.0f) FAIL("%s: padding row %zu not zero", pn, r);
     }
   }
-  /* identity experts: y[t] = x[t] times the kept weights' sum, exactly */
-  if (weft_moe_combine(h, mb(&brx), mb(&brw), mb(&by), g_st) != WEFT_SUCCESS || mb_down(&by))
+  /* identity experts: y[t] = x[t] times the kept weights' sum, exactly; y poisoned first,
+   * so that a token with no expert must really get zeros */
+  memset(y, 0x5a, T * H * es);
+  if (mb_up(&by) || weft_moe_combine(h, mb(&brx), mb(&brw), mb(&by), g_st) != WEFT_SUCCESS ||
+      mb_down(&by))
     FAIL("combine %s", pn);
   for (size_t t = 0; t < T; t++) {
-    int kept = 0;
+    float kept = 0;
     for (size_t j = 0; j < k; j++)
-      kept += id_of(sh, n, rank, t, (int)j) >= 0;
+      kept += id_of(sh, n, rank, t, (int)j) >= 0 ? w_of(sh, (int)j) : 0.0f;
     for (size_t c = 0; c < H; c++)
-      if (get(sh->t, y, t * H + c) != x_of(rank, t, c) * (float)kept * w_of(sh))
+      if (get(sh->t, y, t * H + c) != x_of(rank, t, c) * kept)
         FAIL("%s: token %zu element %zu: %g, want %g", pn, t, c, get(sh->t, y, t * H + c),
-             x_of(rank, t, c) * (float)kept * w_of(sh));
+             x_of(rank, t, c) * kept);
+  }
+  /* a dispatch and then, on another stream (device runs), a combine of its rows: the handle
+   * orders its calls, so the combine sees the rows whatever the streams */
+  memset(y, 0x5a, T * H * es);
+  memset(rx, 0x5a, rows * H * es);
+  if (mb_up(&by) || mb_up(&brx) ||
+      weft_moe_dispatch(h, mb(&bx), mb(&bw), mb(&brx), mb(&brw), g_st) != WEFT_SUCCESS ||
+      weft_moe_combine(h, mb(&brx), mb(&brw), mb(&by), g_st2) != WEFT_SUCCESS || sync2() ||
+      mb_down(&by) || mb_down(&brx))
+    FAIL("dispatch then combine on two streams %s", pn);
+  for (size_t t = 0; t < T; t++) {
+    float kept = 0;
+    for (size_t j = 0; j < k; j++)
+      kept += id_of(sh, n, rank, t, (int)j) >= 0 ? w_of(sh, (int)j) : 0.0f;
+    for (size_t c = 0; c < H; c++)
+      if (get(sh->t, y, t * H + c) != x_of(rank, t, c) * kept)
+        FAIL("%s: two streams: token %zu element %zu: %g, want %g", pn, t, c,
+             get(sh->t, y, t * H + c), x_of(rank, t, c) * kept);
   }
   /* experts that scale by (expert + 1), weights from the rows: y = sum w (e + 1) x */
   for (int l = 0; l < local; l++)
@@ -251,7 +283,7 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
     float f = 0;
     for (size_t j = 0; j < k; j++) {
       int64_t e = id_of(sh, n, rank, t, (int)j);
-      if (e >= 0) f += w_of(sh) * (float)(e + 1);
+      if (e >= 0) f += w_of(sh, (int)j) * (float)(e + 1);
     }
     for (size_t c = 0; c < H; c++) {
       double want = (double)x_of(rank, t, c) * f, have = get(sh->t, y, t * H + c);
@@ -331,6 +363,22 @@ static int run_errors(weft_comm_t comm, int rank, int n) {
   if (expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_INVALID_ARG,
                   "multiple of the rank count", "experts not a multiple"))
     return 1;
+  /* a NULL config, a config of the wrong size, an align too large: on one rank, every rank
+   * fails (none is left waiting for the others) */
+  snprintf(who, sizeof who, "rank %d's config or arguments are invalid", n - 1);
+  const char *own = rank == n - 1 ? "config or moe is NULL" : who;
+  if (expect_fail(rank, weft_moe_create(comm, rank == n - 1 ? NULL : &cfg, &moe),
+                  WEFT_ERR_INVALID_ARG, own, "NULL config"))
+    return 1;
+  c2 = cfg, c2.size = rank == n - 1 ? 8 : c2.size;
+  if (expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_INVALID_ARG,
+                  rank == n - 1 ? "config->size" : who, "config size"))
+    return 1;
+  c2 = cfg, c2.align = WEFT_MOE_MAX_ALIGN + 1;
+  if (expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_INVALID_ARG,
+                  "WEFT_MOE_MAX_ALIGN", "align too large"))
+    return 1;
+  snprintf(who, sizeof who, "rank %d", n - 1);
   c2 = cfg, c2.mode = WEFT_MOE_LOW_LATENCY;
   if (expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_UNSUPPORTED, "not built",
                   "low latency"))
@@ -405,11 +453,12 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   weft_comm_t comm = NULL;
   weft_config_t cfg = WEFT_CONFIG_INIT;
 #ifdef WEFT_HAVE_CUDA
-  cudaStream_t st = NULL;
+  cudaStream_t st = NULL, st2 = NULL;
   if (g_dev && (cudaSetDevice(0) != cudaSuccess ||
-                cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess))
+                cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess ||
+                cudaStreamCreateWithFlags(&st2, cudaStreamNonBlocking) != cudaSuccess))
     FAIL("no GPU stream");
-  g_st = (weft_stream_t)st, cfg.device = g_dev ? 0 : -1;
+  g_st = (weft_stream_t)st, g_st2 = (weft_stream_t)st2, cfg.device = g_dev ? 0 : -1;
 #endif
   if (weft_comm_init(&comm, n, id, rank, &cfg) != WEFT_SUCCESS) FAIL("init");
   weft_config_t hcfg = WEFT_CONFIG_INIT; /* device -1: host buffers */
