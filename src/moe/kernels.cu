@@ -53,16 +53,18 @@ __global__ void zero_rows(const uint64_t *rows, uint64_t n, size_t row, char *ou
   }
 }
 
-template <typename T> __device__ float load(const T *p, size_t i);
-template <> __device__ float load<float>(const float *p, size_t i) { return p[i]; }
-template <> __device__ float load<__half>(const __half *p, size_t i) { return __half2float(p[i]); }
-template <> __device__ float load<__nv_bfloat16>(const __nv_bfloat16 *p, size_t i) {
+/* Overloads, not template specialisations: nvcc gives the latter host symbols that escape
+ * the anonymous namespace (and libweft.so exports nothing but the API). */
+__device__ __forceinline__ float load(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float load(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float load(const __nv_bfloat16 *p, size_t i) {
   return __bfloat162float(p[i]);
 }
-template <typename T> __device__ T from(float v);
-template <> __device__ float from<float>(float v) { return v; }
-template <> __device__ __half from<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __nv_bfloat16 from<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
 
 /* Expert side: partial[i] = sum over the local rows of received token i of w * rows. */
 template <typename T>
@@ -75,7 +77,7 @@ __global__ void partials(const T *rows, const float *w, const uint64_t *row_of, 
         uint64_t r = row_of[i * k + j];
         if (r != WEFT_MOE_K_NO_ROW) acc += (w ? w[r] : 1.0f) * load(rows, r * hidden + c);
       }
-      out[i * hidden + c] = from<T>(acc);
+      store(out, i * hidden + c, acc);
     }
 }
 
@@ -92,7 +94,7 @@ __global__ void home(const T *back, const uint64_t *entries, int width, uint64_t
         if (e == WEFT_MOE_K_NO_ROW) break;
         acc += load(back, e * hidden + c);
       }
-      y[t * hidden + c] = from<T>(acc);
+      store(y, t * hidden + c, acc);
     }
 }
 
