@@ -152,6 +152,22 @@ static int sum4(const double *v, double *g) {
   return weft_allreduce(v, g, 4, WEFT_F64, WEFT_SUM, g_host, NULL) != WEFT_SUCCESS;
 }
 
+/* With identity experts, y[t] must be x[t] times the weights of t's kept choices, exactly. */
+static int identity_wrong(const shape_t *sh, int rank, int n, const void *y, size_t T,
+                          const char *what) {
+  size_t H = sh->hidden, k = (size_t)sh->k;
+  for (size_t t = 0; t < T; t++) {
+    float kept = 0;
+    for (size_t j = 0; j < k; j++)
+      kept += id_of(sh, n, rank, t, (int)j) >= 0 ? w_of(sh, (int)j) : 0.0f;
+    for (size_t c = 0; c < H; c++)
+      if (get(sh->t, y, t * H + c) != x_of(rank, t, c) * kept)
+        FAIL("%s %s: token %zu element %zu: %g, want %g", PATTERN_NAME[sh->pattern], what, t, c,
+             get(sh->t, y, t * H + c), x_of(rank, t, c) * kept);
+  }
+  return 0;
+}
+
 /* One shape: layout, queries, dispatch against the model, identity combine, an expert-scaled
  * combine, and the two adjoint identities. */
 static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
@@ -243,15 +259,7 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
   if (mb_up(&by) || weft_moe_combine(h, mb(&brx), mb(&brw), mb(&by), g_st) != WEFT_SUCCESS ||
       mb_down(&by))
     FAIL("combine %s", pn);
-  for (size_t t = 0; t < T; t++) {
-    float kept = 0;
-    for (size_t j = 0; j < k; j++)
-      kept += id_of(sh, n, rank, t, (int)j) >= 0 ? w_of(sh, (int)j) : 0.0f;
-    for (size_t c = 0; c < H; c++)
-      if (get(sh->t, y, t * H + c) != x_of(rank, t, c) * kept)
-        FAIL("%s: token %zu element %zu: %g, want %g", pn, t, c, get(sh->t, y, t * H + c),
-             x_of(rank, t, c) * kept);
-  }
+  if (identity_wrong(sh, rank, n, y, T, "identity combine")) return 1;
   /* a dispatch and then, on another stream (device runs), a combine of its rows: the handle
    * orders its calls, so the combine sees the rows whatever the streams */
   memset(y, 0x5a, T * H * es);
@@ -261,15 +269,7 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
       weft_moe_combine(h, mb(&brx), mb(&brw), mb(&by), g_st2) != WEFT_SUCCESS || sync2() ||
       mb_down(&by) || mb_down(&brx))
     FAIL("dispatch then combine on two streams %s", pn);
-  for (size_t t = 0; t < T; t++) {
-    float kept = 0;
-    for (size_t j = 0; j < k; j++)
-      kept += id_of(sh, n, rank, t, (int)j) >= 0 ? w_of(sh, (int)j) : 0.0f;
-    for (size_t c = 0; c < H; c++)
-      if (get(sh->t, y, t * H + c) != x_of(rank, t, c) * kept)
-        FAIL("%s: two streams: token %zu element %zu: %g, want %g", pn, t, c,
-             get(sh->t, y, t * H + c), x_of(rank, t, c) * kept);
-  }
+  if (identity_wrong(sh, rank, n, y, T, "two streams")) return 1;
   /* experts that scale by (expert + 1), weights from the rows: y = sum w (e + 1) x */
   for (int l = 0; l < local; l++)
     for (int64_t r = off[l]; r < off[l] + count[l]; r++)
