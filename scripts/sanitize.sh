@@ -4,7 +4,7 @@
 # coverage). Runs both configurations even when the first fails; exits nonzero if either did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-threaded=(test_api collectives_3_shm collectives_3_tcp collectives_4_tcp3 comm_3 resources_2
+threaded=(test_api collectives_3_shm collectives_4_tcp3 comm_3 resources_2
           faults_shm faults_tcp mismatch_shm moe_3_shm moe_4_tcp)
 # the schedule simulators are single-threaded: ASan and UBSan only
 asan_tests=(test_ring test_rhd test_tree test_direct test_pairwise test_chain test_p2p test_tuner test_dtype test_tcp test_socket
