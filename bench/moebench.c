@@ -10,6 +10,10 @@
 #include <time.h>
 
 #include "dtype.h"
+
+/* element i of a buffer of type t, as float (dtype.c converts) */
+#define get(t, b, i)    ((float)weft_dtype_load((t), (b), (i)))
+#define put(t, b, i, v) weft_dtype_store((t), (b), (i), (double)(v))
 #include "launch.h"
 #include "weft.h"
 #include "weft_moe.h"
@@ -52,18 +56,6 @@ static void route(const mopts_t *o, int s, size_t t, int64_t *ids) {
  * sums of up to 8 of them scaled by a power of two. */
 static float x_of(int s, size_t t, size_t c) {
   return (float)((int)(mix((uint64_t)s << 40 | t, c + 1000) % 15) - 7) * 0.25f;
-}
-
-static float get(weft_dtype_t t, const void *b, size_t i) {
-  return t == WEFT_F32    ? ((const float *)b)[i]
-         : t == WEFT_BF16 ? weft_bf16_to_f32(((const uint16_t *)b)[i])
-                          : weft_f16_to_f32(((const uint16_t *)b)[i]);
-}
-
-static void put(weft_dtype_t t, void *b, size_t i, float v) {
-  if (t == WEFT_F32) ((float *)b)[i] = v;
-  if (t == WEFT_BF16) ((uint16_t *)b)[i] = weft_f32_to_bf16(v);
-  if (t == WEFT_F16) ((uint16_t *)b)[i] = weft_f32_to_f16(v);
 }
 
 /* Wrong elements of this rank's rows (expert-major, by source rank then token: wrong[0])

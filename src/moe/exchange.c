@@ -34,10 +34,6 @@ static weft_result_t by_collectives(weft_moe_t m, weft_moe_plan_t *p, const char
   return rc;
 }
 
-static int64_t id_at(const void *ids, weft_dtype_t t, size_t i) {
-  return t == WEFT_I32 ? (int64_t)((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
-}
-
 /* Every rank's token count, then every rank's ids padded to the longest; a rank keeps the
  * rows that choose one of its experts, in source and token order (what an alltoallv of the
  * send side would have delivered). */
@@ -63,7 +59,7 @@ static weft_result_t by_ring(weft_moe_t m, weft_moe_plan_t *p, const void *ids, 
   CHECK_GOTO(weft_moe_agree(m, fn, v), rc, out);
   int32_t *mine = all + (size_t)m->rank * cells;
   for (size_t i = 0; i < p->tokens * k; i++) /* ids were checked to be in [-1, experts) */
-    mine[i] = (int32_t)id_at(ids, m->cfg.index_type, i);
+    mine[i] = (int32_t)weft_moe_id_at(ids, m->cfg.index_type, i);
   CHECK_GOTO(weft_bootstrap_allgather(m->comm->boot, all, cells * sizeof *all), rc, out);
   int64_t first = (int64_t)m->rank * m->local, last = first + m->local;
   for (int pass = 0; pass < 2; pass++) {

@@ -21,7 +21,7 @@ void weft_moe_plan_free(weft_moe_plan_t *p) {
   memset(p, 0, sizeof *p);
 }
 
-static int64_t id_at(const void *ids, weft_dtype_t t, size_t i) {
+int64_t weft_moe_id_at(const void *ids, weft_dtype_t t, size_t i) {
   return t == WEFT_I32 ? (int64_t)((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
 }
 
@@ -29,10 +29,10 @@ static int64_t id_at(const void *ids, weft_dtype_t t, size_t i) {
 static int check_token(const void *ids, weft_dtype_t t, size_t token, int k, int experts,
                        weft_moe_bad_t *bad) {
   for (int j = 0; j < k; j++) {
-    int64_t e = id_at(ids, t, token * (size_t)k + (size_t)j);
+    int64_t e = weft_moe_id_at(ids, t, token * (size_t)k + (size_t)j);
     int repeated = 0;
     for (int i = 0; i < j && e >= 0 && !repeated; i++)
-      repeated = id_at(ids, t, token * (size_t)k + (size_t)i) == e;
+      repeated = weft_moe_id_at(ids, t, token * (size_t)k + (size_t)i) == e;
     if (e < -1 || e >= experts || repeated) {
       bad->token = (int64_t)token, bad->slot = j, bad->id = e, bad->repeated = repeated;
       return -1;
@@ -59,7 +59,7 @@ int weft_moe_plan_send(weft_moe_plan_t *p, int nranks, int experts, int k, const
     for (size_t t = 0; t < tokens; t++) {
       memset(to, 0, (size_t)nranks);
       for (int j = 0; j < k; j++) {
-        int64_t e = id_at(ids, index_type, t * (size_t)k + (size_t)j);
+        int64_t e = weft_moe_id_at(ids, index_type, t * (size_t)k + (size_t)j);
         if (e < 0 || to[e / p->local]) continue;
         int d = (int)(e / p->local);
         to[d] = 1;
@@ -71,7 +71,7 @@ int weft_moe_plan_send(weft_moe_plan_t *p, int nranks, int experts, int k, const
         p->send_list[at] = t;
         for (int i = 0; i < k; i++)
           p->send_ids[at * (size_t)k + (size_t)i] =
-              (int32_t)id_at(ids, index_type, t * (size_t)k + (size_t)i);
+              (int32_t)weft_moe_id_at(ids, index_type, t * (size_t)k + (size_t)i);
       }
     }
     free(fill);

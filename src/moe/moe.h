@@ -77,7 +77,9 @@ weft_result_t weft_moe_agree(weft_moe_t m, const char *fn, weft_moe_verdict_t mi
  * the bootstrap ring from ids (this rank's [tokens][k] of index_type, on the host). */
 weft_result_t weft_moe_exchange(weft_moe_t m, weft_moe_plan_t *p, const void *ids, const char *fn);
 
-/* layout.c. Fills the send side from ids ([tokens][k] of index_type); returns -1 and *bad
+/* layout.c. Id i of an ids array of index_type (WEFT_I32 or WEFT_I64). */
+int64_t weft_moe_id_at(const void *ids, weft_dtype_t t, size_t i);
+/* Fills the send side from ids ([tokens][k] of index_type); returns -1 and *bad
  * when an id is out of [-1, experts) or repeated in its token, -2 when out of memory. */
 int weft_moe_plan_send(weft_moe_plan_t *p, int nranks, int experts, int k, const void *ids,
                        weft_dtype_t index_type, size_t tokens, weft_moe_bad_t *bad);

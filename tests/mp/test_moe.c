@@ -13,6 +13,10 @@
 #endif
 
 #include "dtype.h"
+
+/* element i of a buffer of type t, as float (dtype.c converts) */
+#define get(t, b, i)    ((float)weft_dtype_load((t), (b), (i)))
+#define put(t, b, i, v) weft_dtype_store((t), (b), (i), (double)(v))
 #include "launch.h"
 #include "rank_check.h"
 #include "weft.h"
@@ -72,18 +76,6 @@ static float x_of(int s, size_t t, size_t h) {
  * round. */
 static float w_of(const shape_t *sh, int j) {
   return sh->t == WEFT_F32 ? 1.0f / (float)(2 << (j % 3)) : 1.0f / (float)sh->k;
-}
-
-static void put(weft_dtype_t t, void *buf, size_t i, float v) {
-  if (t == WEFT_F32) ((float *)buf)[i] = v;
-  if (t == WEFT_BF16) ((uint16_t *)buf)[i] = weft_f32_to_bf16(v);
-  if (t == WEFT_F16) ((uint16_t *)buf)[i] = weft_f32_to_f16(v);
-}
-
-static float get(weft_dtype_t t, const void *buf, size_t i) {
-  return t == WEFT_F32    ? ((const float *)buf)[i]
-         : t == WEFT_BF16 ? weft_bf16_to_f32(((const uint16_t *)buf)[i])
-                          : weft_f16_to_f32(((const uint16_t *)buf)[i]);
 }
 
 static int has(const shape_t *sh, int n, int s, size_t t, int64_t e, int *slot) {
