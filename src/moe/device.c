@@ -1,151 +1,51 @@
-/* MoE on device communicators (CUDA builds): each layout's plan copied to the GPU once, then
- * dispatch and combine as kernels around weft's device alltoallv, all on the caller's stream
- * with no wait for the GPU (only the layout waits, to read the ids; the ranks still trade
- * verdicts over the bootstrap ring before data moves). Staging comes from CUDA's
- * stream-ordered pool, so nothing here waits for other kernels of the process. */
-#include <cuda_runtime_api.h>
+/* MoE dispatch and combine on device communicators (CUDA builds): kernels around weft's
+ * device alltoallv over the plan device_layout.c left on the GPU, all on the caller's stream
+ * with no wait for the GPU (the ranks still trade verdicts over the bootstrap ring before
+ * data moves). Staging comes from CUDA's stream-ordered pool, so nothing here waits for
+ * other kernels of the process. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "checked.h"
 #include "err.h"
-#include "gpu.h"
-#include "moe.h"
+#include "moe_dev.h"
 #include "moe_kernels.h"
 
-_Static_assert(sizeof(size_t) == sizeof(uint64_t), "plan arrays go to the GPU as they are");
-
-/* The plan on the GPU: one allocation holding the four arrays. */
-typedef struct {
-  uint64_t *send_list; /* [entries sent] the token of each */
-  uint64_t *row_of;    /* [entries received][k] */
-  uint64_t *entries;   /* [tokens][width] each token's sent entries in rank order, NO_ROW-padded */
-  uint64_t *pad;       /* [npad] padding rows */
-  uint64_t npad;
-  int width;
-  void *block;
-  /* the handle's calls run in the order made, whatever their streams: each waits for the
-   * last one's event when its stream differs; the block is freed in the last stream's order */
-  cudaEvent_t done;
-  cudaStream_t last;
-} moe_dev_t;
-
-static struct weft_dev *dev(weft_moe_t m) { return dev_of(m->comm); }
-
 int weft_moe_dev_owns(weft_moe_t m, const void *p, size_t bytes) {
-  return weft_dev_check_ptr(dev(m), "buffer", p, bytes) == WEFT_SUCCESS;
+  return weft_dev_check_ptr(moe_dev(m), "buffer", p, bytes) == WEFT_SUCCESS;
 }
 
-weft_result_t weft_moe_dev_fetch(void *dst, const void *src, size_t bytes, weft_stream_t s) {
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)s),
-             "weft_moe_layout: copying the ids to the host");
-  CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)s), "weft_moe_layout: waiting for the ids");
-  return WEFT_SUCCESS;
+/* A pool of the layer's own that keeps what it was given: CUDA's default pool hands freed
+ * memory back at every synchronisation, and mapping hundreds of MiB of staging again cost
+ * more than the copies (one H200: 1-rank dispatch 497 us, most of it that). The pool holds
+ * the largest staging the layer used until weft_moe_destroy; the process's default pool is
+ * left as the application set it. */
+void *weft_moe_dev_pool(weft_moe_t m) {
+  struct cudaMemPoolProps props = {
+      .allocType = cudaMemAllocationTypePinned,
+      .location = {.type = cudaMemLocationTypeDevice, .id = moe_dev(m)->device}};
+  cudaMemPool_t pool = NULL;
+  uint64_t keep = UINT64_MAX;
+  if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) return cudaGetLastError(), NULL;
+  if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+    cudaGetLastError();
+    cudaMemPoolDestroy(pool);
+    return NULL;
+  }
+  return pool;
 }
 
-/* *out = sum of the sizes, each rounded up to 256 bytes; 0 when that overflows. */
-static int staged_total(const size_t *bytes, int n, size_t *out) {
-  *out = 0;
-  for (int i = 0; i < n; i++) {
-    size_t up;
-    if (!weft_add_fits(bytes[i], 255, &up) || !weft_add_fits(*out, up / 256 * 256, out)) return 0;
-  }
-  return 1;
-}
-
-static size_t up256(size_t b) { return (b + 255) / 256 * 256; }
-
-/* Each token's sent entries in rank order (the send side is grouped by rank), and the
- * padding rows; both into host arrays for the upload. */
-static int host_tables(const weft_moe_handle_t h, int width, uint64_t **entries, uint64_t **pad,
-                       uint64_t *npad) {
-  const weft_moe_plan_t *p = &h->plan;
-  size_t ns = p->send_off[p->nranks], used = 0, cells, eb, pb;
-  if (!weft_mul_fits(p->tokens, (size_t)width, &cells) ||
-      !weft_mul_fits(cells + 1, sizeof **entries, &eb) ||
-      !weft_mul_fits(p->rows + 1, sizeof **pad, &pb))
-    return -1;
-  *entries = malloc(eb);
-  *pad = malloc(pb);
-  if (!*entries || !*pad) return -1;
-  for (size_t i = 0; i < cells; i++)
-    (*entries)[i] = WEFT_MOE_K_NO_ROW;
-  for (size_t e = 0; e < ns; e++) {
-    uint64_t *slot = *entries + p->send_list[e] * (size_t)width;
-    while (*slot != WEFT_MOE_K_NO_ROW) /* at most width: a token goes to a rank once */
-      slot++;
-    *slot = e;
-  }
-  for (int l = 0; l < p->local; l++) {
-    size_t end = l + 1 < p->local ? (size_t)p->offset[l + 1] : p->rows;
-    for (size_t r = (size_t)(p->offset[l] + p->count[l]); r < end; r++)
-      (*pad)[used++] = r;
-  }
-  *npad = used;
-  return 0;
-}
-
-weft_result_t weft_moe_dev_upload(weft_moe_handle_t h, weft_stream_t s) {
-  const weft_moe_plan_t *p = &h->plan;
-  cudaStream_t st = (cudaStream_t)s;
-  int width = p->k < p->nranks ? p->k : p->nranks, saved = -1, entered = 0;
-  moe_dev_t *d = calloc(1, sizeof *d);
-  uint64_t *entries = NULL, *pad = NULL;
-  weft_result_t rc = WEFT_SUCCESS;
-  if (!d || host_tables(h, width, &entries, &pad, &d->npad))
-    ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "weft_moe_layout: out of memory");
-  size_t ns = p->send_off[p->nranks], nr = p->recv_off[p->nranks], k = (size_t)p->k, total;
-  /* arrays the host holds (sizes that fit), as bytes */
-  size_t b[4] = {ns * 8, nr * k * 8, p->tokens * (size_t)width * 8, d->npad * 8};
-  const void *src[4] = {p->send_list, p->row_of, entries, pad};
-  if (!staged_total(b, 4, &total))
-    ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "weft_moe_layout: the plan's size overflows");
-  if (weft_dev_enter(dev(h->moe)->device, &saved))
-    ERR_GOTO(rc, out, WEFT_ERR_SYSTEM, "weft_moe_layout: cannot make the GPU current");
-  entered = 1;
-  if (cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming) != cudaSuccess) {
-    d->done = NULL;
-    ERR_GOTO(rc, out, WEFT_ERR_SYSTEM, "weft_moe_layout: cudaEventCreate: %s",
-             cudaGetErrorString(cudaGetLastError()));
-  }
-  if (total && cudaMallocAsync(&d->block, total, st) != cudaSuccess) {
-    d->block = NULL;
-    ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "weft_moe_layout: no device memory for the plan: %s",
-             cudaGetErrorString(cudaGetLastError()));
-  }
-  char *at = d->block;
-  uint64_t **dst[4] = {&d->send_list, &d->row_of, &d->entries, &d->pad};
-  for (int i = 0; i < 4; i++) {
-    *dst[i] = (uint64_t *)at;
-    if (b[i] && cudaMemcpyAsync(at, src[i], b[i], cudaMemcpyHostToDevice, st) != cudaSuccess)
-      ERR_GOTO(rc, out, WEFT_ERR_SYSTEM, "weft_moe_layout: copying the plan to the GPU: %s",
-               cudaGetErrorString(cudaGetLastError()));
-    at += up256(b[i]);
-  }
-  /* in place before the call returns: a dispatch on another stream reads it, and the host
-   * arrays it came from are freed below */
-  if (cudaStreamSynchronize(st) != cudaSuccess)
-    ERR_GOTO(rc, out, WEFT_ERR_SYSTEM, "weft_moe_layout: copying the plan to the GPU: %s",
-             cudaGetErrorString(cudaGetLastError()));
-  d->width = width, d->last = st;
-  h->dev = d, d = NULL;
-out:
-  if (d) {
-    if (d->block) cudaFreeAsync(d->block, st);
-    if (d->done) cudaEventDestroy(d->done);
-  }
-  if (entered) weft_dev_leave(dev(h->moe)->device, saved);
-  free(d);
-  free(entries);
-  free(pad);
-  return rc;
+void weft_moe_dev_pool_free(void *pool) {
+  if (pool) cudaMemPoolDestroy((cudaMemPool_t)pool);
 }
 
 void weft_moe_dev_free(weft_moe_handle_t h) {
   moe_dev_t *d = h->dev;
   if (!d) return;
   if (d->block) cudaFreeAsync(d->block, d->last);
+  if (d->block2) cudaFreeAsync(d->block2, d->last);
   if (d->done) cudaEventDestroy(d->done);
+  free(d->tables);
   free(d);
   h->dev = NULL;
 }
@@ -176,13 +76,14 @@ static weft_result_t call_begin(weft_moe_handle_t h, cudaStream_t st, const size
   for (int i = 0; i < n; i++)
     ok &= fits[i];
   c->cnt = calloc(4 * (size_t)m->nranks, sizeof *c->cnt);
-  if (!ok || !staged_total(bytes, n, &total))
+  if (!ok || !weft_moe_dev_staged(bytes, n, &total))
     v.code = MOE_TOO_BIG, v.a = (int64_t)h->plan.tokens;
   else if (!c->cnt)
     v.code = MOE_NO_MEM;
-  else if (weft_dev_enter(dev(m)->device, &c->saved))
+  else if (weft_dev_enter(moe_dev(m)->device, &c->saved))
     v.code = MOE_FAILED;
-  else if ((c->entered = 1) && total && cudaMallocAsync(&c->block, total, st) != cudaSuccess)
+  else if ((c->entered = 1) && total &&
+           cudaMallocFromPoolAsync(&c->block, total, m->pool, st) != cudaSuccess)
     c->block = NULL, v.code = MOE_NO_MEM, cudaGetLastError();
   else if (d->last != st && cudaStreamWaitEvent(st, d->done, 0) != cudaSuccess)
     v.code = MOE_FAILED;
@@ -190,9 +91,7 @@ static weft_result_t call_begin(weft_moe_handle_t h, cudaStream_t st, const size
     size_t nr = (size_t)m->nranks;
     c->dsp = c->cnt + nr, c->rcnt = c->cnt + 2 * nr, c->rdsp = c->cnt + 3 * nr;
   }
-  char *at = c->block;
-  for (int i = 0; i < n && at; i++)
-    c->buf[i] = bytes[i] ? at : NULL, at += up256(bytes[i]);
+  weft_moe_dev_carve(c->block, bytes, n, (void **)c->buf);
   if (v.code == MOE_FAILED)
     weft_set_error(WEFT_ERR_SYSTEM, "%s: %s", fn, cudaGetErrorString(cudaGetLastError()));
   return weft_moe_agree(m, fn, v);
@@ -202,8 +101,16 @@ static void call_end(weft_moe_handle_t h, cudaStream_t st, call_t *c, int ran) {
   moe_dev_t *d = h->dev;
   if (c->block) cudaFreeAsync(c->block, st);
   if (ran && cudaEventRecord(d->done, st) == cudaSuccess) d->last = st;
-  if (c->entered) weft_dev_leave(dev(h->moe)->device, c->saved);
+  if (c->entered) weft_dev_leave(moe_dev(h->moe)->device, c->saved);
   free(c->cnt);
+}
+
+/* The alltoallv counts of one side, `per` elements an entry, without this rank's own entries
+ * (they take the direct path). */
+static void others(const weft_moe_plan_t *p, int rank, int recv, size_t per, size_t *cnt,
+                   size_t *dsp) {
+  weft_moe_plan_counts(p, recv, per, cnt, dsp);
+  cnt[rank] = 0;
 }
 
 static weft_result_t kernel_rc(int e, const char *fn, const char *what) {
@@ -233,20 +140,23 @@ weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const fl
   char **buf = c.buf;
   /* past here a failure is this rank's alone (a launch, or an alltoallv that failed and
    * told its peers): weft's own timeouts and notices end the peers' waits */
-  rc =
-      kernel_rc(weft_moe_k_gather(x, d->send_list, ns, row, buf[0], w, (float *)buf[1], (int)k, st),
-                fn, "gather");
-  weft_moe_plan_counts(p, 0, hid, c.cnt, c.dsp);
-  weft_moe_plan_counts(p, 1, hid, c.rcnt, c.rdsp);
+  int me = m->rank;
+  size_t lo = p->send_off[me], hi = p->send_off[me + 1];
+  weft_moe_k_self_t own = {p->recv_off[me], p->recv_off[me + 1], x, d->send_list + lo, w, NULL};
+  rc = kernel_rc(
+      weft_moe_k_gather(x, d->send_list, ns, lo, hi, row, buf[0], w, (float *)buf[1], (int)k, st),
+      fn, "gather");
+  others(p, me, 0, hid, c.cnt, c.dsp);
+  others(p, me, 1, hid, c.rcnt, c.rdsp);
   if (rc == WEFT_SUCCESS)
     rc = weft_alltoallv(buf[0], c.cnt, c.dsp, buf[2], c.rcnt, c.rdsp, m->cfg.dtype, m->comm, s);
-  weft_moe_plan_counts(p, 0, k, c.cnt, c.dsp);
-  weft_moe_plan_counts(p, 1, k, c.rcnt, c.rdsp);
+  others(p, me, 0, k, c.cnt, c.dsp);
+  others(p, me, 1, k, c.rcnt, c.rdsp);
   if (rc == WEFT_SUCCESS)
     rc = weft_alltoallv(buf[1], c.cnt, c.dsp, buf[3], c.rcnt, c.rdsp, WEFT_F32, m->comm, s);
   if (rc == WEFT_SUCCESS)
     rc = kernel_rc(weft_moe_k_scatter(buf[2], (const float *)buf[3], d->row_of, nr, (int)k, row,
-                                      recv_x, recv_w, d->pad, d->npad, st),
+                                      recv_x, recv_w, d->pad, d->npad, own, st),
                    fn, "scatter");
   call_end(h, st, &c, 1);
   return rc;
@@ -270,10 +180,17 @@ weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const 
     call_end(h, st, &c, 0);
     return rc;
   }
-  rc = kernel_rc(weft_moe_k_partials(t, rows, w, d->row_of, nr, (int)k, hid, c.buf[0], st), fn,
+  int me = m->rank;
+  weft_moe_k_self_t own = {p->recv_off[me],
+                           p->recv_off[me + 1],
+                           NULL,
+                           NULL,
+                           NULL,
+                           c.buf[1] ? c.buf[1] + p->send_off[me] * row : NULL};
+  rc = kernel_rc(weft_moe_k_partials(t, rows, w, d->row_of, nr, (int)k, hid, c.buf[0], own, st), fn,
                  "partials");
-  weft_moe_plan_counts(p, 1, hid, c.cnt, c.dsp);
-  weft_moe_plan_counts(p, 0, hid, c.rcnt, c.rdsp);
+  others(p, me, 1, hid, c.cnt, c.dsp);
+  others(p, me, 0, hid, c.rcnt, c.rdsp);
   if (rc == WEFT_SUCCESS)
     rc = weft_alltoallv(c.buf[0], c.cnt, c.dsp, c.buf[1], c.rcnt, c.rdsp, m->cfg.dtype, m->comm, s);
   if (rc == WEFT_SUCCESS)

@@ -11,12 +11,14 @@ int weft_moe_dev_owns(weft_moe_t m, const void *p, size_t bytes) {
   (void)m, (void)p, (void)bytes;
   return 0;
 }
-weft_result_t weft_moe_dev_fetch(void *dst, const void *src, size_t bytes, weft_stream_t s) {
-  (void)dst, (void)src, (void)bytes, (void)s;
-  return none();
+void *weft_moe_dev_pool(weft_moe_t m) {
+  (void)m;
+  return NULL;
 }
-weft_result_t weft_moe_dev_upload(weft_moe_handle_t h, weft_stream_t s) {
-  (void)h, (void)s;
+void weft_moe_dev_pool_free(void *pool) { (void)pool; }
+weft_result_t weft_moe_dev_layout(weft_moe_handle_t h, const void *ids, size_t tokens,
+                                  weft_moe_verdict_t mine, weft_stream_t s) {
+  (void)h, (void)ids, (void)tokens, (void)mine, (void)s;
   return none();
 }
 weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const float *w,

@@ -25,9 +25,8 @@ int64_t weft_moe_id_at(const void *ids, weft_dtype_t t, size_t i) {
   return t == WEFT_I32 ? (int64_t)((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
 }
 
-/* A token's ids: each in [-1, experts), none repeated; -1 and *bad otherwise. */
-static int check_token(const void *ids, weft_dtype_t t, size_t token, int k, int experts,
-                       weft_moe_bad_t *bad) {
+int weft_moe_check_token(const void *ids, weft_dtype_t t, size_t token, int k, int experts,
+                         weft_moe_bad_t *bad) {
   for (int j = 0; j < k; j++) {
     int64_t e = weft_moe_id_at(ids, t, token * (size_t)k + (size_t)j);
     int repeated = 0;
@@ -46,7 +45,7 @@ int weft_moe_plan_send(weft_moe_plan_t *p, int nranks, int experts, int k, const
   memset(p, 0, sizeof *p);
   p->nranks = nranks, p->local = experts / nranks, p->k = k, p->tokens = tokens;
   for (size_t t = 0; t < tokens; t++)
-    if (check_token(ids, index_type, t, k, experts, bad)) return -1;
+    if (weft_moe_check_token(ids, index_type, t, k, experts, bad)) return -1;
   p->send_tok = calloc((size_t)nranks, sizeof *p->send_tok);
   p->send_off = calloc((size_t)nranks + 1, sizeof *p->send_off);
   unsigned char *to = calloc((size_t)nranks, 1);
@@ -109,14 +108,8 @@ int weft_moe_plan_recv_alloc(weft_moe_plan_t *p) {
   return p->recv_ids && p->row_of ? 0 : -2;
 }
 
-int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align) {
-  size_t entries = p->recv_off[p->nranks], k = (size_t)p->k;
-  int64_t first = (int64_t)rank * p->local;
-  memset(p->count, 0, (size_t)p->local * sizeof *p->count);
-  for (size_t i = 0; i < entries * k; i++) {
-    int64_t e = p->recv_ids[i];
-    if (e >= first && e < first + p->local) p->count[e - first]++;
-  }
+/* offsets and the padded total from count; -1 when they do not fit */
+static int place_blocks(weft_moe_plan_t *p, size_t align) {
   size_t at = 0, a = align ? align : 1;
   for (int l = 0; l < p->local; l++) {
     p->offset[l] = (int64_t)at;
@@ -125,6 +118,18 @@ int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align) {
   }
   if (at > (size_t)INT64_MAX) return -1; /* offsets are reported as int64 */
   p->rows = at;
+  return 0;
+}
+
+int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align) {
+  size_t entries = p->recv_off[p->nranks], k = (size_t)p->k;
+  int64_t first = (int64_t)rank * p->local;
+  memset(p->count, 0, (size_t)p->local * sizeof *p->count);
+  for (size_t i = 0; i < entries * k; i++) {
+    int64_t e = p->recv_ids[i];
+    if (e >= first && e < first + p->local) p->count[e - first]++;
+  }
+  if (place_blocks(p, align)) return -1;
   /* rows within a block in entry order: by source rank, then by the source's token order */
   int64_t *fill = calloc((size_t)p->local, sizeof *fill);
   if (!fill) return -2;
@@ -135,6 +140,44 @@ int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align) {
       p->row_of[i] = (size_t)(p->offset[e - first] + fill[e - first]++);
   }
   free(fill);
+  return 0;
+}
+
+int weft_moe_plan_from_counts(weft_moe_plan_t *p, int nranks, int experts, int k, size_t tokens,
+                              int rank, const int64_t *all, size_t stride, size_t align,
+                              uint64_t *base) {
+  memset(p, 0, sizeof *p);
+  size_t n = (size_t)nranks, w = stride;
+  p->nranks = nranks, p->local = experts / nranks, p->k = k, p->tokens = tokens;
+  p->send_tok = calloc(n, sizeof *p->send_tok);
+  p->send_off = calloc(n + 1, sizeof *p->send_off);
+  p->recv_tok = calloc(n, sizeof *p->recv_tok);
+  p->recv_off = calloc(n + 1, sizeof *p->recv_off);
+  p->count = calloc((size_t)p->local, sizeof *p->count);
+  p->offset = calloc((size_t)p->local, sizeof *p->offset);
+  if (!p->send_tok || !p->send_off || !p->recv_tok || !p->recv_off || !p->count || !p->offset)
+    return -2;
+  const int64_t *first = all + (size_t)rank * (size_t)p->local; /* [s * w]: s's choices here */
+  for (size_t s = 0; s < n; s++) {
+    /* a peer's counts are at most its tokens * k; a sum that overflows is refused */
+    int64_t sent = all[(size_t)rank * w + (size_t)experts + s], got = all[s * w + experts + rank];
+    if (sent < 0 || got < 0) return -1;
+    p->send_tok[s] = (size_t)sent, p->recv_tok[s] = (size_t)got;
+    if (!weft_add_fits(p->send_off[s], p->send_tok[s], &p->send_off[s + 1]) ||
+        !weft_add_fits(p->recv_off[s], p->recv_tok[s], &p->recv_off[s + 1]))
+      return -1;
+    for (int l = 0; l < p->local; l++) {
+      int64_t c = first[s * w + (size_t)l];
+      if (c < 0 || c > INT64_MAX - p->count[l]) return -1;
+      p->count[l] += c;
+    }
+  }
+  if (place_blocks(p, align)) return -1;
+  for (int l = 0; l < p->local; l++) /* source s's choices of l follow those of s - 1 */
+    for (size_t s = 0, at = (size_t)p->offset[l]; s < n; s++) {
+      base[s * (size_t)p->local + (size_t)l] = at;
+      at += (size_t)first[s * w + (size_t)l];
+    }
   return 0;
 }
 

@@ -19,12 +19,17 @@ enum { B_IDS, B_X, B_RECV_X, B_ROWS, B_Y, B_W, B_RECV_W, B_ROW_W };
 weft_result_t weft_moe_agree(weft_moe_t m, const char *fn, weft_moe_verdict_t mine) {
   weft_moe_verdict_t *all = m->verdicts; /* made with the layer: agreeing never allocates */
   all[m->rank] = mine;
-  weft_result_t rc = weft_bootstrap_allgather(m->comm->boot, all, sizeof *all);
+  CHECK(weft_bootstrap_allgather(m->comm->boot, all, sizeof *all));
+  return weft_moe_judge(m, fn, all, sizeof *all);
+}
+
+weft_result_t weft_moe_judge(weft_moe_t m, const char *fn, const void *all, size_t stride) {
   int r = 0;
-  while (rc == WEFT_SUCCESS && r < m->nranks && all[r].code == MOE_OK)
-    r++;
-  weft_moe_verdict_t v = rc == WEFT_SUCCESS && r < m->nranks ? all[r] : mine;
-  if (rc != WEFT_SUCCESS) return rc;
+  weft_moe_verdict_t v = {MOE_OK, 0, 0, 0};
+  for (; r < m->nranks; r++) {
+    memcpy(&v, (const char *)all + (size_t)r * stride, sizeof v);
+    if (v.code != MOE_OK) break;
+  }
   if (r == m->nranks) return WEFT_SUCCESS;
   /* a buffer's name comes from a peer's index: kept inside the table */
   const char *buf = BUF_NAME[v.a >= 0 && v.a <= B_ROW_W ? v.a : 0];
@@ -109,7 +114,15 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
   weft_moe_t m = calloc(1, sizeof *m);
   int64_t(*all)[NFIELD + 1] = calloc((size_t)n, sizeof *all);
   if (m) m->verdicts = calloc((size_t)n, sizeof *m->verdicts);
-  if (!why && (!m || !m->verdicts)) why = "out of memory";
+  int device = strcmp(comm->engine->name, "gpu") == 0;
+  if (m && device && c.num_experts > 0 && c.num_experts <= INT32_MAX - n - MOE_ROUTE_HEAD - 1)
+    m->routes = calloc((size_t)n, ((size_t)MOE_ROUTE_HEAD + (size_t)c.num_experts + (size_t)n + 1) *
+                                      sizeof *m->routes);
+  if (!why && (!m || !m->verdicts || (device && !m->routes))) why = "out of memory";
+  if (!why && device) {
+    m->comm = comm;
+    if (!(m->pool = weft_moe_dev_pool(m))) why = "cannot make a CUDA memory pool on its GPU";
+  }
   int64_t mine[NFIELD + 1] = {c.num_experts,
                               c.topk,
                               (int64_t)c.hidden,
@@ -144,12 +157,12 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
                "%s: ranks disagree on %s: from %lld to %lld (%lld here, on rank %d)", fn, FIELD[f],
                (long long)lo[f], (long long)hi[f], (long long)mine[f], comm->rank);
   m->comm = comm, m->rank = comm->rank, m->nranks = n, m->cfg = c;
-  m->device = strcmp(comm->engine->name, "gpu") == 0;
+  m->device = device;
   m->cfg.size = sizeof m->cfg, m->local = c.num_experts / n;
   if (!m->cfg.align) m->cfg.align = 1;
   *moe = m, m = NULL;
 out:
-  if (m) free(m->verdicts);
+  if (m) weft_moe_dev_pool_free(m->pool), free(m->verdicts), free(m->routes);
   free(m);
   free(all);
   return rc;
@@ -160,7 +173,9 @@ weft_result_t weft_moe_destroy(weft_moe_t moe) {
   if (moe->handles)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "weft_moe_destroy: %d handle(s) made from it still live", moe->handles);
+  weft_moe_dev_pool_free(moe->pool);
   free(moe->verdicts);
+  free(moe->routes);
   free(moe);
   return WEFT_SUCCESS;
 }
@@ -181,10 +196,9 @@ weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t token
   weft_moe_t m = moe;
   size_t k = (size_t)m->cfg.topk, es = weft_dtype_size(m->cfg.index_type), bytes = 0;
   weft_moe_handle_t h = calloc(1, sizeof *h);
-  void *fetched = NULL; /* device runs: the ids copied to the host */
-  const void *ids = topk_ids;
   weft_moe_verdict_t v = {MOE_OK, 0, 0, 0};
   weft_moe_bad_t bad = {0};
+  weft_result_t rc;
   if (!h)
     v.code = MOE_NO_MEM;
   else if (order_after(m, stream))
@@ -197,12 +211,14 @@ weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t token
     v.code = MOE_MISALIGNED, v.a = B_IDS, v.b = (int64_t)es;
   else if (m->device && tokens && !weft_moe_dev_owns(m, topk_ids, bytes))
     v.code = MOE_NOT_DEVICE, v.a = B_IDS;
-  else if (m->device && tokens && !(ids = fetched = malloc(bytes)))
-    v.code = MOE_NO_MEM;
-  else if (fetched && weft_moe_dev_fetch(fetched, topk_ids, bytes, stream) != WEFT_SUCCESS)
-    v.code = MOE_FAILED;
+  if (m->device) {
+    if (h) h->moe = m;
+    /* the GPU reads the ids; the ranks then agree once, on verdicts and counts together */
+    rc = h ? weft_moe_dev_layout(h, topk_ids, tokens, v, stream) : weft_moe_agree(m, fn, v);
+    goto done;
+  }
   if (v.code == MOE_OK) {
-    int r = weft_moe_plan_send(&h->plan, m->nranks, m->cfg.num_experts, m->cfg.topk, ids,
+    int r = weft_moe_plan_send(&h->plan, m->nranks, m->cfg.num_experts, m->cfg.topk, topk_ids,
                                m->cfg.index_type, tokens, &bad);
     if (r == -1)
       v.code = bad.repeated ? MOE_REPEATED_ID : MOE_BAD_ID, v.a = bad.token, v.b = bad.slot,
@@ -210,19 +226,14 @@ weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t token
     else if (r)
       v.code = MOE_NO_MEM;
   }
-  weft_result_t rc = weft_moe_agree(m, fn, v);
-  if (rc == WEFT_SUCCESS) rc = weft_moe_exchange(m, &h->plan, ids, fn);
+  rc = weft_moe_agree(m, fn, v);
+  if (rc == WEFT_SUCCESS) rc = weft_moe_exchange(m, &h->plan, fn);
   if (rc == WEFT_SUCCESS) {
     int r = weft_moe_plan_rows(&h->plan, m->rank, m->cfg.align);
     v.code = r == -1 ? MOE_TOO_BIG : r ? MOE_NO_MEM : MOE_OK, v.a = (int64_t)tokens;
     rc = weft_moe_agree(m, fn, v);
   }
-  if (rc == WEFT_SUCCESS && m->device) {
-    h->moe = m;
-    v.code = weft_moe_dev_upload(h, stream) == WEFT_SUCCESS ? MOE_OK : MOE_FAILED;
-    rc = weft_moe_agree(m, fn, v);
-  }
-  free(fetched);
+done:
   if (rc != WEFT_SUCCESS) {
     if (h) weft_moe_dev_free(h), weft_moe_plan_free(&h->plan);
     free(h);

@@ -19,7 +19,14 @@ struct weft_moe {
   weft_moe_config_t cfg;
   int handles;                       /* live handles (destroy refuses while any is) */
   struct weft_moe_verdict *verdicts; /* [nranks] weft_moe_agree's scratch */
+  int64_t *routes;                   /* device layouts' scratch: [nranks][MOE_ROUTE_STRIDE] */
+  void *pool; /* device layers: the CUDA memory pool their staging comes from */
 };
+/* A rank's record in a device layout's exchange: its verdict (4 values), its counts of
+ * choices per expert and tokens per rank, then the lowest bad choice the GPU found. */
+#define MOE_ROUTE_HEAD 4
+#define MOE_ROUTE_STRIDE(m)                                                                        \
+  ((size_t)MOE_ROUTE_HEAD + (size_t)(m)->cfg.num_experts + (size_t)(m)->nranks + 1)
 
 /* A token's ids that break the rules, found by weft_moe_plan_send. */
 typedef struct {
@@ -71,14 +78,20 @@ typedef struct weft_moe_verdict {
 /* moe.c. Collective over the bootstrap ring: WEFT_SUCCESS when every rank's verdict is
  * MOE_OK, else the lowest refusing rank's reason as everyone's error. */
 weft_result_t weft_moe_agree(weft_moe_t m, const char *fn, weft_moe_verdict_t mine);
+/* Local: the same judgement over records already gathered, each starting with a verdict,
+ * `stride` bytes apart. */
+weft_result_t weft_moe_judge(weft_moe_t m, const char *fn, const void *all, size_t stride);
 
-/* exchange.c. Collective: fills p's receive side (recv_tok, recv_off, recv_ids) from what
- * every rank sends here; host communicators through alltoall and alltoallv, device ones over
- * the bootstrap ring from ids (this rank's [tokens][k] of index_type, on the host). */
-weft_result_t weft_moe_exchange(weft_moe_t m, weft_moe_plan_t *p, const void *ids, const char *fn);
+/* exchange.c. Collective over a host communicator: fills p's receive side (recv_tok,
+ * recv_off, recv_ids) from what every rank sends here. */
+weft_result_t weft_moe_exchange(weft_moe_t m, weft_moe_plan_t *p, const char *fn);
 
 /* layout.c. Id i of an ids array of index_type (WEFT_I32 or WEFT_I64). */
 int64_t weft_moe_id_at(const void *ids, weft_dtype_t t, size_t i);
+/* Token `token` of ids ([tokens][k] of t): each id in [-1, experts), none repeated; -1 and
+ * *bad otherwise. */
+int weft_moe_check_token(const void *ids, weft_dtype_t t, size_t token, int k, int experts,
+                         weft_moe_bad_t *bad);
 /* Fills the send side from ids ([tokens][k] of index_type); returns -1 and *bad
  * when an id is out of [-1, experts) or repeated in its token, -2 when out of memory. */
 int weft_moe_plan_send(weft_moe_plan_t *p, int nranks, int experts, int k, const void *ids,
@@ -88,16 +101,29 @@ int weft_moe_plan_recv_alloc(weft_moe_plan_t *p);
 /* With recv_ids filled: rows of this rank (rank of nranks) for each choice, counts, offsets
  * and the padded total. 0, or -1 when the rows do not fit in size_t. */
 int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align);
+/* A device layout's plan from every rank's counts: all + s * stride is rank s's choices of
+ * each expert, then its tokens for each rank. Fills the counts and
+ * offsets of both sides, count, offset and rows (no per-entry arrays: those stay on the GPU),
+ * and base[s][l] ([nranks][local]): the row of source s's first choice of local expert l.
+ * 0, -1 when the counts are negative or their sums do not fit, -2 when out of memory. */
+int weft_moe_plan_from_counts(weft_moe_plan_t *p, int nranks, int experts, int k, size_t tokens,
+                              int rank, const int64_t *all, size_t stride, size_t align,
+                              uint64_t *base);
 void weft_moe_plan_free(weft_moe_plan_t *p);
 /* The alltoallv counts and displacements of the send (recv = 0) or receive side, in units of
  * `per` elements an entry (its rows, its weights); the plan's sizes were checked to fit. */
 void weft_moe_plan_counts(const weft_moe_plan_t *p, int recv, size_t per, size_t *counts,
                           size_t *displs);
 
-/* device.c in CUDA builds (device_none.c otherwise): device buffers. */
+/* device.c and device_layout.c in CUDA builds (device_none.c otherwise): device buffers. */
 int weft_moe_dev_owns(weft_moe_t m, const void *p, size_t bytes); /* 1: device memory here */
-weft_result_t weft_moe_dev_fetch(void *dst, const void *src, size_t bytes, weft_stream_t s);
-weft_result_t weft_moe_dev_upload(weft_moe_handle_t h, weft_stream_t s); /* plan -> GPU */
+/* The layer's memory pool on its GPU, and its release; NULL when none could be made. */
+void *weft_moe_dev_pool(weft_moe_t m);
+void weft_moe_dev_pool_free(void *pool);
+/* Collective: the layout of h (h->moe set) from device ids, mine being this rank's verdict
+ * on the arguments so far; fills h->plan's counts and h->dev. */
+weft_result_t weft_moe_dev_layout(weft_moe_handle_t h, const void *ids, size_t tokens,
+                                  weft_moe_verdict_t mine, weft_stream_t s);
 weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const float *w,
                                     void *recv_x, float *recv_w, weft_stream_t s);
 weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const float *w, void *y,

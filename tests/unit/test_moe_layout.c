@@ -1,6 +1,7 @@
 /* The MoE layout's pure functions (src/moe/layout.c): which tokens go to which rank (once
  * per rank, in token order), the rows of received choices (expert-major, by source then
- * token, blocks padded), and ids refused with the token and slot that break the rules. */
+ * token, blocks padded), ids refused with the token and slot that break the rules, and the
+ * device layout's plan from counts alone agreeing with the host's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -78,8 +79,84 @@ static void bad_ids(void **st) {
   weft_moe_plan_free(&p);
 }
 
+/* Random routes of R ranks (T tokens each, k of E experts, some dropped): what the device
+ * layout derives from counts alone must match the host plan built from the ids, for every
+ * rank, and base[s][l] plus a choice's index among its source's choices of that expert must
+ * be the host's row of it. */
+enum { R = 3, T = 40, K = 3, E = 6, L = E / R, W = E + R };
+
+static void from_counts_matches(void **st) {
+  (void)st;
+  int32_t ids[R][T * K];
+  uint64_t seed = 7;
+  for (int s = 0; s < R; s++)
+    for (int t = 0; t < T; t++)
+      for (int j = 0; j < K; j++) { /* distinct per token: experts t+j.. shifted, or dropped */
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids[s][t * K + j] = (seed >> 60) < 3 ? -1 : (int32_t)((t * 7 + s + j) % E);
+      }
+  weft_moe_plan_t send[R];
+  weft_moe_bad_t bad;
+  int64_t all[R][W] = {{0}};
+  for (int s = 0; s < R; s++) {
+    assert_int_equal(weft_moe_plan_send(&send[s], R, E, K, ids[s], WEFT_I32, T, &bad), 0);
+    for (int i = 0; i < T * K; i++)
+      all[s][ids[s][i] >= 0 ? ids[s][i] : 0] += ids[s][i] >= 0;
+    for (int r = 0; r < R; r++)
+      all[s][E + r] = (int64_t)send[s].send_tok[r];
+  }
+  for (int r = 0; r < R; r++) {
+    weft_moe_plan_t host, dev;
+    memset(&host, 0, sizeof host);
+    host.nranks = R, host.local = L, host.k = K, host.tokens = T;
+    host.recv_tok = calloc(R, sizeof *host.recv_tok);
+    for (int s = 0; s < R; s++)
+      host.recv_tok[s] = send[s].send_tok[r];
+    assert_int_equal(weft_moe_plan_recv_alloc(&host), 0);
+    for (int s = 0; s < R; s++) /* what alltoallv delivers: s's entries for r, in order */
+      memcpy(host.recv_ids + host.recv_off[s] * K, send[s].send_ids + send[s].send_off[r] * K,
+             send[s].send_tok[r] * K * sizeof *host.recv_ids);
+    assert_int_equal(weft_moe_plan_rows(&host, r, 4), 0);
+    uint64_t base[R][L];
+    assert_int_equal(weft_moe_plan_from_counts(&dev, R, E, K, T, r, &all[0][0], W, 4, &base[0][0]),
+                     0);
+    assert_int_equal(dev.rows, host.rows);
+    for (int l = 0; l < L; l++) {
+      assert_int_equal(dev.count[l], host.count[l]);
+      assert_int_equal(dev.offset[l], host.offset[l]);
+    }
+    for (int s = 0; s <= R; s++) {
+      assert_int_equal(dev.recv_off[s], host.recv_off[s]);
+      assert_int_equal(dev.send_off[s], send[r].send_off[s]);
+    }
+    for (int s = 0; s < R; s++) /* each received choice: base + index (route.cu's slot) */
+      for (size_t i = host.recv_off[s]; i < host.recv_off[s + 1]; i++)
+        for (int j = 0; j < K; j++) {
+          int32_t e = host.recv_ids[i * K + j];
+          if (e < r * L || e >= (r + 1) * L) continue;
+          size_t tok = send[s].send_list[send[s].send_off[r] + (i - host.recv_off[s])], index = 0;
+          for (size_t t = 0; t < tok; t++)
+            for (int q = 0; q < K; q++)
+              index += ids[s][t * K + q] == e;
+          assert_int_equal(host.row_of[i * K + j], base[s][e - r * L] + index);
+        }
+    weft_moe_plan_free(&host);
+    weft_moe_plan_free(&dev);
+  }
+  for (int s = 0; s < R; s++)
+    weft_moe_plan_free(&send[s]);
+  /* a negative count (a corrupt record) is refused */
+  weft_moe_plan_t bad_plan;
+  uint64_t base[R][L];
+  all[1][E + 0] = -1;
+  assert_int_equal(
+      weft_moe_plan_from_counts(&bad_plan, R, E, K, T, 0, &all[0][0], W, 1, &base[0][0]), -1);
+  weft_moe_plan_free(&bad_plan);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(send_side), cmocka_unit_test(rows_padded),
-                                     cmocka_unit_test(bad_ids)};
+                                     cmocka_unit_test(bad_ids),
+                                     cmocka_unit_test(from_counts_matches)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

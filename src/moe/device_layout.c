@@ -1,0 +1,203 @@
+/* A batch's layout on device communicators: the GPU routes the ids (route.cu) and the host
+ * reads back only the counts; one exchange over the bootstrap ring carries every rank's
+ * verdict and counts, then each entry's meta (its local expert and index there) travels by
+ * weft's device alltoallv and the receivers place every choice on the GPU. The call waits
+ * for the GPU once, for the counts: the sizes it returns depend on them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "checked.h"
+#include "comm.h"
+#include "err.h"
+#include "moe_dev.h"
+#include "moe_kernels.h"
+
+static size_t up256(size_t b) { return (b + 255) / 256 * 256; }
+
+int weft_moe_dev_staged(const size_t *bytes, int n, size_t *out) {
+  *out = 0;
+  for (int i = 0; i < n; i++) {
+    size_t up;
+    if (!weft_add_fits(bytes[i], 255, &up) || !weft_add_fits(*out, up / 256 * 256, out)) return 0;
+  }
+  return 1;
+}
+
+void weft_moe_dev_carve(void *block, const size_t *bytes, int n, void **pieces) {
+  char *at = block;
+  for (int i = 0; i < n; i++)
+    pieces[i] = bytes[i] && at ? at : NULL, at = at ? at + up256(bytes[i]) : NULL;
+}
+
+static const char *const FN = "weft_moe_layout";
+
+static weft_moe_verdict_t failed(void) {
+  weft_set_error(WEFT_ERR_SYSTEM, "%s: %s", FN, cudaGetErrorString(cudaGetLastError()));
+  return (weft_moe_verdict_t){MOE_FAILED, 0, 0, 0};
+}
+
+/* The send side on the GPU and its counts back in rec (this rank's exchange record); the
+ * first bad id, if the GPU found one, as the verdict. */
+static weft_moe_verdict_t route(weft_moe_handle_t h, moe_dev_t *d, const void *ids, size_t tokens,
+                                int64_t *rec, cudaStream_t st) {
+  weft_moe_t m = h->moe;
+  size_t n = (size_t)m->nranks, k = (size_t)m->cfg.topk, E = (size_t)m->cfg.num_experts;
+  size_t w = (size_t)d->width, cells, ent, meta, bytes[7], total;
+  /* int32 slots and positions: tokens * k must stay below 2^31 */
+  int fits = tokens <= INT32_MAX / k && weft_mul_fits(tokens, w, &ent) &&
+             weft_mul_fits(ent, k * 8, &meta) && weft_mul_fits(tokens, n * 4, &cells);
+  if (fits) {
+    size_t b[7] = {(E + n + 1) * 8, (n + 1) * 8, tokens * k * 4, cells, ent * 8, ent * 8, meta};
+    memcpy(bytes, b, sizeof b);
+  }
+  if (!fits || !weft_moe_dev_staged(bytes, 7, &total))
+    return (weft_moe_verdict_t){MOE_TOO_BIG, (int64_t)tokens, 0, 0};
+  if (cudaMallocFromPoolAsync(&d->block, total, m->pool, st) != cudaSuccess) {
+    d->block = NULL, cudaGetLastError();
+    return (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
+  }
+  void *p[7];
+  weft_moe_dev_carve(d->block, bytes, 7, p);
+  weft_moe_k_route_t a = {.ids = ids,
+                          .id_bytes = (int)weft_dtype_size(m->cfg.index_type),
+                          .k = (int)k,
+                          .experts = (int)E,
+                          .nranks = (int)n,
+                          .local = m->local,
+                          .width = d->width,
+                          .tokens = tokens,
+                          .counts = p[0],
+                          .bad = (unsigned long long *)((int64_t *)p[0] + E + n),
+                          .send_off = p[1],
+                          .slot = p[2],
+                          .pos = p[3],
+                          .send_list = p[4],
+                          .entries = p[5],
+                          .meta = p[6]};
+  d->send_list = a.send_list, d->entries = a.entries, d->send_meta = a.meta;
+  if (weft_moe_k_route(&a, st) != (int)cudaSuccess ||
+      cudaMemcpyAsync(rec + MOE_ROUTE_HEAD, p[0], bytes[0], cudaMemcpyDeviceToHost, st) !=
+          cudaSuccess ||
+      cudaStreamSynchronize(st) != cudaSuccess)
+    return failed();
+  uint64_t bad = (uint64_t)rec[MOE_ROUTE_HEAD + E + n];
+  if (bad == UINT64_MAX) return (weft_moe_verdict_t){MOE_OK, 0, 0, 0};
+  /* the GPU names the first bad choice; the host's check says what is wrong with it */
+  int64_t row[WEFT_MOE_MAX_TOPK];
+  size_t t = bad / k, es = weft_dtype_size(m->cfg.index_type);
+  weft_moe_bad_t why = {0};
+  if (cudaMemcpyAsync(row, (const char *)ids + t * k * es, k * es, cudaMemcpyDeviceToHost, st) !=
+          cudaSuccess ||
+      cudaStreamSynchronize(st) != cudaSuccess)
+    return failed();
+  weft_moe_check_token(row, m->cfg.index_type, 0, (int)k, (int)E, &why);
+  return (weft_moe_verdict_t){why.repeated ? MOE_REPEATED_ID : MOE_BAD_ID, (int64_t)t, why.slot,
+                              why.id};
+}
+
+/* The plan's counts from every rank's record, the receive side's tables on the host (base
+ * rows, entry offsets, padding rows: bytes[0]) and its device block (those tables, the
+ * received meta, the rows of the choices). */
+static weft_moe_verdict_t receive_side(weft_moe_handle_t h, moe_dev_t *d, size_t tokens,
+                                       cudaStream_t st, size_t *bytes, void **p) {
+  weft_moe_t m = h->moe;
+  weft_moe_plan_t *pl = &h->plan;
+  size_t n = (size_t)m->nranks, L = (size_t)m->local, k = (size_t)m->cfg.topk;
+  const weft_moe_verdict_t too_big = {MOE_TOO_BIG, (int64_t)tokens, 0, 0};
+  if (!(d->tables = malloc(n * L * 8))) return (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
+  int r = weft_moe_plan_from_counts(pl, m->nranks, m->cfg.num_experts, m->cfg.topk, tokens, m->rank,
+                                    m->routes + MOE_ROUTE_HEAD, MOE_ROUTE_STRIDE(m), m->cfg.align,
+                                    d->tables);
+  if (r) return r == -1 ? too_big : (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
+  size_t nr = pl->recv_off[n], npad = pl->rows, total, choices, cells;
+  for (size_t l = 0; l < L; l++)
+    npad -= (size_t)pl->count[l];
+  if (!weft_mul_fits(nr, k, &choices) || choices > SIZE_MAX / 8 ||
+      !weft_add_fits(n * L + n + 1, npad, &cells) || cells > SIZE_MAX / 8)
+    return too_big;
+  bytes[0] = cells * 8, bytes[1] = choices * 8, bytes[2] = choices * 8; /* meta: 2 int32 */
+  if (!weft_moe_dev_staged(bytes, 3, &total)) return too_big;
+  uint64_t *tb = realloc(d->tables, bytes[0]);
+  if (!tb) return (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
+  d->tables = tb;
+  for (size_t s = 0; s <= n; s++)
+    tb[n * L + s] = pl->recv_off[s];
+  uint64_t *pad = tb + n * L + n + 1;
+  for (size_t l = 0, used = 0; l < L; l++) {
+    size_t end = l + 1 < L ? (size_t)pl->offset[l + 1] : pl->rows;
+    for (size_t row = (size_t)(pl->offset[l] + pl->count[l]); row < end; row++)
+      pad[used++] = row;
+  }
+  d->npad = npad;
+  if (cudaMallocFromPoolAsync(&d->block2, total, m->pool, st) != cudaSuccess) {
+    d->block2 = NULL, cudaGetLastError();
+    return (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
+  }
+  weft_moe_dev_carve(d->block2, bytes, 3, p);
+  return (weft_moe_verdict_t){MOE_OK, 0, 0, 0};
+}
+
+weft_result_t weft_moe_dev_layout(weft_moe_handle_t h, const void *ids, size_t tokens,
+                                  weft_moe_verdict_t mine, weft_stream_t s) {
+  weft_moe_t m = h->moe;
+  cudaStream_t st = (cudaStream_t)s;
+  size_t n = (size_t)m->nranks, L = (size_t)m->local, k = (size_t)m->cfg.topk;
+  size_t stride = MOE_ROUTE_STRIDE(m), bytes[3] = {0};
+  int64_t *rec = m->routes + (size_t)m->rank * stride;
+  size_t *cnt = calloc(4 * n, sizeof *cnt);
+  void *p[3] = {NULL};
+  int saved = -1, entered = 0;
+  moe_dev_t *d = h->dev = calloc(1, sizeof *d);
+  memset(rec, 0, stride * sizeof *rec);
+  if (mine.code == MOE_OK && (!d || !cnt))
+    mine.code = MOE_NO_MEM;
+  else if (mine.code == MOE_OK && weft_dev_enter(moe_dev(m)->device, &saved))
+    mine = failed();
+  else if (mine.code == MOE_OK) {
+    entered = 1, d->last = st, d->width = (int)(k < n ? k : n);
+    if (cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming) != cudaSuccess)
+      d->done = NULL, mine = failed();
+    else
+      mine = route(h, d, ids, tokens, rec, st);
+  }
+  /* one round carries every rank's verdict and counts */
+  memcpy(rec, &mine, sizeof mine);
+  weft_result_t rc = weft_bootstrap_allgather(m->comm->boot, m->routes, stride * sizeof *rec);
+  if (rc == WEFT_SUCCESS) rc = weft_moe_judge(m, FN, m->routes, stride * sizeof *rec);
+  if (rc == WEFT_SUCCESS) rc = weft_moe_agree(m, FN, receive_side(h, d, tokens, st, bytes, p));
+  if (rc != WEFT_SUCCESS) goto out;
+  /* past here a failure is this rank's alone (weft's alltoallv tells its peers) */
+  weft_moe_plan_t *pl = &h->plan;
+  uint64_t *tables = p[0];
+  d->row_of = p[2], d->pad = tables + n * L + n + 1;
+  /* a rank's own entries' meta is copied, not sent */
+  int me = m->rank;
+  weft_moe_plan_counts(pl, 0, 2 * k, cnt, cnt + n);
+  weft_moe_plan_counts(pl, 1, 2 * k, cnt + 2 * n, cnt + 3 * n);
+  size_t own = cnt[me] * sizeof(int32_t);
+  cnt[me] = cnt[2 * n + me] = 0;
+  if (cudaMemcpyAsync(tables, d->tables, bytes[0], cudaMemcpyHostToDevice, st) != cudaSuccess) {
+    rc = weft_set_error(WEFT_ERR_SYSTEM, "%s: copying the plan to the GPU: %s", FN,
+                        cudaGetErrorString(cudaGetLastError()));
+    goto out;
+  }
+  if (own && cudaMemcpyAsync((int32_t *)p[1] + cnt[3 * n + me], d->send_meta + cnt[n + me], own,
+                             cudaMemcpyDeviceToDevice, st) != cudaSuccess) {
+    rc = weft_set_error(WEFT_ERR_SYSTEM, "%s: copying this rank's own meta: %s", FN,
+                        cudaGetErrorString(cudaGetLastError()));
+    goto out;
+  }
+  CHECK_GOTO(weft_alltoallv(d->send_meta, cnt, cnt + n, p[1], cnt + 2 * n, cnt + 3 * n, WEFT_I32,
+                            m->comm, s),
+             rc, out);
+  int e = weft_moe_k_rows(p[1], (uint64_t)(pl->recv_off[n] * k), (int)k, tables + n * L, m->nranks,
+                          m->local, tables, d->row_of, st);
+  if (e != (int)cudaSuccess || cudaEventRecord(d->done, st) != cudaSuccess)
+    rc = weft_set_error(WEFT_ERR_SYSTEM, "%s: placing the received rows: %s", FN,
+                        cudaGetErrorString(e ? (cudaError_t)e : cudaGetLastError()));
+out:
+  if (entered) weft_dev_leave(moe_dev(m)->device, saved);
+  free(cnt);
+  return rc;
+}
