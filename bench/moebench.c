@@ -15,12 +15,14 @@
 #define get(t, b, i)    ((float)weft_dtype_load((t), (b), (i)))
 #define put(t, b, i, v) weft_dtype_store((t), (b), (i), (double)(v))
 #include "launch.h"
+#include "moe_mem.h"
+#include "moe_torch.h"
 #include "weft.h"
 #include "weft_moe.h"
 
 typedef struct {
   size_t tokens, hidden, align;
-  int topk, experts, iters, warmup, check, ranks;
+  int topk, experts, iters, warmup, check, ranks, gpu, torch;
   weft_dtype_t t;
   const char *json;
 } mopts_t;
@@ -98,10 +100,11 @@ static int report(const mopts_t *o, int n, const double *tmax, double bmax, cons
   int rc = 0, any = 0;
   FILE *js = o->json ? fopen(o->json, "w") : NULL;
   if (o->json && !js) fprintf(stderr, "moebench: cannot write %s\n", o->json), rc = 1;
-  printf("# moebench: %d ranks (host buffers), %zu tokens/rank, hidden %zu, top-%d of %d "
+  printf("# moebench: %d ranks (%s), %zu tokens/rank, hidden %zu, top-%d of %d "
          "experts, %s, normal mode, align %zu; mean of %d iterations after %d warm-up\n",
-         n, o->tokens, o->hidden, o->topk, o->experts, weft_dtype_name(o->t), o->align, o->iters,
-         o->warmup);
+         n, o->gpu ? "device buffers, GPUs shared round-robin" : "host buffers", o->tokens,
+         o->hidden, o->topk, o->experts, weft_dtype_name(o->t), o->align, o->iters, o->warmup);
+  printf("# time: the call until its stream is done (host clock), after a barrier\n");
   printf("# GB/s: the most bytes of tokens a rank receives (each once per rank) over the "
          "slowest rank's mean time, as DeepEP counts them\n");
   printf("%-10s %12s %10s %8s\n", "phase", "time_us", "GB/s", "#wrong");
@@ -109,9 +112,9 @@ static int report(const mopts_t *o, int n, const double *tmax, double bmax, cons
     fprintf(js,
             "{\n  \"bench\": \"moebench\", \"nranks\": %d, \"tokens\": %zu, \"hidden\": %zu, "
             "\"topk\": %d, \"experts\": %d, \"dtype\": \"%s\", \"mode\": \"normal\", "
-            "\"buffers\": \"host\", \"align\": %zu, \"check\": %d,\n  \"rows\": [",
-            n, o->tokens, o->hidden, o->topk, o->experts, weft_dtype_name(o->t), o->align,
-            o->check);
+            "\"buffers\": \"%s\", \"align\": %zu, \"check\": %d,\n  \"rows\": [",
+            n, o->tokens, o->hidden, o->topk, o->experts, weft_dtype_name(o->t),
+            o->gpu ? "device" : "host", o->align, o->check);
   for (int ph = 0; ph < NPHASE; ph++) {
     char gbs[32] = "-", jgbs[32] = "null", wtxt[32] = "n/a", jw[32] = "null";
     if (ph != LAYOUT) {
@@ -128,6 +131,24 @@ static int report(const mopts_t *o, int n, const double *tmax, double bmax, cons
       fprintf(js, "%s\n    {\"phase\": \"%s\", \"time_us\": %.3f, \"gbps\": %s, \"wrong\": %s}",
               ph ? "," : "", PHASE[ph], tmax[ph] * 1e6, jgbs, jw);
   }
+  moe_torch_t pt;
+  if (o->torch && moe_torch_run(n, o->tokens, o->hidden, o->topk, o->experts, weft_dtype_name(o->t),
+                                o->iters, o->warmup, &pt) != 0)
+    rc = 1, any = 1;
+  else if (o->torch) {
+    printf("# PyTorch %s in the same run (scripts/gpu/moe_torch.py: argsort + bincount, "
+           "index_select, all_to_all_single, index_add_ in f32; its max error %.3g)\n",
+           pt.version, pt.max_error);
+    printf("%-10s %12s %12s %12s\n", "phase", "weft_us", "torch_us", "torch/weft");
+    if (js) fprintf(js, "\n  ],\n  \"torch\": \"%s\", \"torch_rows\": [", pt.version);
+    for (int ph = 0; ph < NPHASE; ph++) {
+      printf("%-10s %12.2f %12.2f %12.2f\n", PHASE[ph], tmax[ph] * 1e6, pt.us[ph],
+             pt.us[ph] / (tmax[ph] * 1e6));
+      if (js)
+        fprintf(js, "%s\n    {\"phase\": \"%s\", \"time_us\": %.3f, \"torch_over_weft\": %.4f}",
+                ph ? "," : "", PHASE[ph], pt.us[ph], pt.us[ph] / (tmax[ph] * 1e6));
+    }
+  }
   if (js) fprintf(js, "\n  ]\n}\n"), fclose(js);
   printf("# moebench: %s\n", !o->check ? "results not checked (-c 0)"
                              : any     ? "WRONG RESULTS"
@@ -135,73 +156,116 @@ static int report(const mopts_t *o, int n, const double *tmax, double bmax, cons
   return rc | any;
 }
 
+/* A buffer of the run: its host copy, and where the calls see it (the same memory on host
+ * runs, a device twin with --gpu). */
+typedef struct {
+  void *h, *d;
+  size_t bytes;
+} mbuf_t;
+
+static int mb_make(const mopts_t *o, mbuf_t *b, size_t bytes) {
+  b->bytes = bytes, b->h = calloc(1, bytes + 1), b->d = b->h;
+  if (b->h && o->gpu) b->d = moe_mem_alloc(bytes);
+  return b->h && b->d ? 0 : -1;
+}
+
+static void mb_drop(const mopts_t *o, mbuf_t *b) {
+  if (o->gpu && b->d) moe_mem_free(b->d);
+  free(b->h);
+}
+
+/* the host copy to the calls' memory (up) or back */
+static int mb_move(const mopts_t *o, mbuf_t *b, int up, void *st) {
+  if (!o->gpu || !b->bytes) return 0;
+  return up ? moe_mem_copy(b->d, b->h, b->bytes, 1, st) : moe_mem_copy(b->h, b->d, b->bytes, 0, st);
+}
+
+enum { IDS, W, X, Y, RX, RW, NBUF };
+
+/* The rank's layer over comm (host buffers) or a device communicator split from it. */
 static int run_rank(int rank, int n, weft_unique_id_t id, void *arg) {
   const mopts_t *o = arg;
-  weft_comm_t comm = NULL;
+  weft_comm_t host = NULL, comm = NULL;
   weft_moe_t moe = NULL;
   weft_moe_handle_t h = NULL;
-  if (weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS) return fail(rank, "init", NULL);
+  void *st = NULL;
+  if (weft_comm_init(&host, n, id, rank, NULL) != WEFT_SUCCESS) return fail(rank, "init", NULL);
+  comm = host;
+  if (o->gpu) {
+    weft_config_t dcfg = WEFT_CONFIG_INIT;
+    dcfg.device = moe_mem_open(rank, &st);
+    if (dcfg.device < 0 || weft_comm_split(host, 0, rank, &comm, &dcfg) != WEFT_SUCCESS)
+      return fail(rank, "the device communicator", host);
+  }
   weft_moe_config_t cfg = WEFT_MOE_CONFIG_INIT;
   cfg.num_experts = o->experts, cfg.topk = o->topk, cfg.hidden = o->hidden, cfg.dtype = o->t;
   cfg.align = o->align;
   if (weft_moe_create(comm, &cfg, &moe) != WEFT_SUCCESS) return fail(rank, "weft_moe_create", NULL);
   size_t T = o->tokens, H = o->hidden, es = weft_dtype_size(o->t), k = (size_t)o->topk;
-  int64_t *ids = malloc((T * k + 1) * sizeof *ids);
-  float *w = malloc((T * k + 1) * sizeof *w);
-  char *x = malloc(T * H * es + 1), *y = malloc(T * H * es + 1), *rx = NULL;
-  float *rw = NULL;
+  mbuf_t b[NBUF] = {{0}};
   int64_t *off = calloc((size_t)(o->experts / n), sizeof *off);
   double t[NPHASE] = {0};
-  int bad = !ids || !w || !x || !y || !off;
+  int bad = !off || mb_make(o, &b[IDS], T * k * 8) || mb_make(o, &b[W], T * k * 4) ||
+            mb_make(o, &b[X], T * H * es) || mb_make(o, &b[Y], T * H * es);
+  int64_t *ids = b[IDS].h;
+  float *w = b[W].h;
   for (size_t i = 0; i < T && !bad; i++) {
     route(o, rank, i, ids + i * k);
     for (size_t j = 0; j < k; j++)
       w[i * k + j] = 1.0f / (float)k;
     for (size_t c = 0; c < H; c++)
-      put(o->t, x, i * H + c, x_of(rank, i, c));
+      put(o->t, b[X].h, i * H + c, x_of(rank, i, c));
   }
-  size_t rows = 0;
+  for (int i = IDS; i <= X && !bad; i++)
+    bad |= mb_move(o, &b[i], 1, st);
   for (int i = 0; i < o->warmup + o->iters && !bad; i++) {
     int timed = i >= o->warmup;
     weft_moe_handle_destroy(h);
     h = NULL;
-    bad |= weft_barrier(comm, NULL) != WEFT_SUCCESS;
+    bad |= weft_barrier(host, NULL) != WEFT_SUCCESS;
     double t0 = now_s();
-    if (bad || weft_moe_layout(moe, ids, T, &h, NULL) != WEFT_SUCCESS)
+    if (bad || weft_moe_layout(moe, b[IDS].d, T, &h, st) != WEFT_SUCCESS)
       return fail(rank, "weft_moe_layout", NULL);
     if (timed) t[LAYOUT] += now_s() - t0;
-    if (!rx) { /* the routing is the same every time: one allocation */
+    if (!b[RX].h) { /* the routing is the same every time: one allocation */
+      size_t rows = 0;
       weft_moe_recv_rows(h, &rows);
       weft_moe_expert_counts(h, NULL, off);
-      rx = malloc(rows * H * es + 1), rw = malloc(rows * sizeof *rw + 1);
-      if (!rx || !rw) return fail(rank, "allocating the rows", NULL);
+      if (mb_make(o, &b[RX], rows * H * es) || mb_make(o, &b[RW], rows * 4))
+        return fail(rank, "allocating the rows", NULL);
     }
   }
   for (int ph = DISPATCH; ph <= COMBINE && !bad; ph++)
     for (int i = 0; i < o->warmup + o->iters; i++) {
-      if (weft_barrier(comm, NULL) != WEFT_SUCCESS) return fail(rank, "barrier", comm);
+      if (weft_barrier(host, NULL) != WEFT_SUCCESS) return fail(rank, "barrier", host);
       double t0 = now_s();
-      weft_result_t rc = ph == DISPATCH ? weft_moe_dispatch(h, x, w, rx, rw, NULL)
-                                        : weft_moe_combine(h, rx, rw, y, NULL);
+      weft_result_t rc = ph == DISPATCH ? weft_moe_dispatch(h, b[X].d, b[W].d, b[RX].d, b[RW].d, st)
+                                        : weft_moe_combine(h, b[RX].d, b[RW].d, b[Y].d, st);
       if (rc != WEFT_SUCCESS) return fail(rank, PHASE[ph], NULL);
+      if (o->gpu && moe_mem_sync(st)) return fail(rank, PHASE[ph], comm);
       if (i >= o->warmup) t[ph] += now_s() - t0;
     }
-  if (bad) return fail(rank, "setting up", NULL);
+  if (bad || mb_move(o, &b[RX], 0, st) || mb_move(o, &b[Y], 0, st))
+    return fail(rank, "setting up or reading back", NULL);
   size_t recv_tokens = 0;
   uint64_t wrong[NPHASE] = {0}, wsum[NPHASE];
-  check_rank(o, rank, n, rx, y, off, wrong + DISPATCH, &recv_tokens);
+  check_rank(o, rank, n, b[RX].h, b[Y].h, off, wrong + DISPATCH, &recv_tokens);
   double mean[NPHASE], tmax[NPHASE], bytes = (double)recv_tokens * (double)(H * es), bmax = 0;
   for (int ph = 0; ph < NPHASE; ph++)
     mean[ph] = t[ph] / o->iters;
-  if (weft_allreduce(mean, tmax, NPHASE, WEFT_F64, WEFT_MAX, comm, NULL) != WEFT_SUCCESS ||
-      weft_allreduce(&bytes, &bmax, 1, WEFT_F64, WEFT_MAX, comm, NULL) != WEFT_SUCCESS ||
-      weft_allreduce(wrong, wsum, NPHASE, WEFT_U64, WEFT_SUM, comm, NULL) != WEFT_SUCCESS)
+  if (weft_allreduce(mean, tmax, NPHASE, WEFT_F64, WEFT_MAX, host, NULL) != WEFT_SUCCESS ||
+      weft_allreduce(&bytes, &bmax, 1, WEFT_F64, WEFT_MAX, host, NULL) != WEFT_SUCCESS ||
+      weft_allreduce(wrong, wsum, NPHASE, WEFT_U64, WEFT_SUM, host, NULL) != WEFT_SUCCESS)
     return fail(rank, "gathering the results", NULL);
   int rc = rank == 0 ? report(o, n, tmax, bmax, wsum) : 0;
   weft_moe_handle_destroy(h);
   weft_moe_destroy(moe);
-  weft_comm_destroy(comm);
-  free(ids), free(w), free(x), free(y), free(rx), free(rw), free(off);
+  if (comm != host) weft_comm_destroy(comm);
+  weft_comm_destroy(host);
+  for (int i = 0; i < NBUF; i++)
+    mb_drop(o, &b[i]);
+  moe_mem_close(st);
+  free(off);
   return rc;
 }
 
@@ -215,8 +279,10 @@ static void usage(FILE *f) {
              "      --align A         pad each expert's rows to a multiple of A (default 1)\n"
              "  -d, --datatype T      bf16 (default), f16 or f32\n"
              "      --mode normal|ll  ll (low latency) is not built yet\n"
-             "      --cpu | --gpu     host buffers (the only kind built yet) or device buffers\n"
-             "      --compare torch   PyTorch's all_to_all_single + permute (with --gpu; not yet)\n"
+             "      --cpu | --gpu     host or device buffers (default: GPUs when present; ranks\n"
+             "                        share them round-robin, and default to one per GPU)\n"
+             "      --compare torch   PyTorch's permute + all_to_all_single in the same run\n"
+             "                        (scripts/gpu/moe_torch.py; one rank per GPU)\n"
              "  -n, --iters N         timed iterations (default 20)\n"
              "  -w, --warmup_iters N  untimed first iterations (default 5)\n"
              "  -c, --check 0|1       check every row and combined token (default 1)\n"
@@ -259,9 +325,10 @@ int main(int argc, char **argv) {
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   const char *missing = NULL;
+  int gpu_mode = -1, ranks_given = 0;
   for (int ch; (ch = getopt_long(argc, argv, "d:n:w:c:h", longs, NULL)) != -1;) {
     switch (ch) {
-    case 1: o.ranks = atoi(optarg); break;
+    case 1: o.ranks = atoi(optarg), ranks_given = 1; break;
     case 2: o.tokens = strtoull(optarg, NULL, 0); break;
     case 3: o.hidden = strtoull(optarg, NULL, 0); break;
     case 4: o.topk = atoi(optarg); break;
@@ -271,9 +338,15 @@ int main(int argc, char **argv) {
       if (strcmp(optarg, "normal") != 0)
         missing = strcmp(optarg, "ll") == 0 ? "--mode ll (low-latency mode)" : "that --mode";
       break;
-    case 8: break;
-    case 9: missing = "--gpu (device buffers)"; break;
-    case 10: missing = "--compare (PyTorch's baseline runs on device buffers)"; break;
+    case 8: gpu_mode = 0; break;
+    case 9: gpu_mode = 1; break;
+    case 10:
+      if (strcmp(optarg, "torch") != 0) {
+        fprintf(stderr, "moebench: --compare takes torch\n");
+        return 2;
+      }
+      o.torch = 1;
+      break;
     case 11: o.json = optarg; break;
     case 'd':
       if (parse_type(optarg, &o.t)) {
@@ -290,6 +363,20 @@ int main(int argc, char **argv) {
   }
   if (missing) {
     fprintf(stderr, "moebench: %s is not built yet (docs/moe.md says what is)\n", missing);
+    return 2;
+  }
+  int ngpu = gpu_mode != 0 ? moe_mem_gpus() : 0;
+  if (gpu_mode == 1 && ngpu == 0) {
+    fprintf(stderr, "moebench: --gpu, but no GPU is visible (or this build has no CUDA)\n");
+    return 2;
+  }
+  o.gpu = ngpu > 0;
+  if (o.gpu && !ranks_given) o.ranks = ngpu;
+  if (o.torch && (!o.gpu || o.ranks > ngpu)) {
+    fprintf(stderr,
+            "moebench: --compare torch needs device buffers and a GPU per rank "
+            "(PyTorch's NCCL does not share one): %d ranks, %d GPUs\n",
+            o.ranks, ngpu);
     return 2;
   }
   if (o.ranks < 1 || o.iters < 1 || o.warmup < 0 || o.topk < 1 || o.topk > WEFT_MOE_MAX_TOPK ||
