@@ -3,6 +3,7 @@
  * verdict and counts, then each entry's meta (its local expert and index there) travels by
  * weft's device alltoallv and the receivers place every choice on the GPU. The call waits
  * for the GPU once, for the counts: the sizes it returns depend on them. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,9 +33,23 @@ void weft_moe_dev_carve(void *block, const size_t *bytes, int n, void **pieces) 
 
 static const char *const FN = "weft_moe_layout";
 
-static weft_moe_verdict_t failed(void) {
-  weft_set_error(WEFT_ERR_SYSTEM, "%s: %s", FN, cudaGetErrorString(cudaGetLastError()));
+/* e: the CUDA error, or cudaSuccess to take the last one */
+static weft_moe_verdict_t failed_with(cudaError_t e) {
+  weft_set_error(WEFT_ERR_SYSTEM, "%s: %s", FN,
+                 cudaGetErrorString(e != cudaSuccess ? e : cudaGetLastError()));
   return (weft_moe_verdict_t){MOE_FAILED, 0, 0, 0};
+}
+
+static weft_moe_verdict_t failed(void) { return failed_with(cudaSuccess); }
+
+/* Every rank's word on a step after the counts, so that all go on or none: a rank whose own
+ * step failed keeps its own message. */
+static weft_result_t settle(weft_moe_t m, weft_result_t mine) {
+  char why[512] = "";
+  if (mine != WEFT_SUCCESS) snprintf(why, sizeof why, "%s", weft_thread_error());
+  weft_moe_verdict_t v = {mine == WEFT_SUCCESS ? MOE_OK : MOE_FAILED, 0, 0, 0};
+  weft_result_t rc = weft_moe_agree(m, FN, v);
+  return mine != WEFT_SUCCESS ? weft_set_error(mine, "%s", why) : rc;
 }
 
 /* The send side on the GPU and its counts back in rec (this rank's exchange record); the
@@ -76,8 +91,9 @@ static weft_moe_verdict_t route(weft_moe_handle_t h, moe_dev_t *d, const void *i
                           .entries = p[5],
                           .meta = p[6]};
   d->send_list = a.send_list, d->entries = a.entries, d->send_meta = a.meta;
-  if (weft_moe_k_route(&a, st) != (int)cudaSuccess ||
-      cudaMemcpyAsync(rec + MOE_ROUTE_HEAD, p[0], bytes[0], cudaMemcpyDeviceToHost, st) !=
+  int e = weft_moe_k_route(&a, st);
+  if (e != (int)cudaSuccess) return failed_with((cudaError_t)e);
+  if (cudaMemcpyAsync(rec + MOE_ROUTE_HEAD, p[0], bytes[0], cudaMemcpyDeviceToHost, st) !=
           cudaSuccess ||
       cudaStreamSynchronize(st) != cudaSuccess)
     return failed();
@@ -138,9 +154,8 @@ static weft_moe_verdict_t receive_side(weft_moe_handle_t h, moe_dev_t *d, size_t
   return (weft_moe_verdict_t){MOE_OK, 0, 0, 0};
 }
 
-weft_result_t weft_moe_dev_layout(weft_moe_handle_t h, const void *ids, size_t tokens,
+weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void *ids, size_t tokens,
                                   weft_moe_verdict_t mine, weft_stream_t s) {
-  weft_moe_t m = h->moe;
   cudaStream_t st = (cudaStream_t)s;
   size_t n = (size_t)m->nranks, L = (size_t)m->local, k = (size_t)m->cfg.topk;
   size_t stride = MOE_ROUTE_STRIDE(m), bytes[3] = {0};
@@ -148,7 +163,7 @@ weft_result_t weft_moe_dev_layout(weft_moe_handle_t h, const void *ids, size_t t
   size_t *cnt = calloc(4 * n, sizeof *cnt);
   void *p[3] = {NULL};
   int saved = -1, entered = 0;
-  moe_dev_t *d = h->dev = calloc(1, sizeof *d);
+  moe_dev_t *d = h ? (h->dev = calloc(1, sizeof *d)) : NULL;
   memset(rec, 0, stride * sizeof *rec);
   if (mine.code == MOE_OK && (!d || !cnt))
     mine.code = MOE_NO_MEM;
@@ -167,7 +182,6 @@ weft_result_t weft_moe_dev_layout(weft_moe_handle_t h, const void *ids, size_t t
   if (rc == WEFT_SUCCESS) rc = weft_moe_judge(m, FN, m->routes, stride * sizeof *rec);
   if (rc == WEFT_SUCCESS) rc = weft_moe_agree(m, FN, receive_side(h, d, tokens, st, bytes, p));
   if (rc != WEFT_SUCCESS) goto out;
-  /* past here a failure is this rank's alone (weft's alltoallv tells its peers) */
   weft_moe_plan_t *pl = &h->plan;
   uint64_t *tables = p[0];
   d->row_of = p[2], d->pad = tables + n * L + n + 1;
@@ -177,25 +191,25 @@ weft_result_t weft_moe_dev_layout(weft_moe_handle_t h, const void *ids, size_t t
   weft_moe_plan_counts(pl, 1, 2 * k, cnt + 2 * n, cnt + 3 * n);
   size_t own = cnt[me] * sizeof(int32_t);
   cnt[me] = cnt[2 * n + me] = 0;
-  if (cudaMemcpyAsync(tables, d->tables, bytes[0], cudaMemcpyHostToDevice, st) != cudaSuccess) {
-    rc = weft_set_error(WEFT_ERR_SYSTEM, "%s: copying the plan to the GPU: %s", FN,
-                        cudaGetErrorString(cudaGetLastError()));
-    goto out;
+  weft_result_t step = WEFT_SUCCESS;
+  if (cudaMemcpyAsync(tables, d->tables, bytes[0], cudaMemcpyHostToDevice, st) != cudaSuccess)
+    step = weft_set_error(WEFT_ERR_SYSTEM, "%s: copying the plan to the GPU: %s", FN,
+                          cudaGetErrorString(cudaGetLastError()));
+  else if (own && cudaMemcpyAsync((int32_t *)p[1] + cnt[3 * n + me], d->send_meta + cnt[n + me],
+                                  own, cudaMemcpyDeviceToDevice, st) != cudaSuccess)
+    step = weft_set_error(WEFT_ERR_SYSTEM, "%s: copying this rank's own meta: %s", FN,
+                          cudaGetErrorString(cudaGetLastError()));
+  CHECK_GOTO(settle(m, step), rc, out); /* all ranks enter the alltoallv, or none */
+  step = weft_alltoallv(d->send_meta, cnt, cnt + n, p[1], cnt + 2 * n, cnt + 3 * n, WEFT_I32,
+                        m->comm, s);
+  if (step == WEFT_SUCCESS) {
+    int e = weft_moe_k_rows(p[1], (uint64_t)(pl->recv_off[n] * k), (int)k, tables + n * L,
+                            m->nranks, m->local, tables, d->row_of, st);
+    if (e != (int)cudaSuccess || cudaEventRecord(d->done, st) != cudaSuccess)
+      step = weft_set_error(WEFT_ERR_SYSTEM, "%s: placing the received rows: %s", FN,
+                            cudaGetErrorString(e ? (cudaError_t)e : cudaGetLastError()));
   }
-  if (own && cudaMemcpyAsync((int32_t *)p[1] + cnt[3 * n + me], d->send_meta + cnt[n + me], own,
-                             cudaMemcpyDeviceToDevice, st) != cudaSuccess) {
-    rc = weft_set_error(WEFT_ERR_SYSTEM, "%s: copying this rank's own meta: %s", FN,
-                        cudaGetErrorString(cudaGetLastError()));
-    goto out;
-  }
-  CHECK_GOTO(weft_alltoallv(d->send_meta, cnt, cnt + n, p[1], cnt + 2 * n, cnt + 3 * n, WEFT_I32,
-                            m->comm, s),
-             rc, out);
-  int e = weft_moe_k_rows(p[1], (uint64_t)(pl->recv_off[n] * k), (int)k, tables + n * L, m->nranks,
-                          m->local, tables, d->row_of, st);
-  if (e != (int)cudaSuccess || cudaEventRecord(d->done, st) != cudaSuccess)
-    rc = weft_set_error(WEFT_ERR_SYSTEM, "%s: placing the received rows: %s", FN,
-                        cudaGetErrorString(e ? (cudaError_t)e : cudaGetLastError()));
+  rc = settle(m, step); /* every rank makes the handle, or none does */
 out:
   if (entered) weft_dev_leave(moe_dev(m)->device, saved);
   free(cnt);

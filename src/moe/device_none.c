@@ -16,9 +16,9 @@ void *weft_moe_dev_pool(weft_moe_t m) {
   return NULL;
 }
 void weft_moe_dev_pool_free(void *pool) { (void)pool; }
-weft_result_t weft_moe_dev_layout(weft_moe_handle_t h, const void *ids, size_t tokens,
+weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void *ids, size_t tokens,
                                   weft_moe_verdict_t mine, weft_stream_t s) {
-  (void)h, (void)ids, (void)tokens, (void)mine, (void)s;
+  (void)m, (void)h, (void)ids, (void)tokens, (void)mine, (void)s;
   return none();
 }
 weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const float *w,

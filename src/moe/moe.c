@@ -214,7 +214,7 @@ weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t token
   if (m->device) {
     if (h) h->moe = m;
     /* the GPU reads the ids; the ranks then agree once, on verdicts and counts together */
-    rc = h ? weft_moe_dev_layout(h, topk_ids, tokens, v, stream) : weft_moe_agree(m, fn, v);
+    rc = weft_moe_dev_layout(m, h, topk_ids, tokens, v, stream);
     goto done;
   }
   if (v.code == MOE_OK) {

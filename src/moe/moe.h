@@ -120,9 +120,10 @@ int weft_moe_dev_owns(weft_moe_t m, const void *p, size_t bytes); /* 1: device m
 /* The layer's memory pool on its GPU, and its release; NULL when none could be made. */
 void *weft_moe_dev_pool(weft_moe_t m);
 void weft_moe_dev_pool_free(void *pool);
-/* Collective: the layout of h (h->moe set) from device ids, mine being this rank's verdict
- * on the arguments so far; fills h->plan's counts and h->dev. */
-weft_result_t weft_moe_dev_layout(weft_moe_handle_t h, const void *ids, size_t tokens,
+/* Collective: the layout of h (h->moe set; NULL when this rank could not make it, which
+ * mine then says) from device ids, mine being this rank's verdict on the arguments so far;
+ * fills h->plan's counts and h->dev. Every rank takes the same exchanges, whatever fails. */
+weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void *ids, size_t tokens,
                                   weft_moe_verdict_t mine, weft_stream_t s);
 weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const float *w,
                                     void *recv_x, float *recv_w, weft_stream_t s);
