@@ -22,7 +22,7 @@
 
 typedef struct {
   size_t tokens, hidden, align;
-  int topk, experts, iters, warmup, check, ranks, gpu, torch;
+  int topk, experts, iters, warmup, check, ranks, gpu, torch, ll;
   weft_dtype_t t;
   const char *json;
 } mopts_t;
@@ -101,9 +101,10 @@ static int report(const mopts_t *o, int n, const double *tmax, double bmax, cons
   FILE *js = o->json ? fopen(o->json, "w") : NULL;
   if (o->json && !js) fprintf(stderr, "moebench: cannot write %s\n", o->json), rc = 1;
   printf("# moebench: %d ranks (%s), %zu tokens/rank, hidden %zu, top-%d of %d "
-         "experts, %s, normal mode, align %zu; mean of %d iterations after %d warm-up\n",
+         "experts, %s, %s mode, align %zu; mean of %d iterations after %d warm-up\n",
          n, o->gpu ? "device buffers, GPUs shared round-robin" : "host buffers", o->tokens,
-         o->hidden, o->topk, o->experts, weft_dtype_name(o->t), o->align, o->iters, o->warmup);
+         o->hidden, o->topk, o->experts, weft_dtype_name(o->t), o->ll ? "low-latency" : "normal",
+         o->align, o->iters, o->warmup);
   printf("# time: the call until its stream is done (host clock), after a barrier\n");
   printf("# GB/s: the most bytes of tokens a rank receives (each once per rank) over the "
          "slowest rank's mean time, as DeepEP counts them\n");
@@ -111,10 +112,10 @@ static int report(const mopts_t *o, int n, const double *tmax, double bmax, cons
   if (js)
     fprintf(js,
             "{\n  \"bench\": \"moebench\", \"nranks\": %d, \"tokens\": %zu, \"hidden\": %zu, "
-            "\"topk\": %d, \"experts\": %d, \"dtype\": \"%s\", \"mode\": \"normal\", "
+            "\"topk\": %d, \"experts\": %d, \"dtype\": \"%s\", \"mode\": \"%s\", "
             "\"buffers\": \"%s\", \"align\": %zu, \"check\": %d,\n  \"rows\": [",
             n, o->tokens, o->hidden, o->topk, o->experts, weft_dtype_name(o->t),
-            o->gpu ? "device" : "host", o->align, o->check);
+            o->ll ? "ll" : "normal", o->gpu ? "device" : "host", o->align, o->check);
   for (int ph = 0; ph < NPHASE; ph++) {
     char gbs[32] = "-", jgbs[32] = "null", wtxt[32] = "n/a", jw[32] = "null";
     if (ph != LAYOUT) {
@@ -200,6 +201,7 @@ static int run_rank(int rank, int n, weft_unique_id_t id, void *arg) {
   weft_moe_config_t cfg = WEFT_MOE_CONFIG_INIT;
   cfg.num_experts = o->experts, cfg.topk = o->topk, cfg.hidden = o->hidden, cfg.dtype = o->t;
   cfg.align = o->align;
+  if (o->ll) cfg.mode = WEFT_MOE_LOW_LATENCY, cfg.max_tokens = o->tokens;
   if (weft_moe_create(comm, &cfg, &moe) != WEFT_SUCCESS) return fail(rank, "weft_moe_create", NULL);
   size_t T = o->tokens, H = o->hidden, es = weft_dtype_size(o->t), k = (size_t)o->topk;
   mbuf_t b[NBUF] = {{0}};
@@ -278,7 +280,8 @@ static void usage(FILE *f) {
              "      --experts E       experts over all ranks (default 64; DeepSeek-V3: 256)\n"
              "      --align A         pad each expert's rows to a multiple of A (default 1)\n"
              "  -d, --datatype T      bf16 (default), f16 or f32\n"
-             "      --mode normal|ll  ll (low latency) is not built yet\n"
+             "      --mode normal|ll  ll: low latency, fixed blocks of tokens * ranks rows a\n"
+             "                        local expert (host buffers only so far)\n"
              "      --cpu | --gpu     host or device buffers (default: GPUs when present; ranks\n"
              "                        share them round-robin, and default to one per GPU)\n"
              "      --compare torch   PyTorch's permute + all_to_all_single in the same run\n"
@@ -335,8 +338,10 @@ int main(int argc, char **argv) {
     case 5: o.experts = atoi(optarg); break;
     case 6: o.align = strtoull(optarg, NULL, 0); break;
     case 7:
-      if (strcmp(optarg, "normal") != 0)
-        missing = strcmp(optarg, "ll") == 0 ? "--mode ll (low-latency mode)" : "that --mode";
+      if (strcmp(optarg, "ll") == 0)
+        o.ll = 1;
+      else if (strcmp(optarg, "normal") != 0)
+        missing = "that --mode";
       break;
     case 8: gpu_mode = 0; break;
     case 9: gpu_mode = 1; break;

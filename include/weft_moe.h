@@ -13,7 +13,9 @@ extern "C" {
 
 typedef enum {
   WEFT_MOE_NORMAL = 0,     /* counts exchanged at layout, outputs of the exact size */
-  WEFT_MOE_LOW_LATENCY = 1 /* fixed shapes from a token bound, no host sync (not built yet) */
+  WEFT_MOE_LOW_LATENCY = 1 /* fixed shapes from a token bound (config.max_tokens): each local
+                              expert's block is max_tokens * nranks rows; host buffers only
+                              so far (device communicators refuse it) */
 } weft_moe_mode_t;
 
 /* Experts are spread evenly: expert e lives on rank e / (num_experts / nranks), as local
@@ -27,14 +29,16 @@ typedef struct {
   weft_dtype_t dtype;      /* payload: WEFT_F32, WEFT_F16 or WEFT_BF16 */
   weft_dtype_t index_type; /* top-k ids: WEFT_I32 or WEFT_I64 */
   weft_moe_mode_t mode;
-  size_t align; /* rows of each expert's block rounded up to a multiple of this (0, 1: none;
-                   at most WEFT_MOE_MAX_ALIGN), for grouped GEMMs; padding rows are zeros */
+  size_t align;      /* rows of each expert's block rounded up to a multiple of this (0, 1: none;
+                        at most WEFT_MOE_MAX_ALIGN), for grouped GEMMs; padding rows are zeros.
+                        Normal mode only */
+  size_t max_tokens; /* low-latency mode: the most tokens any rank passes to a layout */
 } weft_moe_config_t;
 
 #define WEFT_MOE_MAX_TOPK  32
 #define WEFT_MOE_MAX_ALIGN 65536
 #define WEFT_MOE_CONFIG_INIT                                                                       \
-  { sizeof(weft_moe_config_t), 0, 0, 0, WEFT_BF16, WEFT_I64, WEFT_MOE_NORMAL, 1 }
+  { sizeof(weft_moe_config_t), 0, 0, 0, WEFT_BF16, WEFT_I64, WEFT_MOE_NORMAL, 1, 0 }
 
 typedef struct weft_moe *weft_moe_t;
 typedef struct weft_moe_handle *weft_moe_handle_t;
@@ -52,14 +56,17 @@ WEFT_API weft_result_t weft_moe_destroy(weft_moe_t moe);
  * -1 for a dropped choice; a token's ids are distinct. Exchanges the counts (in normal mode
  * the call returns once they are known), so that the queries below answer at once. An id
  * out of range or repeated on any rank fails the call on every rank, the message naming the
- * rank, token and id; nothing is made then. Calls on the handle run in the order made. */
+ * rank, token and id, and so do more tokens than config.max_tokens in low-latency mode;
+ * nothing is made then. Calls on the handle run in the order made. */
 WEFT_API weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t tokens,
                                        weft_moe_handle_t *handle, weft_stream_t stream);
 WEFT_API weft_result_t weft_moe_handle_destroy(weft_moe_handle_t handle);
 
 /* Rows this rank receives, expert-major (local expert 0's rows, then 1's, ...), each
  * expert's block padded to config.align: the size of dispatch's outputs and combine's input,
- * in rows of config.hidden elements. */
+ * in rows of config.hidden elements. Low-latency mode: always local experts * nranks *
+ * max_tokens, expert l's block starting at row l * nranks * max_tokens, its rows past its
+ * count left as they were by dispatch (and not read by combine). */
 WEFT_API weft_result_t weft_moe_recv_rows(weft_moe_handle_t handle, size_t *rows);
 /* counts[l] = rows of local expert l (without padding); offsets[l] = its first row. Either
  * may be NULL; each holds num_experts / nranks entries. */

@@ -90,8 +90,8 @@ weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const f
   weft_moe_plan_counts(p, 0, k, cnt, dsp);
   weft_moe_plan_counts(p, 1, k, rcnt, rdsp);
   CHECK_GOTO(weft_alltoallv(sw, cnt, dsp, rw, rcnt, rdsp, WEFT_F32, m->comm, NULL), rc, out);
-  /* padding rows: zeros, and weight 0 */
-  for (int l = 0; l < m->local; l++) {
+  /* padding rows: zeros, and weight 0 (low-latency blocks leave their unused rows alone) */
+  for (int l = 0; l < m->local && !p->fixed; l++) {
     size_t end = l + 1 < m->local ? (size_t)p->offset[l + 1] : p->rows;
     size_t pad0 = (size_t)(p->offset[l] + p->count[l]);
     if (end == pad0) continue;

@@ -121,7 +121,7 @@ static int place_blocks(weft_moe_plan_t *p, size_t align) {
   return 0;
 }
 
-int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align) {
+int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align, size_t block) {
   size_t entries = p->recv_off[p->nranks], k = (size_t)p->k;
   int64_t first = (int64_t)rank * p->local;
   memset(p->count, 0, (size_t)p->local * sizeof *p->count);
@@ -129,7 +129,15 @@ int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align) {
     int64_t e = p->recv_ids[i];
     if (e >= first && e < first + p->local) p->count[e - first]++;
   }
-  if (place_blocks(p, align)) return -1;
+  if (block) {
+    for (int l = 0; l < p->local; l++) {
+      if ((size_t)p->count[l] > block) return -1;
+      p->offset[l] = (int64_t)((size_t)l * block);
+    }
+    p->rows = (size_t)p->local * block, p->fixed = 1; /* create checked that it fits */
+  } else if (place_blocks(p, align)) {
+    return -1;
+  }
   /* rows within a block in entry order: by source rank, then by the source's token order */
   int64_t *fill = calloc((size_t)p->local, sizeof *fill);
   if (!fill) return -2;

@@ -55,6 +55,11 @@ weft_result_t weft_moe_judge(weft_moe_t m, const char *fn, const void *all, size
                           "%s: rank %d: %lld tokens of this shape "
                           "do not fit in memory's address range",
                           fn, r, (long long)v.a);
+  case MOE_OVER_BOUND:
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "%s: rank %d: %lld tokens exceed the low-latency bound of %lld "
+                          "(config.max_tokens)",
+                          fn, r, (long long)v.a, (long long)v.b);
   case MOE_FAILED:
     return weft_set_error(WEFT_ERR_SYSTEM,
                           "%s: rank %d: an earlier operation on its stream, or a CUDA call, failed "
@@ -70,12 +75,13 @@ static int misaligned(const void *p, size_t align) { return p && (uintptr_t)p % 
 
 /* Fields compared across ranks, in this order. */
 static const char *const FIELD[] = {"num_experts", "topk", "hidden", "dtype",
-                                    "index_type",  "mode", "align"};
-enum { NFIELD = 7 };
+                                    "index_type",  "mode", "align",  "max_tokens"};
+enum { NFIELD = 8 };
 
 /* What is wrong with c on nranks ranks (NULL: nothing); *unsupported when it is valid but
  * not built. */
-static const char *config_problem(const weft_moe_config_t *c, int nranks, int *unsupported) {
+static const char *config_problem(const weft_moe_config_t *c, int nranks, int device,
+                                  int *unsupported) {
   *unsupported = 0;
   if (c->num_experts < 1 || c->num_experts % nranks)
     return "num_experts must be a positive multiple of the rank count";
@@ -89,7 +95,16 @@ static const char *config_problem(const weft_moe_config_t *c, int nranks, int *u
   if (c->mode != WEFT_MOE_NORMAL && c->mode != WEFT_MOE_LOW_LATENCY)
     return "mode must be WEFT_MOE_NORMAL or WEFT_MOE_LOW_LATENCY";
   if (c->align > WEFT_MOE_MAX_ALIGN) return "align must be at most WEFT_MOE_MAX_ALIGN rows";
-  if (c->mode == WEFT_MOE_LOW_LATENCY) return *unsupported = 1, "low-latency mode is not built yet";
+  size_t block, rows;
+  if (c->mode == WEFT_MOE_LOW_LATENCY) {
+    if (c->max_tokens < 1)
+      return "low-latency mode needs max_tokens (the most tokens a rank sends)";
+    if (c->align > 1) return "align is for normal mode (low-latency blocks have a fixed size)";
+    if (!weft_mul_fits(c->max_tokens, (size_t)nranks, &block) ||
+        !weft_mul_fits(block, (size_t)(c->num_experts / nranks), &rows) || rows > INT64_MAX)
+      return "max_tokens * num_experts overflows";
+    if (device) return *unsupported = 1, "low-latency mode on device buffers is not built yet";
+  }
   size_t row;
   if (!weft_mul_fits(c->hidden, weft_dtype_size(c->dtype), &row))
     return "hidden times the element size overflows";
@@ -110,11 +125,11 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
                         ? "config->size is smaller than sizeof(weft_moe_config_t) (start from "
                           "WEFT_MOE_CONFIG_INIT)"
                         : NULL;
-  if (!why) c = *config, why = config_problem(&c, n, &unsupported);
+  int device = strcmp(comm->engine->name, "gpu") == 0;
+  if (!why) c = *config, why = config_problem(&c, n, device, &unsupported);
   weft_moe_t m = calloc(1, sizeof *m);
   int64_t(*all)[NFIELD + 1] = calloc((size_t)n, sizeof *all);
   if (m) m->verdicts = calloc((size_t)n, sizeof *m->verdicts);
-  int device = strcmp(comm->engine->name, "gpu") == 0;
   if (m && device && c.num_experts > 0 && c.num_experts <= INT32_MAX - n - MOE_ROUTE_HEAD - 1)
     m->routes = calloc((size_t)n, ((size_t)MOE_ROUTE_HEAD + (size_t)c.num_experts + (size_t)n + 1) *
                                       sizeof *m->routes);
@@ -130,6 +145,7 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
                               c.index_type,
                               c.mode,
                               (int64_t)(c.align ? c.align : 1),
+                              c.mode == WEFT_MOE_LOW_LATENCY ? (int64_t)c.max_tokens : 0,
                               why ? comm->rank + 1 : 0},
                         lo[NFIELD + 1], hi[NFIELD + 1];
   weft_result_t rc = WEFT_SUCCESS;
@@ -205,6 +221,8 @@ weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t token
     v.code = MOE_FAILED;
   else if (!weft_extent_fits(0, tokens, k * es, &bytes))
     v.code = MOE_TOO_BIG, v.a = (int64_t)tokens;
+  else if (m->cfg.mode == WEFT_MOE_LOW_LATENCY && tokens > m->cfg.max_tokens)
+    v.code = MOE_OVER_BOUND, v.a = (int64_t)tokens, v.b = (int64_t)m->cfg.max_tokens;
   else if (tokens && !topk_ids)
     v.code = MOE_NULL_BUF, v.a = B_IDS;
   else if (misaligned(topk_ids, es))
@@ -229,7 +247,8 @@ weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t token
   rc = weft_moe_agree(m, fn, v);
   if (rc == WEFT_SUCCESS) rc = weft_moe_exchange(m, &h->plan, fn);
   if (rc == WEFT_SUCCESS) {
-    int r = weft_moe_plan_rows(&h->plan, m->rank, m->cfg.align);
+    size_t block = m->cfg.mode == WEFT_MOE_LOW_LATENCY ? m->cfg.max_tokens * (size_t)m->nranks : 0;
+    int r = weft_moe_plan_rows(&h->plan, m->rank, m->cfg.align, block);
     v.code = r == -1 ? MOE_TOO_BIG : r ? MOE_NO_MEM : MOE_OK, v.a = (int64_t)tokens;
     rc = weft_moe_agree(m, fn, v);
   }

@@ -50,6 +50,7 @@ typedef struct {
   int64_t *count;    /* [local] rows of each local expert */
   int64_t *offset;   /* [local] its first row */
   size_t rows;       /* padded total */
+  int fixed;         /* low-latency: blocks of a fixed size, rows past a count untouched */
 } weft_moe_plan_t;
 
 struct weft_moe_handle {
@@ -69,7 +70,8 @@ enum {
   MOE_NOT_DEVICE,
   MOE_TOO_BIG,
   MOE_NO_MEM,
-  MOE_FAILED /* a CUDA call failed there: its own error says which */
+  MOE_OVER_BOUND, /* more tokens than the low-latency bound */
+  MOE_FAILED      /* a CUDA call failed there: its own error says which */
 };
 typedef struct weft_moe_verdict {
   int64_t code, a, b, c;
@@ -99,8 +101,9 @@ int weft_moe_plan_send(weft_moe_plan_t *p, int nranks, int experts, int k, const
 /* Allocates the receive side once recv_tok holds what each rank sends here; 0 or -2. */
 int weft_moe_plan_recv_alloc(weft_moe_plan_t *p);
 /* With recv_ids filled: rows of this rank (rank of nranks) for each choice, counts, offsets
- * and the padded total. 0, or -1 when the rows do not fit in size_t. */
-int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align);
+ * and the padded total; with block > 0 (low-latency mode) every expert's block is that many
+ * rows instead (the counts must fit). 0, or -1 when the rows do not fit. */
+int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align, size_t block);
 /* A device layout's plan from every rank's counts: all + s * stride is rank s's choices of
  * each expert, then its tokens for each rank. Fills the counts and
  * offsets of both sides, count, offset and rows (no per-entry arrays: those stay on the GPU),

@@ -26,10 +26,12 @@ enum { UNIFORM, SKEWED, SPARSE, DROPPED, NPATTERN };
 static const char *const PATTERN_NAME[] = {"uniform", "skewed", "sparse", "dropped"};
 
 typedef struct {
-  int pattern, experts, k, align;
+  int pattern, experts, k, align, ll; /* ll: low-latency mode (bound LL_BOUND) */
   size_t hidden;
   weft_dtype_t t;
 } shape_t;
+
+enum { LL_BOUND = 17 }; /* the most tokens_of gives */
 
 static uint64_t mix(uint64_t a, uint64_t b) {
   uint64_t z = a * 0x9e3779b97f4a7c15ULL + b + 0x632be59bd9b4e019ULL;
@@ -166,6 +168,7 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
   weft_moe_config_t cfg = WEFT_MOE_CONFIG_INIT;
   cfg.num_experts = sh->experts, cfg.topk = sh->k, cfg.hidden = sh->hidden, cfg.dtype = sh->t;
   cfg.index_type = sh->pattern % 2 ? WEFT_I32 : WEFT_I64, cfg.align = (size_t)sh->align;
+  if (sh->ll) cfg.mode = WEFT_MOE_LOW_LATENCY, cfg.max_tokens = LL_BOUND, cfg.align = 1;
   weft_moe_t moe = NULL;
   weft_moe_handle_t h = NULL;
   size_t T = tokens_of(sh, rank), H = sh->hidden, es = weft_dtype_size(sh->t), k = sh->k;
@@ -205,6 +208,8 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
         count[l] += has(sh, n, s, t, (int64_t)rank * local + l, &j);
       }
     want_rows += ((size_t)count[l] + sh->align - 1) / sh->align * sh->align;
+    if (sh->ll)
+      off[l] = (int64_t)((size_t)l * n * LL_BOUND), want_rows = (size_t)(l + 1) * n * LL_BOUND;
   }
   weft_moe_recv_rows(h, &rows);
   weft_moe_expert_counts(h, got_c, got_o);
@@ -239,10 +244,13 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
         r++;
       }
     size_t end = l + 1 < local ? (size_t)off[l + 1] : rows;
-    for (; r < end; r++) { /* padding */
+    for (; r < end; r++) { /* padding: zeros; a low-latency block's unused rows: untouched */
+      unsigned char want = sh->ll ? 0x5a : 0;
       for (size_t c = 0; c < H * es; c++)
-        bad |= rx[r * H * es + c] != 0;
-      if (bad || rw[r] != 0.0f) FAIL("%s: padding row %zu not zero", pn, r);
+        bad |= (unsigned char)rx[r * H * es + c] != want;
+      for (size_t c = 0; c < 4; c++)
+        bad |= ((unsigned char *)&rw[r])[c] != want;
+      if (bad) FAIL("%s: %s row %zu written", pn, sh->ll ? "unused" : "padding", r);
     }
   }
   /* identity experts: y[t] = x[t] times the kept weights' sum, exactly; y poisoned first,
@@ -372,8 +380,16 @@ static int run_errors(weft_comm_t comm, int rank, int n) {
     return 1;
   snprintf(who, sizeof who, "rank %d", n - 1);
   c2 = cfg, c2.mode = WEFT_MOE_LOW_LATENCY;
-  if (expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_UNSUPPORTED, "not built",
-                  "low latency"))
+  if (expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_INVALID_ARG, "max_tokens",
+                  "low latency without a bound"))
+    return 1;
+  c2.max_tokens = 12, c2.align = 4;
+  if (expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_INVALID_ARG, "normal mode",
+                  "low latency with align"))
+    return 1;
+  c2.align = 1;
+  if (g_dev && expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_UNSUPPORTED,
+                           "not built", "low latency on device buffers"))
     return 1;
   if (moe) FAIL("a refused create left a plan");
   if (weft_moe_create(comm, &cfg, &moe) != WEFT_SUCCESS) FAIL("create");
@@ -399,7 +415,20 @@ static int run_errors(weft_comm_t comm, int rank, int n) {
     return 1;
   if (h) FAIL("a refused layout left a handle");
   ids[3] = 0;
-  if (mb_up(&bids) || weft_moe_layout(moe, mb(&bids), 12, &h, g_st) != WEFT_SUCCESS) FAIL("layout");
+  if (mb_up(&bids)) FAIL("copying in");
+  if (!g_dev) { /* low-latency: 12 tokens on the last rank against a bound of 11 */
+    weft_moe_t ll = NULL;
+    c2.max_tokens = 11;
+    if (weft_moe_create(comm, &c2, &ll) != WEFT_SUCCESS) FAIL("low-latency create");
+    snprintf(who, sizeof who, "rank %d: 12 tokens exceed the low-latency bound of 11", n - 1);
+    if (expect_fail(rank, weft_moe_layout(ll, mb(&bids), rank == n - 1 ? 12 : 11, &h, g_st),
+                    WEFT_ERR_INVALID_ARG, who, "over the bound"))
+      return 1;
+    if (h) FAIL("a refused layout left a handle");
+    weft_moe_destroy(ll);
+    snprintf(who, sizeof who, "rank %d", n - 1);
+  }
+  if (weft_moe_layout(moe, mb(&bids), 12, &h, g_st) != WEFT_SUCCESS) FAIL("layout");
   size_t rows = 0;
   weft_moe_recv_rows(h, &rows);
   if (rank == n - 1 && rows == 0) FAIL("the last rank receives no rows");
@@ -468,6 +497,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
       if (p == UNIFORM && ti == 0) sh.k = 8 < 4 * n ? 8 : 4 * n;
       if (run_shape(comm, rank, n, &sh)) return 1;
       cases++;
+      /* low-latency mode: host buffers only so far */
+      sh.ll = 1;
+      if (!g_dev && ti != 1 && (run_shape(comm, rank, n, &sh) || !++cases)) return 1;
     }
   if (run_errors(comm, rank, n)) return 1;
   weft_comm_destroy(g_host);

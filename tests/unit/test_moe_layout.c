@@ -42,7 +42,7 @@ static void rows_padded(void **st) {
   assert_int_equal(weft_moe_plan_recv_alloc(&p), 0);
   for (int s = 0; s < 2; s++) /* both sources send tokens 0 and 1: {3, 0} and {1, 0} */
     memcpy(p.recv_ids + s * 4, p.send_ids, 4 * sizeof *p.recv_ids);
-  assert_int_equal(weft_moe_plan_rows(&p, 0, 4), 0);
+  assert_int_equal(weft_moe_plan_rows(&p, 0, 4, 0), 0);
   /* expert 0: 4 choices (each token of each source), expert 1: 2 (token 1 of each) */
   assert_int_equal(p.count[0], 4);
   assert_int_equal(p.count[1], 2);
@@ -53,6 +53,31 @@ static void rows_padded(void **st) {
   size_t want[] = {N, 0, 4, 1, N, 2, 5, 3};
   for (int i = 0; i < 8; i++)
     assert_int_equal(p.row_of[i], want[i]);
+  weft_moe_plan_free(&p);
+}
+
+/* Low-latency blocks: the same entries in fixed blocks of 5 rows (expert 1's from row 5),
+ * no padding; a block too small for its count is refused. */
+static void rows_fixed(void **st) {
+  (void)st;
+  weft_moe_plan_t p;
+  weft_moe_bad_t bad;
+  assert_int_equal(weft_moe_plan_send(&p, 2, 4, 2, IDS, WEFT_I32, 4, &bad), 0);
+  p.recv_tok = calloc(2, sizeof *p.recv_tok);
+  p.recv_tok[0] = p.recv_tok[1] = 2;
+  assert_int_equal(weft_moe_plan_recv_alloc(&p), 0);
+  for (int s = 0; s < 2; s++)
+    memcpy(p.recv_ids + s * 4, p.send_ids, 4 * sizeof *p.recv_ids);
+  assert_int_equal(weft_moe_plan_rows(&p, 0, 1, 5), 0);
+  assert_int_equal(p.count[0], 4);
+  assert_int_equal(p.count[1], 2);
+  assert_int_equal(p.offset[1], 5);
+  assert_int_equal(p.rows, 10);
+  assert_int_equal(p.fixed, 1);
+  size_t N = WEFT_MOE_NO_ROW, want[] = {N, 0, 5, 1, N, 2, 6, 3};
+  for (int i = 0; i < 8; i++)
+    assert_int_equal(p.row_of[i], want[i]);
+  assert_int_equal(weft_moe_plan_rows(&p, 0, 1, 3), -1); /* expert 0 has 4 rows */
   weft_moe_plan_free(&p);
 }
 
@@ -116,7 +141,7 @@ static void from_counts_matches(void **st) {
     for (int s = 0; s < R; s++) /* what alltoallv delivers: s's entries for r, in order */
       memcpy(host.recv_ids + host.recv_off[s] * K, send[s].send_ids + send[s].send_off[r] * K,
              send[s].send_tok[r] * K * sizeof *host.recv_ids);
-    assert_int_equal(weft_moe_plan_rows(&host, r, 4), 0);
+    assert_int_equal(weft_moe_plan_rows(&host, r, 4, 0), 0);
     uint64_t base[R][L];
     assert_int_equal(weft_moe_plan_from_counts(&dev, R, E, K, T, r, &all[0][0], W, 4, &base[0][0]),
                      0);
@@ -156,7 +181,7 @@ static void from_counts_matches(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(send_side), cmocka_unit_test(rows_padded),
-                                     cmocka_unit_test(bad_ids),
+                                     cmocka_unit_test(rows_fixed), cmocka_unit_test(bad_ids),
                                      cmocka_unit_test(from_counts_matches)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
