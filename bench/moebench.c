@@ -281,7 +281,7 @@ static void usage(FILE *f) {
              "      --align A         pad each expert's rows to a multiple of A (default 1)\n"
              "  -d, --datatype T      bf16 (default), f16 or f32\n"
              "      --mode normal|ll  ll: low latency, fixed blocks of tokens * ranks rows a\n"
-             "                        local expert (host buffers only so far)\n"
+             "                        local expert\n"
              "      --cpu | --gpu     host or device buffers (default: GPUs when present; ranks\n"
              "                        share them round-robin, and default to one per GPU)\n"
              "      --compare torch   PyTorch's permute + all_to_all_single in the same run\n"

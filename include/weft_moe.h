@@ -14,8 +14,8 @@ extern "C" {
 typedef enum {
   WEFT_MOE_NORMAL = 0,     /* counts exchanged at layout, outputs of the exact size */
   WEFT_MOE_LOW_LATENCY = 1 /* fixed shapes from a token bound (config.max_tokens): each local
-                              expert's block is max_tokens * nranks rows; host buffers only
-                              so far (device communicators refuse it) */
+                              expert's block is max_tokens * nranks rows (the layout still
+                              waits for the counts, as normal mode's does) */
 } weft_moe_mode_t;
 
 /* Experts are spread evenly: expert e lives on rank e / (num_experts / nranks), as local

@@ -108,9 +108,18 @@ int weft_moe_plan_recv_alloc(weft_moe_plan_t *p) {
   return p->recv_ids && p->row_of ? 0 : -2;
 }
 
-/* offsets and the padded total from count; -1 when they do not fit */
-static int place_blocks(weft_moe_plan_t *p, size_t align) {
+/* offsets and the padded total from count (with block > 0: fixed blocks of that many rows,
+ * each count fitting); -1 when they do not fit */
+static int place_blocks(weft_moe_plan_t *p, size_t align, size_t block) {
   size_t at = 0, a = align ? align : 1;
+  if (block) {
+    for (int l = 0; l < p->local; l++) {
+      if ((size_t)p->count[l] > block) return -1;
+      p->offset[l] = (int64_t)((size_t)l * block);
+    }
+    p->rows = (size_t)p->local * block, p->fixed = 1; /* create checked that it fits */
+    return 0;
+  }
   for (int l = 0; l < p->local; l++) {
     p->offset[l] = (int64_t)at;
     size_t n = (size_t)p->count[l], padded;
@@ -129,15 +138,7 @@ int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align, size_t block)
     int64_t e = p->recv_ids[i];
     if (e >= first && e < first + p->local) p->count[e - first]++;
   }
-  if (block) {
-    for (int l = 0; l < p->local; l++) {
-      if ((size_t)p->count[l] > block) return -1;
-      p->offset[l] = (int64_t)((size_t)l * block);
-    }
-    p->rows = (size_t)p->local * block, p->fixed = 1; /* create checked that it fits */
-  } else if (place_blocks(p, align)) {
-    return -1;
-  }
+  if (place_blocks(p, align, block)) return -1;
   /* rows within a block in entry order: by source rank, then by the source's token order */
   int64_t *fill = calloc((size_t)p->local, sizeof *fill);
   if (!fill) return -2;
@@ -153,7 +154,7 @@ int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align, size_t block)
 
 int weft_moe_plan_from_counts(weft_moe_plan_t *p, int nranks, int experts, int k, size_t tokens,
                               int rank, const int64_t *all, size_t stride, size_t align,
-                              uint64_t *base) {
+                              size_t block, uint64_t *base) {
   memset(p, 0, sizeof *p);
   size_t n = (size_t)nranks, w = stride;
   p->nranks = nranks, p->local = experts / nranks, p->k = k, p->tokens = tokens;
@@ -180,7 +181,7 @@ int weft_moe_plan_from_counts(weft_moe_plan_t *p, int nranks, int experts, int k
       p->count[l] += c;
     }
   }
-  if (place_blocks(p, align)) return -1;
+  if (place_blocks(p, align, block)) return -1;
   for (int l = 0; l < p->local; l++) /* source s's choices of l follow those of s - 1 */
     for (size_t s = 0, at = (size_t)p->offset[l]; s < n; s++) {
       base[s * (size_t)p->local + (size_t)l] = at;

@@ -78,11 +78,8 @@ static const char *const FIELD[] = {"num_experts", "topk", "hidden", "dtype",
                                     "index_type",  "mode", "align",  "max_tokens"};
 enum { NFIELD = 8 };
 
-/* What is wrong with c on nranks ranks (NULL: nothing); *unsupported when it is valid but
- * not built. */
-static const char *config_problem(const weft_moe_config_t *c, int nranks, int device,
-                                  int *unsupported) {
-  *unsupported = 0;
+/* What is wrong with c on nranks ranks (NULL: nothing). */
+static const char *config_problem(const weft_moe_config_t *c, int nranks) {
   if (c->num_experts < 1 || c->num_experts % nranks)
     return "num_experts must be a positive multiple of the rank count";
   if (c->topk < 1 || c->topk > WEFT_MOE_MAX_TOPK) return "topk must be in 1..WEFT_MOE_MAX_TOPK";
@@ -103,7 +100,6 @@ static const char *config_problem(const weft_moe_config_t *c, int nranks, int de
     if (!weft_mul_fits(c->max_tokens, (size_t)nranks, &block) ||
         !weft_mul_fits(block, (size_t)(c->num_experts / nranks), &rows) || rows > INT64_MAX)
       return "max_tokens * num_experts overflows";
-    if (device) return *unsupported = 1, "low-latency mode on device buffers is not built yet";
   }
   size_t row;
   if (!weft_mul_fits(c->hidden, weft_dtype_size(c->dtype), &row))
@@ -118,7 +114,7 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
   /* every rank's fields and whether it found them valid (rank + 1, else 0), over the
    * bootstrap ring: equal on all ranks exactly when the smallest and the largest are. A
    * rank with a bad argument or no memory still takes part, or its peers would wait. */
-  int n = comm->nranks, unsupported = 0;
+  int n = comm->nranks;
   weft_moe_config_t c = WEFT_MOE_CONFIG_INIT;
   const char *why = !config || !moe ? "config or moe is NULL"
                     : config->size < sizeof(weft_moe_config_t)
@@ -126,7 +122,7 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
                           "WEFT_MOE_CONFIG_INIT)"
                         : NULL;
   int device = strcmp(comm->engine->name, "gpu") == 0;
-  if (!why) c = *config, why = config_problem(&c, n, device, &unsupported);
+  if (!why) c = *config, why = config_problem(&c, n);
   weft_moe_t m = calloc(1, sizeof *m);
   int64_t(*all)[NFIELD + 1] = calloc((size_t)n, sizeof *all);
   if (m) m->verdicts = calloc((size_t)n, sizeof *m->verdicts);
@@ -162,8 +158,7 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
     }
     if (all[r][NFIELD] && bad_rank < 0) bad_rank = r;
   }
-  if (why)
-    ERR_GOTO(rc, out, unsupported ? WEFT_ERR_UNSUPPORTED : WEFT_ERR_INVALID_ARG, "%s: %s", fn, why);
+  if (why) ERR_GOTO(rc, out, WEFT_ERR_INVALID_ARG, "%s: %s", fn, why);
   if (bad_rank >= 0)
     ERR_GOTO(rc, out, WEFT_ERR_INVALID_ARG,
              "%s: rank %d's config or arguments are invalid (its error says why)", fn, bad_rank);

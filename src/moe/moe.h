@@ -106,12 +106,13 @@ int weft_moe_plan_recv_alloc(weft_moe_plan_t *p);
 int weft_moe_plan_rows(weft_moe_plan_t *p, int rank, size_t align, size_t block);
 /* A device layout's plan from every rank's counts: all + s * stride is rank s's choices of
  * each expert, then its tokens for each rank. Fills the counts and
- * offsets of both sides, count, offset and rows (no per-entry arrays: those stay on the GPU),
- * and base[s][l] ([nranks][local]): the row of source s's first choice of local expert l.
- * 0, -1 when the counts are negative or their sums do not fit, -2 when out of memory. */
+ * offsets of both sides, count, offset and rows (no per-entry arrays: those stay on the GPU;
+ * block as for weft_moe_plan_rows), and base[s][l] ([nranks][local]): the row of source s's first
+ * choice of local expert l. 0, -1 when the counts are negative or their sums do not fit, -2 when
+ * out of memory. */
 int weft_moe_plan_from_counts(weft_moe_plan_t *p, int nranks, int experts, int k, size_t tokens,
                               int rank, const int64_t *all, size_t stride, size_t align,
-                              uint64_t *base);
+                              size_t block, uint64_t *base);
 void weft_moe_plan_free(weft_moe_plan_t *p);
 /* The alltoallv counts and displacements of the send (recv = 0) or receive side, in units of
  * `per` elements an entry (its rows, its weights); the plan's sizes were checked to fit. */

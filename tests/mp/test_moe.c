@@ -388,9 +388,6 @@ static int run_errors(weft_comm_t comm, int rank, int n) {
                   "low latency with align"))
     return 1;
   c2.align = 1;
-  if (g_dev && expect_fail(rank, weft_moe_create(comm, &c2, &moe), WEFT_ERR_UNSUPPORTED,
-                           "not built", "low latency on device buffers"))
-    return 1;
   if (moe) FAIL("a refused create left a plan");
   if (weft_moe_create(comm, &cfg, &moe) != WEFT_SUCCESS) FAIL("create");
   /* ids of 12 tokens: out of range on the last rank only (token 9), then repeated there
@@ -416,7 +413,7 @@ static int run_errors(weft_comm_t comm, int rank, int n) {
   if (h) FAIL("a refused layout left a handle");
   ids[3] = 0;
   if (mb_up(&bids)) FAIL("copying in");
-  if (!g_dev) { /* low-latency: 12 tokens on the last rank against a bound of 11 */
+  { /* low-latency: 12 tokens on the last rank against a bound of 11 */
     weft_moe_t ll = NULL;
     c2.max_tokens = 11;
     if (weft_moe_create(comm, &c2, &ll) != WEFT_SUCCESS) FAIL("low-latency create");
@@ -497,9 +494,8 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
       if (p == UNIFORM && ti == 0) sh.k = 8 < 4 * n ? 8 : 4 * n;
       if (run_shape(comm, rank, n, &sh)) return 1;
       cases++;
-      /* low-latency mode: host buffers only so far */
-      sh.ll = 1;
-      if (!g_dev && ti != 1 && (run_shape(comm, rank, n, &sh) || !++cases)) return 1;
+      sh.ll = 1; /* low-latency mode: align stays 1 */
+      if (ti != 1 && (run_shape(comm, rank, n, &sh) || !++cases)) return 1;
     }
   if (run_errors(comm, rank, n)) return 1;
   weft_comm_destroy(g_host);

@@ -141,32 +141,36 @@ static void from_counts_matches(void **st) {
     for (int s = 0; s < R; s++) /* what alltoallv delivers: s's entries for r, in order */
       memcpy(host.recv_ids + host.recv_off[s] * K, send[s].send_ids + send[s].send_off[r] * K,
              send[s].send_tok[r] * K * sizeof *host.recv_ids);
-    assert_int_equal(weft_moe_plan_rows(&host, r, 4, 0), 0);
-    uint64_t base[R][L];
-    assert_int_equal(weft_moe_plan_from_counts(&dev, R, E, K, T, r, &all[0][0], W, 4, &base[0][0]),
-                     0);
-    assert_int_equal(dev.rows, host.rows);
-    for (int l = 0; l < L; l++) {
-      assert_int_equal(dev.count[l], host.count[l]);
-      assert_int_equal(dev.offset[l], host.offset[l]);
+    /* normal blocks padded to 4, then low-latency blocks of T * R rows */
+    for (size_t block = 0; block <= T * R; block += T * R) {
+      assert_int_equal(weft_moe_plan_rows(&host, r, 4, block), 0);
+      uint64_t base[R][L];
+      assert_int_equal(
+          weft_moe_plan_from_counts(&dev, R, E, K, T, r, &all[0][0], W, 4, block, &base[0][0]), 0);
+      assert_int_equal(dev.rows, host.rows);
+      assert_int_equal(dev.fixed, block > 0);
+      for (int l = 0; l < L; l++) {
+        assert_int_equal(dev.count[l], host.count[l]);
+        assert_int_equal(dev.offset[l], host.offset[l]);
+      }
+      for (int s = 0; s <= R; s++) {
+        assert_int_equal(dev.recv_off[s], host.recv_off[s]);
+        assert_int_equal(dev.send_off[s], send[r].send_off[s]);
+      }
+      for (int s = 0; s < R; s++) /* each received choice: base + index (route.cu's slot) */
+        for (size_t i = host.recv_off[s]; i < host.recv_off[s + 1]; i++)
+          for (int j = 0; j < K; j++) {
+            int32_t e = host.recv_ids[i * K + j];
+            if (e < r * L || e >= (r + 1) * L) continue;
+            size_t tok = send[s].send_list[send[s].send_off[r] + (i - host.recv_off[s])], index = 0;
+            for (size_t t = 0; t < tok; t++)
+              for (int q = 0; q < K; q++)
+                index += ids[s][t * K + q] == e;
+            assert_int_equal(host.row_of[i * K + j], base[s][e - r * L] + index);
+          }
+      weft_moe_plan_free(&dev);
     }
-    for (int s = 0; s <= R; s++) {
-      assert_int_equal(dev.recv_off[s], host.recv_off[s]);
-      assert_int_equal(dev.send_off[s], send[r].send_off[s]);
-    }
-    for (int s = 0; s < R; s++) /* each received choice: base + index (route.cu's slot) */
-      for (size_t i = host.recv_off[s]; i < host.recv_off[s + 1]; i++)
-        for (int j = 0; j < K; j++) {
-          int32_t e = host.recv_ids[i * K + j];
-          if (e < r * L || e >= (r + 1) * L) continue;
-          size_t tok = send[s].send_list[send[s].send_off[r] + (i - host.recv_off[s])], index = 0;
-          for (size_t t = 0; t < tok; t++)
-            for (int q = 0; q < K; q++)
-              index += ids[s][t * K + q] == e;
-          assert_int_equal(host.row_of[i * K + j], base[s][e - r * L] + index);
-        }
     weft_moe_plan_free(&host);
-    weft_moe_plan_free(&dev);
   }
   for (int s = 0; s < R; s++)
     weft_moe_plan_free(&send[s]);
@@ -175,7 +179,7 @@ static void from_counts_matches(void **st) {
   uint64_t base[R][L];
   all[1][E + 0] = -1;
   assert_int_equal(
-      weft_moe_plan_from_counts(&bad_plan, R, E, K, T, 0, &all[0][0], W, 1, &base[0][0]), -1);
+      weft_moe_plan_from_counts(&bad_plan, R, E, K, T, 0, &all[0][0], W, 1, 0, &base[0][0]), -1);
   weft_moe_plan_free(&bad_plan);
 }
 
