@@ -1,0 +1,70 @@
+/* A small GPT-style decoder for weft's training examples: token and position embeddings,
+ * pre-norm blocks of causal self-attention and a GELU MLP, a tied output head and
+ * cross-entropy; forward, backward and AdamW in f32 (CPU back end: ops_cpu.c). Parameters
+ * live in one flat array, each layer's tensors together, so that a data-parallel run can
+ * shard, reduce and gather them as plain ranges. */
+#ifndef WEFT_EXAMPLES_GPT_H
+#define WEFT_EXAMPLES_GPT_H
+
+#include <stddef.h>
+
+typedef struct {
+  int vocab, seq, channels, layers, heads;
+} gpt_config_t;
+
+/* A layer's tensors in order, and the model's: [wte, wpe] [layer 0] ... [lnf]. */
+enum {
+  P_LN1W,
+  P_LN1B,
+  P_QKVW,
+  P_QKVB,
+  P_ATTW,
+  P_ATTB,
+  P_LN2W,
+  P_LN2B,
+  P_FCW,
+  P_FCB,
+  P_PROJW,
+  P_PROJB,
+  P_NLAYER
+};
+
+typedef struct {
+  gpt_config_t c;
+  size_t nparams;
+  size_t layer_size;  /* floats in one layer */
+  size_t layer_first; /* offset of layer 0 (after wte and wpe) */
+  size_t lnf;         /* offset of the final norm's weight (its bias follows) */
+  int batch;          /* the activations' batch (gpt_forward's B is at most this) */
+  float *act;         /* activations of the last forward, in one block */
+  size_t nact;
+} gpt_t;
+
+/* Sizes and offsets for c; activations for batches up to batch. 0, or -1 (bad config,
+ * out of memory). */
+int gpt_init(gpt_t *m, const gpt_config_t *c, int batch);
+void gpt_free(gpt_t *m);
+/* Offset of tensor p of layer l in the flat array. */
+size_t gpt_param(const gpt_t *m, int l, int p);
+/* Deterministic initial weights (GPT-2's: normal 0.02, projections scaled by layers). */
+void gpt_init_params(const gpt_t *m, float *params, unsigned long long seed);
+
+/* Mean cross-entropy of the next-token targets over B x T tokens; keeps the activations for
+ * gpt_backward. tokens and targets are [B][T] in [0, vocab). */
+float gpt_forward(gpt_t *m, const float *params, const int *tokens, const int *targets, int B);
+/* Adds d(mean loss)/d(params) * scale to grads (the last forward's batch). layer_done, if
+ * set, is called with each layer index as soon as its gradients are final (last layer first,
+ * then -1 for the embeddings and final norm together), so that a caller can start reducing
+ * them while the rest of the backward runs. */
+void gpt_backward(gpt_t *m, const float *params, float *grads, const int *tokens,
+                  const int *targets, int B, float scale, void (*layer_done)(int layer, void *),
+                  void *arg);
+
+/* AdamW over n parameters: step counts from 1. */
+typedef struct {
+  float lr, beta1, beta2, eps, weight_decay;
+} adamw_t;
+void adamw_step(const adamw_t *o, int step, float *params, const float *grads, float *m, float *v,
+                size_t n);
+
+#endif

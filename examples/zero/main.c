@@ -1,0 +1,76 @@
+/* zero: train the example GPT data-parallel on local CPU ranks (stage 0: DDP, 1: ZeRO-1).
+ * usage: zero [--ranks N] [--stage 0|1] [--steps N] [--batch B] [--layers L] [--channels C]
+ *             [--heads H] [--seq T] [--lr X] [--no-overlap] [--cpu] */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "launch.h"
+#include "zero.h"
+
+static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
+  zero_opts_t o = *(const zero_opts_t *)arg;
+  weft_comm_t comm;
+  if (weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS) {
+    fprintf(stderr, "zero: rank %d: weft_comm_init: %s\n", rank, weft_get_last_error(NULL));
+    return 1;
+  }
+  float *losses = malloc(sizeof(float) * (size_t)(o.steps ? o.steps : 1));
+  zero_stats_t st;
+  o.log = rank == 0 ? stdout : NULL;
+  int rc = !losses || zero_train(comm, &o, losses, &st) ? 1 : 0;
+  if (!rc && rank == 0)
+    printf("# %d ranks, stage %d: %.2f ms a step, %.1f%% of it waiting for communication; "
+           "parameters + gradients + optimizer state: %.2f MiB per rank\n",
+           n, o.stage, st.step_s * 1e3, st.step_s > 0 ? 100.0 * st.comm_wait_s / st.step_s : 0,
+           (double)st.state_bytes / (1 << 20));
+  free(losses);
+  weft_comm_destroy(comm);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  zero_opts_t o = {
+      .stage = 0,
+      .steps = 200,
+      .batch = 8,
+      .model = {.vocab = DATA_VOCAB, .seq = 32, .channels = 64, .layers = 2, .heads = 4},
+      .opt = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f},
+      .seed = 1,
+      .overlap = 1};
+  int ranks = 2;
+  static const struct option longs[] = {
+      {"ranks", 1, 0, 'r'},      {"stage", 1, 0, 's'},  {"steps", 1, 0, 'n'},
+      {"batch", 1, 0, 'b'},      {"layers", 1, 0, 'l'}, {"channels", 1, 0, 'c'},
+      {"heads", 1, 0, 'H'},      {"seq", 1, 0, 't'},    {"lr", 1, 0, 'x'},
+      {"no-overlap", 0, 0, 'o'}, {"cpu", 0, 0, 'C'},    {"gpu", 0, 0, 'G'},
+      {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+  for (int ch; (ch = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
+    switch (ch) {
+    case 'r': ranks = atoi(optarg); break;
+    case 's': o.stage = atoi(optarg); break;
+    case 'n': o.steps = atoi(optarg); break;
+    case 'b': o.batch = atoi(optarg); break;
+    case 'l': o.model.layers = atoi(optarg); break;
+    case 'c': o.model.channels = atoi(optarg); break;
+    case 'H': o.model.heads = atoi(optarg); break;
+    case 't': o.model.seq = atoi(optarg); break;
+    case 'x': o.opt.lr = (float)atof(optarg); break;
+    case 'o': o.overlap = 0; break;
+    case 'C': break;
+    case 'G': fprintf(stderr, "zero: the CUDA back end is not built yet (--cpu only)\n"); return 2;
+    case 'h':
+      printf("usage: zero [--ranks N] [--stage 0|1] [--steps N] [--batch B] [--layers L] "
+             "[--channels C] [--heads H] [--seq T] [--lr X] [--no-overlap] [--cpu]\n");
+      return 0;
+    default: return 2;
+    }
+  }
+  if (ranks < 1 || o.steps < 1 || o.batch < 1 || (o.stage != 0 && o.stage != 1)) {
+    fprintf(stderr, "zero: need ranks, steps, batch >= 1 and stage 0 or 1\n");
+    return 2;
+  }
+  return launch_local(ranks, rank_main, &o, 3600) ? 1 : 0;
+}

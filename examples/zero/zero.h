@@ -1,0 +1,35 @@
+/* Data-parallel training of the example GPT on weft (host buffers): stage 0 is plain DDP
+ * (gradients allreduced), stage 1 is ZeRO-1 (gradients reduce-scattered, optimizer state and
+ * update sharded, parameters allgathered). Each layer's gradients are reduced on a weft host
+ * stream as soon as its backward is done, overlapping the rest of the backward. */
+#ifndef WEFT_EXAMPLES_ZERO_H
+#define WEFT_EXAMPLES_ZERO_H
+
+#include <stdio.h>
+
+#include "gpt.h"
+#include "weft.h"
+
+typedef struct {
+  int stage;          /* 0 (DDP) or 1 (ZeRO-1) */
+  int steps, batch;   /* batch: sequences per rank per step */
+  gpt_config_t model; /* vocab is the data's (DATA_VOCAB) or more */
+  adamw_t opt;
+  unsigned long long seed;
+  int overlap;         /* 1: start each layer's reduction when its backward is done */
+  int wrong_reduction; /* tests only: skip the gradient reduction (parity must then fail) */
+  FILE *log;           /* rank 0's progress lines ("step N loss X ..."); NULL: none */
+} zero_opts_t;
+
+typedef struct {
+  double step_s;      /* mean wall time of a step */
+  double comm_wait_s; /* mean time a step waited for communication */
+  size_t state_bytes; /* this rank's parameters + gradients + optimizer state */
+} zero_stats_t;
+
+/* Trains on comm (a host communicator; one rank is the single-process reference): losses[s]
+ * is step s's mean loss over the global batch (every rank's). 0, or -1 with a message on
+ * stderr. */
+int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats_t *stats);
+
+#endif

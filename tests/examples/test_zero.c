@@ -1,0 +1,72 @@
+/* Loss parity of the data-parallel example (examples/zero/train.c): N ranks of B sequences
+ * must follow the single-rank run of N x B sequences, step for step, within 1e-5 relative in
+ * f32 (only the order of the gradient sums differs); and a run whose reduction is left out
+ * must not (the check can fail). usage: test_zero NRANKS STAGE */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "data.h"
+#include "launch.h"
+#include "zero.h"
+
+enum { STEPS = 20, B = 2 };
+
+static zero_opts_t opts(int stage, int batch) {
+  zero_opts_t o = {
+      .stage = stage,
+      .steps = STEPS,
+      .batch = batch,
+      .model = {.vocab = DATA_VOCAB, .seq = 16, .channels = 32, .layers = 2, .heads = 2},
+      .opt = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+      .seed = 5,
+      .overlap = 1};
+  return o;
+}
+
+/* The worst relative difference of a run from the reference. */
+static double worst(const float *a, const float *ref) {
+  double w = 0;
+  for (int s = 0; s < STEPS; s++) {
+    double d = fabs((double)a[s] - ref[s]) / fabs((double)ref[s]);
+    w = d > w ? d : w;
+  }
+  return w;
+}
+
+static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
+  int stage = *(int *)arg;
+  float ref[STEPS], got[STEPS], wrong[STEPS];
+  weft_comm_t one, comm;
+  weft_unique_id_t solo;
+  /* the reference: this process alone, the whole global batch */
+  if (weft_get_unique_id(&solo) != WEFT_SUCCESS ||
+      weft_comm_init(&one, 1, solo, 0, NULL) != WEFT_SUCCESS)
+    return printf("test_zero: rank %d: the 1-rank communicator\n", rank), 1;
+  zero_opts_t o = opts(stage, B * n);
+  int rc = zero_train(one, &o, ref, NULL);
+  weft_comm_destroy(one);
+  if (rc || weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS)
+    return printf("test_zero: rank %d: setting up\n", rank), 1;
+  o = opts(stage, B);
+  if (zero_train(comm, &o, got, NULL)) return printf("test_zero: rank %d: training\n", rank), 1;
+  o.wrong_reduction = 1;
+  if (zero_train(comm, &o, wrong, NULL)) return printf("test_zero: rank %d: training\n", rank), 1;
+  weft_comm_destroy(comm);
+  double w = worst(got, ref), ww = worst(wrong, ref);
+  if (rank == 0)
+    printf("test_zero: %d ranks, stage %d: loss %.4f -> %.4f, worst relative difference %.2g "
+           "(without the reduction: %.2g)\n",
+           n, stage, ref[0], ref[STEPS - 1], w, ww);
+  if (w > 1e-5) return printf("test_zero: rank %d: losses differ from one rank's\n", rank), 1;
+  if (n > 1 && ww <= 1e-5)
+    return printf("test_zero: rank %d: a run without reduction went unnoticed\n", rank), 1;
+  if (ref[STEPS - 1] >= ref[0]) return printf("test_zero: the loss did not fall\n"), 1;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 2, stage = argc > 2 ? atoi(argv[2]) : 0;
+  if (n < 1 || stage < 0 || stage > 1) return 2;
+  return launch_local(n, rank_main, &stage, 300) ? 1 : 0;
+}
