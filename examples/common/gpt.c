@@ -146,14 +146,36 @@ void gpt_init_params(const gpt_t *m, float *params, unsigned long long seed) {
     params[m->lnf + (size_t)i] = 1.0f, params[m->lnf + (size_t)m->c.channels + (size_t)i] = 0.0f;
 }
 
-float gpt_forward(gpt_t *m, const float *params, const int *tokens, const int *targets, int B) {
+static const float *flat_params(void *arg, int block) {
+  gpt_flat_t *f = arg;
+  return f->params + (block == GPT_EMBED   ? 0
+                      : block == GPT_FINAL ? f->m->lnf
+                                           : gpt_param(f->m, block, 0));
+}
+
+static float *flat_grads(void *arg, int block) {
+  gpt_flat_t *f = arg;
+  return f->grads + (block == GPT_EMBED   ? 0
+                     : block == GPT_FINAL ? f->m->lnf
+                                          : gpt_param(f->m, block, 0));
+}
+
+gpt_io_t gpt_flat_io(gpt_flat_t *flat) {
+  return (gpt_io_t){.params = flat_params, .grads = flat_grads, .arg = flat};
+}
+
+/* Tensor p of the layer block at w. */
+static size_t in_layer(const gpt_t *m, int p) { return gpt_param(m, 0, p) - gpt_param(m, 0, 0); }
+
+float gpt_forward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B) {
   const gpt_config_t *c = &m->c;
   int T = c->seq, C = c->channels, N = B * T, L = c->layers;
-  const float *wte = params, *wpe = params + (size_t)c->vocab * C;
+  const float *emb = io->params(io->arg, GPT_EMBED), *wte = emb, *wpe = emb + (size_t)c->vocab * C;
   float *res = act(m, L, H_ENC);
   op_encoder_fwd(res, tokens, wte, wpe, B, T, C);
   for (int l = 0; l < L; l++) {
-#define W(p) (params + gpt_param(m, l, (p)))
+    const float *lw = io->params(io->arg, l);
+#define W(p) (lw + in_layer(m, (p)))
 #define A(a) act(m, l, (a))
     op_layernorm_fwd(A(A_LN1), A(A_LN1M), A(A_LN1R), res, W(P_LN1W), W(P_LN1B), N, C);
     op_matmul_fwd(A(A_QKV), A(A_LN1), W(P_QKVW), W(P_QKVB), N, C, 3 * C);
@@ -167,19 +189,23 @@ float gpt_forward(gpt_t *m, const float *params, const int *tokens, const int *t
     op_add(A(A_RES3), A(A_RES2), A(A_FCP), N * C);
     res = A(A_RES3);
   }
-  op_layernorm_fwd(act(m, L, H_LNF), act(m, L, H_LNFM), act(m, L, H_LNFR), res, params + m->lnf,
-                   params + m->lnf + C, N, C);
+  const float *fin = io->params(io->arg, GPT_FINAL);
+  op_layernorm_fwd(act(m, L, H_LNF), act(m, L, H_LNFM), act(m, L, H_LNFR), res, fin, fin + C, N, C);
   op_matmul_fwd(act(m, L, H_LOGITS), act(m, L, H_LNF), wte, NULL, N, C, c->vocab);
   return op_xent_fwd(act(m, L, H_LOSSES), act(m, L, H_PROBS), act(m, L, H_LOGITS), targets, N,
                      c->vocab);
 }
 
-void gpt_backward(gpt_t *m, const float *params, float *grads, const int *tokens,
-                  const int *targets, int B, float scale, void (*layer_done)(int layer, void *),
-                  void *arg) {
+static void done(const gpt_io_t *io, int block) {
+  if (io->done) io->done(io->arg, block);
+}
+
+void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B,
+                  float scale) {
   const gpt_config_t *c = &m->c;
   int T = c->seq, C = c->channels, N = B * T, L = c->layers, V = c->vocab;
-  const float *wte = params;
+  const float *wte = io->params(io->arg, GPT_EMBED), *fin = io->params(io->arg, GPT_FINAL);
+  float *gemb = io->grads(io->arg, GPT_EMBED), *gfin = io->grads(io->arg, GPT_FINAL);
   float *dres = act(m, L, H_DRES), *dln = act(m, L, H_DLN), *dlogits = act(m, L, H_DLOGITS);
   float *dqkv = act(m, L, H_DQKV), *datty = act(m, L, H_DATTY), *dfch = act(m, L, H_DFCH);
   float *dfcg = act(m, L, H_DFCG), *scratch = act(m, L, H_SCRATCH);
@@ -187,12 +213,15 @@ void gpt_backward(gpt_t *m, const float *params, float *grads, const int *tokens
   memset(dln, 0, sizeof(float) * (size_t)N * C);
   memset(dres, 0, sizeof(float) * (size_t)N * C);
   op_xent_bwd(dlogits, act(m, L, H_PROBS), targets, N, V, scale / (float)N);
-  op_matmul_bwd(dln, grads, NULL, dlogits, act(m, L, H_LNF), wte, N, C, V); /* tied head */
+  op_matmul_bwd(dln, gemb, NULL, dlogits, act(m, L, H_LNF), wte, N, C, V); /* tied head */
   const float *last = L ? act(m, L - 1, A_RES3) : act(m, L, H_ENC);
-  op_layernorm_bwd(dres, grads + m->lnf, grads + m->lnf + C, dln, last, params + m->lnf,
-                   act(m, L, H_LNFM), act(m, L, H_LNFR), N, C);
+  op_layernorm_bwd(dres, gfin, gfin + C, dln, last, fin, act(m, L, H_LNFM), act(m, L, H_LNFR), N,
+                   C);
+  done(io, GPT_FINAL);
   for (int l = L - 1; l >= 0; l--) {
-#define G(p) (grads + gpt_param(m, l, (p)))
+    const float *lw = io->params(io->arg, l);
+    float *lg = io->grads(io->arg, l);
+#define G(p) (lg + in_layer(m, (p)))
     const float *res = l ? act(m, l - 1, A_RES3) : act(m, L, H_ENC);
     size_t nc = (size_t)N * C;
     memset(dfcg, 0, sizeof(float) * 4 * nc);
@@ -212,10 +241,10 @@ void gpt_backward(gpt_t *m, const float *params, float *grads, const int *tokens
     op_attention_bwd(dqkv, datty, A(A_QKV), A(A_ATT), B, T, C, c->heads, scratch);
     op_matmul_bwd(dln, G(P_QKVW), G(P_QKVB), dqkv, A(A_LN1), W(P_QKVW), N, C, 3 * C);
     op_layernorm_bwd(dres, G(P_LN1W), G(P_LN1B), dln, res, W(P_LN1W), A(A_LN1M), A(A_LN1R), N, C);
-    if (layer_done) layer_done(l, arg);
+    done(io, l);
   }
-  op_encoder_bwd(grads, grads + (size_t)V * C, dres, tokens, B, T, C);
-  if (layer_done) layer_done(-1, arg);
+  op_encoder_bwd(gemb, gemb + (size_t)V * C, dres, tokens, B, T, C);
+  done(io, GPT_EMBED);
 }
 
 void adamw_step(const adamw_t *o, int step, float *params, const float *grads, float *m, float *v,

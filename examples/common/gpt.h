@@ -49,16 +49,36 @@ size_t gpt_param(const gpt_t *m, int l, int p);
 /* Deterministic initial weights (GPT-2's: normal 0.02, projections scaled by layers). */
 void gpt_init_params(const gpt_t *m, float *params, unsigned long long seed);
 
+/* Where the passes find parameters and gradients, a block at a time: layer l (0..layers-1,
+ * layer_size floats, tensors at gpt_param(m, l, p) - gpt_param(m, l, 0)), GPT_EMBED (the
+ * token and position embeddings, layer_first floats) and GPT_FINAL (the final norm's weight
+ * and bias, 2 * channels). A pass asks for a block once, when it starts using it, so that a
+ * sharded run can gather it then (and prefetch the next). done, if set, is told each block
+ * whose gradients are final: GPT_FINAL first, then the layers from the last, then GPT_EMBED
+ * (the tied head adds to it at the start of the backward, the embedding at the end). */
+enum { GPT_EMBED = -1, GPT_FINAL = -2 };
+typedef struct {
+  const float *(*params)(void *arg, int block);
+  float *(*grads)(void *arg, int block);
+  void (*done)(void *arg, int block);
+  void *arg;
+} gpt_io_t;
+
+/* The plain case: every block inside flat [nparams] arrays (grads may be NULL for a
+ * forward). */
+typedef struct {
+  const gpt_t *m;
+  const float *params;
+  float *grads;
+} gpt_flat_t;
+gpt_io_t gpt_flat_io(gpt_flat_t *flat);
+
 /* Mean cross-entropy of the next-token targets over B x T tokens; keeps the activations for
  * gpt_backward. tokens and targets are [B][T] in [0, vocab). */
-float gpt_forward(gpt_t *m, const float *params, const int *tokens, const int *targets, int B);
-/* Adds d(mean loss)/d(params) * scale to grads (the last forward's batch). layer_done, if
- * set, is called with each layer index as soon as its gradients are final (last layer first,
- * then -1 for the embeddings and final norm together), so that a caller can start reducing
- * them while the rest of the backward runs. */
-void gpt_backward(gpt_t *m, const float *params, float *grads, const int *tokens,
-                  const int *targets, int B, float scale, void (*layer_done)(int layer, void *),
-                  void *arg);
+float gpt_forward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B);
+/* Adds d(mean loss)/d(params) * scale to the gradient blocks (the last forward's batch). */
+void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B,
+                  float scale);
 
 /* AdamW over n parameters: step counts from 1. */
 typedef struct {

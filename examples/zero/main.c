@@ -1,5 +1,5 @@
-/* zero: train the example GPT data-parallel on local CPU ranks (stage 0: DDP, 1: ZeRO-1).
- * usage: zero [--ranks N] [--stage 0|1] [--steps N] [--batch B] [--layers L] [--channels C]
+/* zero: train the example GPT data-parallel on local CPU ranks (stage 0: DDP, 1-3: ZeRO).
+ * usage: zero [--ranks N] [--stage 0-3] [--steps N] [--batch B] [--layers L] [--channels C]
  *             [--heads H] [--seq T] [--lr X] [--no-overlap] [--cpu] */
 #include <getopt.h>
 #include <stdio.h>
@@ -62,14 +62,14 @@ int main(int argc, char **argv) {
     case 'C': break;
     case 'G': fprintf(stderr, "zero: the CUDA back end is not built yet (--cpu only)\n"); return 2;
     case 'h':
-      printf("usage: zero [--ranks N] [--stage 0|1] [--steps N] [--batch B] [--layers L] "
+      printf("usage: zero [--ranks N] [--stage 0-3] [--steps N] [--batch B] [--layers L] "
              "[--channels C] [--heads H] [--seq T] [--lr X] [--no-overlap] [--cpu]\n");
       return 0;
     default: return 2;
     }
   }
-  if (ranks < 1 || o.steps < 1 || o.batch < 1 || (o.stage != 0 && o.stage != 1)) {
-    fprintf(stderr, "zero: need ranks, steps, batch >= 1 and stage 0 or 1\n");
+  if (ranks < 1 || o.steps < 1 || o.batch < 1 || o.stage < 0 || o.stage > 3) {
+    fprintf(stderr, "zero: need ranks, steps, batch >= 1 and stage 0-3\n");
     return 2;
   }
   return launch_local(ranks, rank_main, &o, 3600) ? 1 : 0;

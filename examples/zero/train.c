@@ -1,6 +1,7 @@
-/* ZeRO stages 0 and 1 over weft: see zero.h. Buckets are the model's layers (last first, as
- * the backward finishes them), then the final norm and the embeddings; ZeRO-1 gives every
- * rank an equal shard of each bucket (the last padded). */
+/* ZeRO stages 0-3 over weft: see zero.h. A block (a layer, the final norm, the embeddings)
+ * is the unit of every reduction and gather; each rank owns an equal shard of each block (the
+ * last padded). Gradients are reduced on one host stream as the backward finishes each block;
+ * stage 3 gathers parameters on a second communicator and stream, one layer ahead. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -9,18 +10,28 @@
 #include "zero.h"
 
 typedef struct {
-  size_t first, size, shard; /* shard: elements per rank, size rounded up over the ranks */
-  float *stage;              /* ZeRO-1: [nranks * shard] reduce-scatter input, gather output */
-  float *gshard;             /* ZeRO-1: [shard] this rank's reduced gradients */
-} bucket_t;
+  size_t first, size, shard; /* flat offset, floats, floats per rank (size rounded up) */
+  size_t at;                 /* its shard's offset in the sharded arrays */
+  float *stage;              /* stage 1: [nranks * shard] the reduce-scatter's input */
+} block_t;
 
 typedef struct {
   const zero_opts_t *o;
-  weft_comm_t comm;
-  weft_stream_t stream;
-  int rank, nranks, nb, failed;
-  bucket_t *b;
-  float *grads;
+  const gpt_t *m;
+  weft_comm_t comm, pcomm; /* gradients; stage 3's parameter gathers */
+  weft_stream_t gs, ps;    /* their streams */
+  int rank, nranks, nb, failed, backward;
+  double waited; /* seconds this step waited for parameter gathers and gradient slots */
+  block_t *b;
+  float *params, *grads;  /* stages 0-2: full parameters; 0-1: full gradients */
+  float *pshard, *gshard; /* stage 3: parameter shards; stages 1-3: reduced gradient shards */
+  /* stages 2-3: gradient working blocks ([nranks * shard] each): two layer slots, the
+   * embeddings, the final norm; busy: a reduce-scatter may still read the slot */
+  float *work[4];
+  int busy[2];
+  /* stage 3: gathered blocks, same shapes; held[s]: the layer in slot s (-1: none) */
+  float *full[4];
+  int held[2];
 } run_t;
 
 static double now_s(void) {
@@ -29,59 +40,171 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Queues bucket i's reduction on the run's stream (same order on every rank). */
-static void reduce_bucket(run_t *r, int i) {
-  bucket_t *b = &r->b[i];
-  float *g = r->grads + b->first;
-  weft_result_t rc = WEFT_SUCCESS;
-  if (r->o->wrong_reduction) { /* each rank keeps its own: update_sharded copies them */
-  } else if (r->o->stage == 0) {
-    rc = weft_allreduce(g, g, b->size, WEFT_F32, WEFT_SUM, r->comm, r->stream);
-  } else {
-    memcpy(b->stage, g, b->size * sizeof *g);
-    memset(b->stage + b->size, 0, (b->shard * (size_t)r->nranks - b->size) * sizeof *g);
-    rc = weft_reduce_scatter(b->stage, b->gshard, b->shard, WEFT_F32, WEFT_SUM, r->comm, r->stream);
-  }
-  if (rc != WEFT_SUCCESS) {
-    fprintf(stderr, "zero: rank %d: reducing bucket %d: %s\n", r->rank, i,
-            weft_get_last_error(r->comm));
-    r->failed = 1;
-  }
+static int index_of(const run_t *r, int block) {
+  return block == GPT_FINAL ? r->nb - 2 : block == GPT_EMBED ? r->nb - 1 : block;
 }
 
-/* The backward's hook: layer l's gradients are final (-1: the embeddings and final norm). */
-static void layer_done(int l, void *arg) {
+static void fail(run_t *r, const char *what, weft_comm_t c) {
+  if (!r->failed) fprintf(stderr, "zero: rank %d: %s: %s\n", r->rank, what, weft_get_last_error(c));
+  r->failed = 1;
+}
+
+/* A block's working slot (stages 2-3): layers alternate between two, the others have one. */
+static int slot_of(int block) {
+  return block == GPT_EMBED ? 2 : block == GPT_FINAL ? 3 : block % 2;
+}
+
+/* ---- parameters (stage 3: gathered on demand, the next layer prefetched) ---- */
+
+static void gather(run_t *r, int block) {
+  block_t *b = &r->b[index_of(r, block)];
+  int s = slot_of(block);
+  if (s < 2) r->held[s] = block;
+  if (weft_allgather(r->pshard + b->at, r->full[s], b->shard, WEFT_F32, r->pcomm, r->ps) !=
+      WEFT_SUCCESS)
+    fail(r, "gathering parameters", r->pcomm);
+}
+
+/* Waits for a stream, adding the time to the step's waiting. */
+static void wait_for(run_t *r, weft_stream_t s, weft_comm_t c, const char *what) {
+  double t0 = now_s();
+  if (weft_stream_synchronize(s) != WEFT_SUCCESS) fail(r, what, c);
+  r->waited += now_s() - t0;
+}
+
+static const float *params_of(void *arg, int block) {
   run_t *r = arg;
-  if (!r->o->overlap) return;
-  if (l >= 0)
-    reduce_bucket(r, r->nb - 3 - l); /* layers are buckets 0.. from the last */
-  else
-    reduce_bucket(r, r->nb - 2), reduce_bucket(r, r->nb - 1);
+  if (r->o->stage < 3) return r->params + r->b[index_of(r, block)].first;
+  int s = slot_of(block), next = r->backward ? block - 1 : block + 1;
+  if (block >= 0) {
+    if (r->held[s] != block) gather(r, block);
+    wait_for(r, r->ps, r->pcomm, "gathering parameters");
+    if (next >= 0 && next < r->m->c.layers && r->held[slot_of(next)] != next) gather(r, next);
+  } else if (block == GPT_EMBED && !r->backward) { /* a step's first block: both small ones */
+    gather(r, GPT_EMBED), gather(r, GPT_FINAL);
+    wait_for(r, r->ps, r->pcomm, "gathering parameters");
+    gather(r, 0);
+  }
+  return r->full[s];
 }
 
-/* ZeRO-1's update of this rank's shard of every bucket, then every shard gathered. */
-static int update_sharded(run_t *r, float *params, float *m, float *v, int step) {
-  size_t at = 0;
+/* ---- gradients ---- */
+
+static float *grads_of(void *arg, int block) {
+  run_t *r = arg;
+  block_t *b = &r->b[index_of(r, block)];
+  if (r->o->stage < 2) return r->grads + b->first;
+  int s = slot_of(block);
+  if (s < 2 && r->busy[s]) { /* the slot's last reduce-scatter must be done with it */
+    wait_for(r, r->gs, r->comm, "reducing gradients");
+    r->busy[0] = r->busy[1] = 0;
+  }
+  memset(r->work[s], 0, b->shard * (size_t)r->nranks * sizeof(float));
+  return r->work[s];
+}
+
+/* The block's gradients are final: reduce them (stage 0: allreduce in place; 1-3: a
+ * reduce-scatter into this rank's shard). */
+static void reduce(run_t *r, int block) {
+  block_t *b = &r->b[index_of(r, block)];
+  size_t lo = (size_t)r->rank * b->shard, pad = b->shard * (size_t)r->nranks - b->size;
+  float *g = r->o->stage < 2 ? r->grads + b->first : r->work[slot_of(block)];
+  weft_result_t rc = WEFT_SUCCESS;
+  if (r->o->stage == 1) { /* the flat gradients have no padding: a padded copy */
+    memcpy(b->stage, g, b->size * sizeof *g);
+    memset(b->stage + b->size, 0, pad * sizeof *g);
+    g = b->stage;
+  }
+  if (r->o->wrong_reduction) { /* tests: each rank keeps its own gradients */
+    if (r->o->stage > 0) memcpy(r->gshard + b->at, g + lo, b->shard * sizeof *g);
+  } else if (r->o->stage == 0) {
+    rc = weft_allreduce(g, g, b->size, WEFT_F32, WEFT_SUM, r->comm, r->gs);
+  } else {
+    rc = weft_reduce_scatter(g, r->gshard + b->at, b->shard, WEFT_F32, WEFT_SUM, r->comm, r->gs);
+  }
+  if (rc != WEFT_SUCCESS) fail(r, "reducing gradients", r->comm);
+  if (r->o->stage >= 2 && slot_of(block) < 2) r->busy[slot_of(block)] = 1;
+  if (r->o->stage >= 2 && !r->o->overlap) wait_for(r, r->gs, r->comm, "reducing gradients");
+}
+
+static void block_done(void *arg, int block) {
+  run_t *r = arg;
+  /* stages 0-1 keep every gradient until the end, so they can wait; 2-3 reuse the slots */
+  if (r->o->overlap || r->o->stage >= 2) reduce(r, block);
+}
+
+/* ---- the update ---- */
+
+/* AdamW on this rank's shard of every block; stages 1-2 then gather the shards back into
+ * every rank's full parameters (one block at a time, through scratch). */
+static int update(run_t *r, float *am, float *av, int step, float *scratch) {
   for (int i = 0; i < r->nb; i++) {
-    bucket_t *b = &r->b[i];
+    block_t *b = &r->b[i];
     size_t lo = (size_t)r->rank * b->shard, n = lo < b->size ? b->size - lo : 0;
     n = n < b->shard ? n : b->shard;
-    if (r->o->wrong_reduction) memcpy(b->gshard, r->grads + b->first + lo, n * sizeof *m);
-    adamw_step(&r->o->opt, step, params + b->first + lo, b->gshard, m + at, v + at, n);
-    at += b->shard;
-    /* the gather's input is this rank's padded shard, kept in the bucket's own slot */
-    float *mine = b->stage + lo;
-    memcpy(mine, params + b->first + lo, n * sizeof *m);
-    memset(mine + n, 0, (b->shard - n) * sizeof *m);
-    if (weft_allgather(mine, b->stage, b->shard, WEFT_F32, r->comm, r->stream) != WEFT_SUCCESS) {
-      fprintf(stderr, "zero: rank %d: gathering: %s\n", r->rank, weft_get_last_error(r->comm));
-      return -1;
-    }
+    float *p = r->o->stage == 3 ? r->pshard + b->at : r->params + b->first + lo;
+    adamw_step(&r->o->opt, step, p, r->gshard + b->at, am + b->at, av + b->at, n);
+    if (r->o->stage == 3) continue;
+    float *mine = scratch + lo; /* the gather's own block, padded */
+    memcpy(mine, p, n * sizeof *p);
+    memset(mine + n, 0, (b->shard - n) * sizeof *p);
+    if (weft_allgather(mine, scratch, b->shard, WEFT_F32, r->comm, r->gs) != WEFT_SUCCESS ||
+        weft_stream_synchronize(r->gs) != WEFT_SUCCESS)
+      return fail(r, "gathering parameters", r->comm), -1;
+    memcpy(r->params + b->first, scratch, b->size * sizeof *p);
   }
-  if (weft_stream_synchronize(r->stream) != WEFT_SUCCESS) return -1;
-  for (int i = 0; i < r->nb; i++)
-    memcpy(params + r->b[i].first, r->b[i].stage, r->b[i].size * sizeof *params);
   return 0;
+}
+
+/* ---- setup and the loop ---- */
+
+static void *alloc(size_t floats, int *bad) {
+  void *p = calloc(floats ? floats : 1, sizeof(float));
+  *bad |= !p;
+  return p;
+}
+
+/* Blocks and every array of the stage; -1 when out of memory. */
+static int setup(run_t *r, size_t *opt_n, size_t *state) {
+  const gpt_t *m = r->m;
+  int L = m->c.layers, bad = 0, st = r->o->stage;
+  size_t P = m->nparams, S = 0, n = (size_t)r->nranks;
+  r->nb = L + 2;
+  r->b = calloc((size_t)r->nb, sizeof *r->b);
+  if (!r->b) return -1;
+  for (int i = 0; i < r->nb; i++) {
+    block_t *b = &r->b[i];
+    b->first = i < L ? gpt_param(m, i, 0) : i == L ? m->lnf : 0;
+    b->size = i < L ? m->layer_size : i == L ? P - m->lnf : m->layer_first;
+    b->shard = (b->size + n - 1) / n, b->at = S, S += b->shard;
+    if (st == 1) b->stage = alloc(b->shard * n, &bad);
+  }
+  *opt_n = st == 0 ? P : S;
+  if (st < 3) r->params = alloc(P, &bad);
+  if (st < 2) r->grads = alloc(P, &bad);
+  if (st > 0) r->gshard = alloc(S, &bad);
+  if (st == 3) r->pshard = alloc(S, &bad);
+  for (int s = 0; s < 4 && st >= 2; s++) {
+    size_t f = r->b[s < 2 ? 0 : s == 2 ? r->nb - 1 : r->nb - 2].shard * n;
+    r->work[s] = alloc(f, &bad);
+    if (st == 3) r->full[s] = alloc(f, &bad);
+  }
+  r->held[0] = r->held[1] = -1;
+  /* what persists between steps: parameters, gradients, AdamW's two moments */
+  size_t pf = st < 3 ? P : S, gf = st < 2 ? P : S;
+  *state = (pf + gf + 2 * *opt_n) * sizeof(float);
+  return bad ? -1 : 0;
+}
+
+static void teardown(run_t *r) {
+  for (int i = 0; r->b && i < r->nb; i++)
+    free(r->b[i].stage);
+  for (int s = 0; s < 4; s++)
+    free(r->work[s]), free(r->full[s]);
+  free(r->b), free(r->params), free(r->grads), free(r->pshard), free(r->gshard);
+  if (r->gs) weft_stream_destroy(r->gs);
+  if (r->ps) weft_stream_destroy(r->ps);
+  if (r->pcomm) weft_comm_destroy(r->pcomm);
 }
 
 int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats_t *stats) {
@@ -91,60 +214,65 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
   weft_comm_rank(comm, &r.rank);
   weft_comm_count(comm, &r.nranks);
   int T = o->model.seq, B = o->batch, rc = -1;
-  float *params = NULL, *am = NULL, *av = NULL;
+  size_t opt_n = 0, state = 0, maxblock = 0;
+  float *am = NULL, *av = NULL, *init = NULL, *scratch = NULL;
   int *tok = malloc(sizeof(int) * (size_t)B * T), *tgt = malloc(sizeof(int) * (size_t)B * T);
-  if (o->stage < 0 || o->stage > 1 || o->model.vocab < DATA_VOCAB || !tok || !tgt ||
+  weft_config_t host = WEFT_CONFIG_INIT;
+  r.m = &m;
+  if (o->stage < 0 || o->stage > 3 || o->model.vocab < DATA_VOCAB || !tok || !tgt ||
       gpt_init(&m, &o->model, B) || data_init(&data, 1u << 16, o->seed) ||
-      weft_stream_create(&r.stream) != WEFT_SUCCESS) {
+      setup(&r, &opt_n, &state) || weft_stream_create(&r.gs) != WEFT_SUCCESS) {
     fprintf(stderr, "zero: rank %d: bad options or out of memory\n", r.rank);
     goto out;
   }
-  size_t P = m.nparams, opt_n = P;
-  r.nb = o->model.layers + 2;
-  r.b = calloc((size_t)r.nb, sizeof *r.b);
-  params = malloc(P * sizeof *params), r.grads = malloc(P * sizeof *params);
-  if (!r.b || !params || !r.grads) goto oom;
-  for (int i = 0; i < r.nb; i++) { /* layers from the last, then the final norm, embeddings */
-    bucket_t *b = &r.b[i];
-    int l = o->model.layers - 1 - i;
-    b->first = i < o->model.layers ? gpt_param(&m, l, 0) : i == r.nb - 2 ? m.lnf : 0;
-    b->size = i < o->model.layers ? m.layer_size : i == r.nb - 2 ? P - m.lnf : m.layer_first;
-    b->shard = (b->size + (size_t)r.nranks - 1) / (size_t)r.nranks;
-    if (o->stage == 1) {
-      b->stage = malloc(b->shard * (size_t)r.nranks * sizeof *params);
-      b->gshard = malloc(b->shard * sizeof *params);
-      if (!b->stage || !b->gshard) goto oom;
-    }
+  if (o->stage == 3 && (weft_comm_split(comm, 0, r.rank, &r.pcomm, &host) != WEFT_SUCCESS ||
+                        weft_stream_create(&r.ps) != WEFT_SUCCESS)) {
+    fail(&r, "the parameter communicator", comm);
+    goto out;
   }
-  if (o->stage == 1)
-    for (int i = opt_n = 0; i < r.nb; i++)
-      opt_n += r.b[i].shard;
-  am = calloc(opt_n, sizeof *am), av = calloc(opt_n, sizeof *av);
-  if (!am || !av) goto oom;
-  gpt_init_params(&m, params, o->seed);
+  for (int i = 0; i < r.nb; i++)
+    maxblock =
+        r.b[i].shard * (size_t)r.nranks > maxblock ? r.b[i].shard * (size_t)r.nranks : maxblock;
+  int bad = 0;
+  am = alloc(opt_n, &bad), av = alloc(opt_n, &bad), scratch = alloc(maxblock, &bad);
+  init = alloc(m.nparams, &bad); /* every rank draws the same weights, then keeps its part */
+  if (bad) goto out;
+  gpt_init_params(&m, init, o->seed);
+  if (o->stage < 3) memcpy(r.params, init, m.nparams * sizeof *init);
+  for (int i = 0; i < r.nb && o->stage == 3; i++) {
+    block_t *b = &r.b[i];
+    size_t lo = (size_t)r.rank * b->shard, n = lo < b->size ? b->size - lo : 0;
+    memcpy(r.pshard + b->at, init + b->first + lo, (n < b->shard ? n : b->shard) * sizeof *init);
+  }
+  free(init), init = NULL;
+  gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = &r};
   double t_all = 0, t_wait = 0;
-  for (int s = 0; s < o->steps; s++) {
+  for (int s = 0; s < o->steps && !r.failed; s++) {
     double t0 = now_s();
     for (int i = 0; i < B; i++) /* this rank's part of the global batch */
       data_sample(&data, (size_t)s * B * r.nranks + (size_t)r.rank * B + i, T, tok + i * T,
                   tgt + i * T);
-    float loss = gpt_forward(&m, params, tok, tgt, B), total = 0;
-    memset(r.grads, 0, P * sizeof *params);
-    gpt_backward(&m, params, r.grads, tok, tgt, B, 1.0f / (float)r.nranks, layer_done, &r);
-    for (int i = 0; i < r.nb && !o->overlap; i++)
-      reduce_bucket(&r, i);
-    double tw = now_s(), wait;
-    if (r.failed || weft_stream_synchronize(r.stream) != WEFT_SUCCESS) goto fail;
-    wait = now_s() - tw;
-    if (o->stage == 0) {
-      adamw_step(&o->opt, s + 1, params, r.grads, am, av, P);
-    } else {
-      tw = now_s();
-      if (update_sharded(&r, params, am, av, s + 1)) goto fail;
-      wait += now_s() - tw; /* the gather, and the shard's update (a small part) */
-    }
+    r.backward = 0, r.waited = 0;
+    float loss = gpt_forward(&m, &io, tok, tgt, B), total = 0;
+    if (r.grads) memset(r.grads, 0, m.nparams * sizeof *r.grads);
+    r.backward = 1;
+    gpt_backward(&m, &io, tok, tgt, B, 1.0f / (float)r.nranks);
+    for (int i = 0; i < r.nb && !o->overlap && o->stage < 2; i++)
+      reduce(&r, i < m.c.layers ? m.c.layers - 1 - i : i == m.c.layers ? GPT_FINAL : GPT_EMBED);
+    wait_for(&r, r.gs, comm, "reducing gradients");
+    r.busy[0] = r.busy[1] = 0, r.held[0] = r.held[1] = -1; /* parameters change below */
+    double tw = now_s(), wait = r.waited;
+    if (r.failed) break;
+    if (o->stage == 0)
+      adamw_step(&o->opt, s + 1, r.params, r.grads, am, av, m.nparams);
+    else if (update(&r, am, av, s + 1, scratch))
+      break;
+    if (o->stage == 1 || o->stage == 2) wait += now_s() - tw; /* mostly the gathers */
     t_wait += wait;
-    if (weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, comm, NULL) != WEFT_SUCCESS) goto fail;
+    if (weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, comm, NULL) != WEFT_SUCCESS) {
+      fail(&r, "averaging the loss", comm);
+      break;
+    }
     losses[s] = total / (float)r.nranks;
     double dt = now_s() - t0;
     t_all += dt;
@@ -155,20 +283,12 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
   if (stats) {
     stats->step_s = o->steps ? t_all / o->steps : 0;
     stats->comm_wait_s = o->steps ? t_wait / o->steps : 0;
-    stats->state_bytes = (2 * P + 2 * opt_n) * sizeof(float);
+    stats->state_bytes = state;
   }
-  rc = 0;
-  goto out;
-oom:
-  fprintf(stderr, "zero: rank %d: out of memory\n", r.rank);
-  goto out;
-fail:
-  fprintf(stderr, "zero: rank %d: communication failed: %s\n", r.rank, weft_get_last_error(comm));
+  rc = r.failed ? -1 : 0;
 out:
-  for (int i = 0; r.b && i < r.nb; i++)
-    free(r.b[i].stage), free(r.b[i].gshard);
-  if (r.stream) weft_stream_destroy(r.stream);
-  free(r.b), free(params), free(r.grads), free(am), free(av), free(tok), free(tgt);
+  teardown(&r);
+  free(am), free(av), free(init), free(scratch), free(tok), free(tgt);
   gpt_free(&m);
   data_free(&data);
   return rc;

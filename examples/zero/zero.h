@@ -1,6 +1,9 @@
 /* Data-parallel training of the example GPT on weft (host buffers): stage 0 is plain DDP
- * (gradients allreduced), stage 1 is ZeRO-1 (gradients reduce-scattered, optimizer state and
- * update sharded, parameters allgathered). Each layer's gradients are reduced on a weft host
+ * (gradients allreduced), stage 1 ZeRO-1 (gradients reduce-scattered, optimizer state and
+ * update sharded, parameters allgathered), stage 2 also keeps only its shard of the
+ * gradients (each layer's full gradients live in one of two working slots until reduced),
+ * stage 3 also shards the parameters (each layer gathered when a pass needs it, the next one
+ * prefetched, two layers held at most). Each layer's gradients are reduced on a weft host
  * stream as soon as its backward is done, overlapping the rest of the backward. */
 #ifndef WEFT_EXAMPLES_ZERO_H
 #define WEFT_EXAMPLES_ZERO_H

@@ -19,15 +19,17 @@ static int check_grads(void) {
     p[i] += (float)((int)(i * 7919 % 61) - 30) * 0.01f;
   for (int i = 0; i < 10; i++)
     tok[i] = (i * 3 + 1) % c.vocab, tgt[i] = (i * 5 + 2) % c.vocab;
-  gpt_forward(&m, p, tok, tgt, B);
-  gpt_backward(&m, p, g, tok, tgt, B, 1.0f, NULL, NULL);
+  gpt_flat_t flat = {&m, p, g};
+  gpt_io_t io = gpt_flat_io(&flat);
+  gpt_forward(&m, &io, tok, tgt, B);
+  gpt_backward(&m, &io, tok, tgt, B, 1.0f);
   double worst = 0;
   for (size_t i = 0; i < m.nparams; i++) {
     float keep = p[i], h = 1e-2f;
     p[i] = keep + h;
-    double up = gpt_forward(&m, p, tok, tgt, B);
+    double up = gpt_forward(&m, &io, tok, tgt, B);
     p[i] = keep - h;
-    double down = gpt_forward(&m, p, tok, tgt, B);
+    double down = gpt_forward(&m, &io, tok, tgt, B);
     p[i] = keep;
     double num = (up - down) / (2.0 * h), err = fabs(num - g[i]);
     double tol = 2e-3 + 2e-2 * fabs(num);

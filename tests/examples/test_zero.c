@@ -67,6 +67,6 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2, stage = argc > 2 ? atoi(argv[2]) : 0;
-  if (n < 1 || stage < 0 || stage > 1) return 2;
+  if (n < 1 || stage < 0 || stage > 3) return 2;
   return launch_local(n, rank_main, &stage, 300) ? 1 : 0;
 }
