@@ -247,6 +247,25 @@ void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *ta
   done(io, GPT_EMBED);
 }
 
+void gpt_io_replay(const gpt_t *m, const gpt_io_t *io, int backward) {
+  int L = m->c.layers;
+  if (!backward) {
+    io->params(io->arg, GPT_EMBED);
+    for (int l = 0; l < L; l++)
+      io->params(io->arg, l);
+    io->params(io->arg, GPT_FINAL);
+    return;
+  }
+  io->params(io->arg, GPT_EMBED), io->params(io->arg, GPT_FINAL);
+  io->grads(io->arg, GPT_EMBED), io->grads(io->arg, GPT_FINAL);
+  done(io, GPT_FINAL);
+  for (int l = L - 1; l >= 0; l--) {
+    io->params(io->arg, l), io->grads(io->arg, l);
+    done(io, l);
+  }
+  done(io, GPT_EMBED);
+}
+
 void adamw_step(const adamw_t *o, int step, float *params, const float *grads, float *m, float *v,
                 size_t n) {
   float c1 = 1.0f - powf(o->beta1, (float)step), c2 = 1.0f - powf(o->beta2, (float)step);

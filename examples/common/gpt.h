@@ -80,6 +80,10 @@ float gpt_forward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *ta
 void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B,
                   float scale);
 
+/* The hooks of a forward (backward = 0) or a backward, in their order, with no math: for
+ * timing a run's communication alone. */
+void gpt_io_replay(const gpt_t *m, const gpt_io_t *io, int backward);
+
 /* AdamW over n parameters: step counts from 1. */
 typedef struct {
   float lr, beta1, beta2, eps, weight_decay;

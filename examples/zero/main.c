@@ -1,6 +1,6 @@
 /* zero: train the example GPT data-parallel on local CPU ranks (stage 0: DDP, 1-3: ZeRO).
  * usage: zero [--ranks N] [--stage 0-3] [--steps N] [--batch B] [--layers L] [--channels C]
- *             [--heads H] [--seq T] [--lr X] [--no-overlap] [--cpu] */
+ *             [--heads H] [--seq T] [--lr X] [--no-overlap] [--measure-overlap] [--cpu] */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +9,8 @@
 #include "data.h"
 #include "launch.h"
 #include "zero.h"
+
+static int g_overlap_report; /* --measure-overlap: also the compute-only and comm-only runs */
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   zero_opts_t o = *(const zero_opts_t *)arg;
@@ -26,6 +28,18 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
            "parameters + gradients + optimizer state: %.2f MiB per rank\n",
            n, o.stage, st.step_s * 1e3, st.step_s > 0 ? 100.0 * st.comm_wait_s / st.step_s : 0,
            (double)st.state_bytes / (1 << 20));
+  zero_stats_t only[2];
+  o.log = NULL;
+  for (int i = 0; i < 2 && !rc && g_overlap_report; i++) {
+    o.mode = i == 0 ? ZERO_COMPUTE_ONLY : ZERO_COMM_ONLY;
+    rc = zero_train(comm, &o, losses, &only[i]) ? 1 : 0;
+  }
+  if (!rc && g_overlap_report && rank == 0) {
+    double full = st.step_s, cpu = only[0].step_s, net = only[1].step_s;
+    printf("# overlap: step %.2f ms, compute only %.2f ms, communication only %.2f ms: "
+           "efficiency (compute + communication - step) / communication = %.2f\n",
+           full * 1e3, cpu * 1e3, net * 1e3, net > 0 ? (cpu + net - full) / net : 0);
+  }
   free(losses);
   weft_comm_destroy(comm);
   return rc;
@@ -41,12 +55,21 @@ int main(int argc, char **argv) {
       .seed = 1,
       .overlap = 1};
   int ranks = 2;
-  static const struct option longs[] = {
-      {"ranks", 1, 0, 'r'},      {"stage", 1, 0, 's'},  {"steps", 1, 0, 'n'},
-      {"batch", 1, 0, 'b'},      {"layers", 1, 0, 'l'}, {"channels", 1, 0, 'c'},
-      {"heads", 1, 0, 'H'},      {"seq", 1, 0, 't'},    {"lr", 1, 0, 'x'},
-      {"no-overlap", 0, 0, 'o'}, {"cpu", 0, 0, 'C'},    {"gpu", 0, 0, 'G'},
-      {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+  static const struct option longs[] = {{"ranks", 1, 0, 'r'},
+                                        {"stage", 1, 0, 's'},
+                                        {"steps", 1, 0, 'n'},
+                                        {"batch", 1, 0, 'b'},
+                                        {"layers", 1, 0, 'l'},
+                                        {"channels", 1, 0, 'c'},
+                                        {"heads", 1, 0, 'H'},
+                                        {"seq", 1, 0, 't'},
+                                        {"lr", 1, 0, 'x'},
+                                        {"no-overlap", 0, 0, 'o'},
+                                        {"measure-overlap", 0, 0, 'M'},
+                                        {"cpu", 0, 0, 'C'},
+                                        {"gpu", 0, 0, 'G'},
+                                        {"help", 0, 0, 'h'},
+                                        {0, 0, 0, 0}};
   for (int ch; (ch = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
     switch (ch) {
     case 'r': ranks = atoi(optarg); break;
@@ -59,11 +82,13 @@ int main(int argc, char **argv) {
     case 't': o.model.seq = atoi(optarg); break;
     case 'x': o.opt.lr = (float)atof(optarg); break;
     case 'o': o.overlap = 0; break;
+    case 'M': g_overlap_report = 1; break;
     case 'C': break;
     case 'G': fprintf(stderr, "zero: the CUDA back end is not built yet (--cpu only)\n"); return 2;
     case 'h':
       printf("usage: zero [--ranks N] [--stage 0-3] [--steps N] [--batch B] [--layers L] "
-             "[--channels C] [--heads H] [--seq T] [--lr X] [--no-overlap] [--cpu]\n");
+             "[--channels C] [--heads H] [--seq T] [--lr X] [--no-overlap] [--measure-overlap] "
+             "[--cpu]\n");
       return 0;
     default: return 2;
     }

@@ -60,6 +60,7 @@ static void gather(run_t *r, int block) {
   block_t *b = &r->b[index_of(r, block)];
   int s = slot_of(block);
   if (s < 2) r->held[s] = block;
+  if (r->o->mode == ZERO_COMPUTE_ONLY) return;
   if (weft_allgather(r->pshard + b->at, r->full[s], b->shard, WEFT_F32, r->pcomm, r->ps) !=
       WEFT_SUCCESS)
     fail(r, "gathering parameters", r->pcomm);
@@ -115,7 +116,7 @@ static void reduce(run_t *r, int block) {
     memset(b->stage + b->size, 0, pad * sizeof *g);
     g = b->stage;
   }
-  if (r->o->wrong_reduction) { /* tests: each rank keeps its own gradients */
+  if (r->o->wrong_reduction || r->o->mode == ZERO_COMPUTE_ONLY) { /* each keeps its own */
     if (r->o->stage > 0) memcpy(r->gshard + b->at, g + lo, b->shard * sizeof *g);
   } else if (r->o->stage == 0) {
     rc = weft_allreduce(g, g, b->size, WEFT_F32, WEFT_SUM, r->comm, r->gs);
@@ -143,8 +144,9 @@ static int update(run_t *r, float *am, float *av, int step, float *scratch) {
     size_t lo = (size_t)r->rank * b->shard, n = lo < b->size ? b->size - lo : 0;
     n = n < b->shard ? n : b->shard;
     float *p = r->o->stage == 3 ? r->pshard + b->at : r->params + b->first + lo;
-    adamw_step(&r->o->opt, step, p, r->gshard + b->at, am + b->at, av + b->at, n);
-    if (r->o->stage == 3) continue;
+    if (r->o->mode != ZERO_COMM_ONLY)
+      adamw_step(&r->o->opt, step, p, r->gshard + b->at, am + b->at, av + b->at, n);
+    if (r->o->stage == 3 || r->o->mode == ZERO_COMPUTE_ONLY) continue;
     float *mine = scratch + lo; /* the gather's own block, padded */
     memcpy(mine, p, n * sizeof *p);
     memset(mine + n, 0, (b->shard - n) * sizeof *p);
@@ -253,23 +255,30 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
       data_sample(&data, (size_t)s * B * r.nranks + (size_t)r.rank * B + i, T, tok + i * T,
                   tgt + i * T);
     r.backward = 0, r.waited = 0;
-    float loss = gpt_forward(&m, &io, tok, tgt, B), total = 0;
-    if (r.grads) memset(r.grads, 0, m.nparams * sizeof *r.grads);
+    int math = o->mode != ZERO_COMM_ONLY;
+    float loss = math ? gpt_forward(&m, &io, tok, tgt, B) : (gpt_io_replay(&m, &io, 0), 0.0f);
+    float total = loss;
+    if (r.grads && math) memset(r.grads, 0, m.nparams * sizeof *r.grads);
     r.backward = 1;
-    gpt_backward(&m, &io, tok, tgt, B, 1.0f / (float)r.nranks);
+    if (math)
+      gpt_backward(&m, &io, tok, tgt, B, 1.0f / (float)r.nranks);
+    else
+      gpt_io_replay(&m, &io, 1);
     for (int i = 0; i < r.nb && !o->overlap && o->stage < 2; i++)
       reduce(&r, i < m.c.layers ? m.c.layers - 1 - i : i == m.c.layers ? GPT_FINAL : GPT_EMBED);
     wait_for(&r, r.gs, comm, "reducing gradients");
     r.busy[0] = r.busy[1] = 0, r.held[0] = r.held[1] = -1; /* parameters change below */
     double tw = now_s(), wait = r.waited;
     if (r.failed) break;
-    if (o->stage == 0)
+    if (o->stage == 0 && math)
       adamw_step(&o->opt, s + 1, r.params, r.grads, am, av, m.nparams);
     else if (update(&r, am, av, s + 1, scratch))
       break;
     if (o->stage == 1 || o->stage == 2) wait += now_s() - tw; /* mostly the gathers */
     t_wait += wait;
-    if (weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, comm, NULL) != WEFT_SUCCESS) {
+    if (o->mode == ZERO_COMPUTE_ONLY)
+      total *= (float)r.nranks; /* this rank's loss stands for the mean */
+    else if (weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, comm, NULL) != WEFT_SUCCESS) {
       fail(&r, "averaging the loss", comm);
       break;
     }

@@ -13,7 +13,12 @@
 #include "gpt.h"
 #include "weft.h"
 
+/* What a run does: everything, the same math with no communication, or the same
+ * communication with no math (the two runs an overlap efficiency is computed from). */
+typedef enum { ZERO_FULL, ZERO_COMPUTE_ONLY, ZERO_COMM_ONLY } zero_mode_t;
+
 typedef struct {
+  zero_mode_t mode;
   int stage;          /* 0 (DDP) or 1 (ZeRO-1) */
   int steps, batch;   /* batch: sequences per rank per step */
   gpt_config_t model; /* vocab is the data's (DATA_VOCAB) or more */
