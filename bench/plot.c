@@ -1,71 +1,15 @@
-/* A tiny PNG plotter for collbench: an RGB canvas, lines, a 3x5 font, and a PNG writer with
- * stored (uncompressed) deflate blocks, so it needs no zlib. */
+/* collbench --plot: busbw against size, a panel per collective, drawn on canvas.c. */
 #include "plot.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { W = 800, PANEL_H = 260, LEFT = 64, RIGHT = 20, TOP = 26, BOTTOM = 34, SCALE = 2 };
+#include "canvas.h"
 
-typedef struct {
-  int w, h;
-  uint8_t *px;
-} canvas_t;
-
-static void put(canvas_t *c, int x, int y, const uint8_t rgb[3]) {
-  if (x < 0 || y < 0 || x >= c->w || y >= c->h) return;
-  memcpy(c->px + ((size_t)y * c->w + x) * 3, rgb, 3);
-}
-
-static void line(canvas_t *c, int x0, int y0, int x1, int y1, const uint8_t rgb[3], int thick) {
-  int dx = abs(x1 - x0), dy = -abs(y1 - y0), sx = x0 < x1 ? 1 : -1, sy = y0 < y1 ? 1 : -1;
-  int err = dx + dy;
-  for (;;) {
-    for (int a = 0; a < thick; a++)
-      for (int b = 0; b < thick; b++)
-        put(c, x0 + a, y0 + b, rgb);
-    if (x0 == x1 && y0 == y1) break;
-    int e2 = 2 * err;
-    if (e2 >= dy) err += dy, x0 += sx;
-    if (e2 <= dx) err += dx, y0 += sy;
-  }
-}
-
-/* 3x5 glyphs, rows top to bottom, 3 bits each (left bit first). */
-static const struct {
-  char ch;
-  uint16_t rows[5];
-} FONT[] = {
-    {'0', {7, 5, 5, 5, 7}}, {'1', {2, 6, 2, 2, 7}}, {'2', {7, 1, 7, 4, 7}}, {'3', {7, 1, 3, 1, 7}},
-    {'4', {5, 5, 7, 1, 1}}, {'5', {7, 4, 7, 1, 7}}, {'6', {7, 4, 7, 5, 7}}, {'7', {7, 1, 1, 2, 2}},
-    {'8', {7, 5, 7, 5, 7}}, {'9', {7, 5, 7, 1, 7}}, {'A', {2, 5, 7, 5, 5}}, {'B', {6, 5, 6, 5, 6}},
-    {'C', {7, 4, 4, 4, 7}}, {'D', {6, 5, 5, 5, 6}}, {'E', {7, 4, 6, 4, 7}}, {'F', {7, 4, 6, 4, 4}},
-    {'G', {7, 4, 5, 5, 7}}, {'H', {5, 5, 7, 5, 5}}, {'I', {7, 2, 2, 2, 7}}, {'J', {1, 1, 1, 5, 7}},
-    {'K', {5, 5, 6, 5, 5}}, {'L', {4, 4, 4, 4, 7}}, {'M', {5, 7, 7, 5, 5}}, {'N', {6, 5, 5, 5, 5}},
-    {'O', {7, 5, 5, 5, 7}}, {'P', {7, 5, 7, 4, 4}}, {'Q', {7, 5, 5, 7, 1}}, {'R', {6, 5, 6, 5, 5}},
-    {'S', {7, 4, 7, 1, 7}}, {'T', {7, 2, 2, 2, 2}}, {'U', {5, 5, 5, 5, 7}}, {'V', {5, 5, 5, 5, 2}},
-    {'W', {5, 5, 7, 7, 5}}, {'X', {5, 5, 2, 5, 5}}, {'Y', {5, 5, 2, 2, 2}}, {'Z', {7, 1, 2, 4, 7}},
-    {'_', {0, 0, 0, 0, 7}}, {'.', {0, 0, 0, 0, 2}}, {'/', {1, 1, 2, 4, 4}}, {':', {0, 2, 0, 2, 0}},
-    {'-', {0, 0, 7, 0, 0}}, {'(', {1, 2, 2, 2, 1}}, {')', {4, 2, 2, 2, 4}}};
-
-static void text(canvas_t *c, int x, int y, const char *s, const uint8_t rgb[3]) {
-  for (; *s; s++, x += 4 * SCALE) {
-    char ch = (char)toupper((unsigned char)*s);
-    for (size_t g = 0; g < sizeof FONT / sizeof FONT[0]; g++) {
-      if (FONT[g].ch != ch) continue;
-      for (int r = 0; r < 5; r++)
-        for (int b = 0; b < 3; b++)
-          if (FONT[g].rows[r] >> (2 - b) & 1)
-            for (int a = 0; a < SCALE; a++)
-              for (int d = 0; d < SCALE; d++)
-                put(c, x + b * SCALE + a, y + r * SCALE + d, rgb);
-    }
-  }
-}
+enum { W = 800, PANEL_H = 260, LEFT = 64, RIGHT = 20, TOP = 26, BOTTOM = 34, SCALE = CANVAS_SCALE };
 
 static void size_label(char *buf, size_t len, double bytes) {
   static const char *unit[] = {"", "K", "M", "G", "T"};
@@ -94,105 +38,29 @@ static void panel(canvas_t *c, int y0, const plot_point_t *p, size_t n, const ch
 #define Y(v) (py1 - (int)((v) / ymax * (py1 - py0)))
   char buf[160];
   for (double v = 0; v <= ymax + step / 2; v += step) {
-    line(c, px0, Y(v), px1, Y(v), GREY, 1);
+    canvas_line(c, px0, Y(v), px1, Y(v), GREY, 1);
     snprintf(buf, sizeof buf, "%.0f", v);
-    text(c, px0 - 6 - (int)strlen(buf) * 4 * SCALE, Y(v) - 5, buf, BLACK);
+    canvas_text(c, px0 - 6 - (int)strlen(buf) * 4 * SCALE, Y(v) - 5, buf, BLACK);
   }
   for (double e = ceil(xmin); e <= xmax; e += 2) {
     double b = pow(2, e);
-    line(c, X(b), py0, X(b), py1, GREY, 1);
+    canvas_line(c, X(b), py0, X(b), py1, GREY, 1);
     size_label(buf, sizeof buf, b);
-    text(c, X(b) - (int)strlen(buf) * 2 * SCALE, py1 + 6, buf, BLACK);
+    canvas_text(c, X(b) - (int)strlen(buf) * 2 * SCALE, py1 + 6, buf, BLACK);
   }
-  line(c, px0, py0, px0, py1, BLACK, 1);
-  line(c, px0, py1, px1, py1, BLACK, 1);
+  canvas_line(c, px0, py0, px0, py1, BLACK, 1);
+  canvas_line(c, px0, py1, px1, py1, BLACK, 1);
   snprintf(buf, sizeof buf, "%s busbw GB/s   weft: blue%s%s%s", p[0].coll, peer ? "   " : "",
            peer ? peer : "", peer ? ": red" : "");
-  text(c, px0, y0 + 6, buf, BLACK);
+  canvas_text(c, px0, y0 + 6, buf, BLACK);
   for (size_t i = 1; i < n; i++) {
-    line(c, X(p[i - 1].bytes), Y(p[i - 1].busbw), X(p[i].bytes), Y(p[i].busbw), BLUE, 2);
+    canvas_line(c, X(p[i - 1].bytes), Y(p[i - 1].busbw), X(p[i].bytes), Y(p[i].busbw), BLUE, 2);
     if (p[i - 1].peer_busbw > 0 && p[i].peer_busbw > 0)
-      line(c, X(p[i - 1].bytes), Y(p[i - 1].peer_busbw), X(p[i].bytes), Y(p[i].peer_busbw), RED, 2);
+      canvas_line(c, X(p[i - 1].bytes), Y(p[i - 1].peer_busbw), X(p[i].bytes), Y(p[i].peer_busbw),
+                  RED, 2);
   }
 #undef X
 #undef Y
-}
-
-/* ---- PNG ---- */
-static uint32_t crc_table[256];
-
-static uint32_t crc32_of(uint32_t crc, const uint8_t *p, size_t n) {
-  if (!crc_table[1])
-    for (uint32_t i = 0; i < 256; i++) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; k++)
-        c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      crc_table[i] = c;
-    }
-  crc = ~crc;
-  for (size_t i = 0; i < n; i++)
-    crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
-
-static void be32(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
-}
-
-static int chunk(FILE *f, const char *type, const uint8_t *data, size_t n) {
-  uint8_t hdr[8], crc[4];
-  be32(hdr, (uint32_t)n);
-  memcpy(hdr + 4, type, 4);
-  uint32_t c = crc32_of(crc32_of(0, (const uint8_t *)type, 4), data, n);
-  be32(crc, c);
-  return fwrite(hdr, 1, 8, f) == 8 && (n == 0 || fwrite(data, 1, n, f) == n) &&
-                 fwrite(crc, 1, 4, f) == 4
-             ? 0
-             : -1;
-}
-
-static int write_png(const char *path, const canvas_t *c) {
-  size_t row = (size_t)c->w * 3 + 1, raw_n = row * (size_t)c->h;
-  size_t nblocks = (raw_n + 65534) / 65535, z_n = 2 + raw_n + nblocks * 5 + 4;
-  uint8_t *raw = malloc(raw_n), *z = malloc(z_n);
-  int rc = -1;
-  FILE *f = NULL;
-  if (!raw || !z) goto out;
-  for (int y = 0; y < c->h; y++) {
-    raw[(size_t)y * row] = 0; /* filter: none */
-    memcpy(raw + (size_t)y * row + 1, c->px + (size_t)y * c->w * 3, (size_t)c->w * 3);
-  }
-  size_t o = 0;
-  z[o++] = 0x78, z[o++] = 0x01;
-  uint32_t a = 1, b = 0;
-  for (size_t i = 0; i < raw_n; i++)
-    a = (a + raw[i]) % 65521, b = (b + a) % 65521;
-  for (size_t off = 0; off < raw_n; off += 65535) {
-    size_t len = raw_n - off < 65535 ? raw_n - off : 65535;
-    z[o++] = off + len == raw_n; /* BFINAL, stored */
-    z[o++] = (uint8_t)len, z[o++] = (uint8_t)(len >> 8);
-    z[o++] = (uint8_t)~len, z[o++] = (uint8_t)(~len >> 8);
-    memcpy(z + o, raw + off, len);
-    o += len;
-  }
-  be32(z + o, b << 16 | a);
-  o += 4;
-  uint8_t ihdr[13] = {0};
-  be32(ihdr, (uint32_t)c->w);
-  be32(ihdr + 4, (uint32_t)c->h);
-  ihdr[8] = 8, ihdr[9] = 2; /* 8-bit RGB */
-  static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  f = fopen(path, "wb");
-  if (!f) goto out;
-  rc = fwrite(sig, 1, 8, f) == 8 && chunk(f, "IHDR", ihdr, 13) == 0 &&
-               chunk(f, "IDAT", z, o) == 0 && chunk(f, "IEND", NULL, 0) == 0
-           ? 0
-           : -1;
-  if (fclose(f) != 0) rc = -1;
-out:
-  free(raw);
-  free(z);
-  return rc;
 }
 
 int plot_png(const char *path, const plot_point_t *pts, size_t n, const char *peer_name) {
@@ -200,10 +68,8 @@ int plot_png(const char *path, const plot_point_t *pts, size_t n, const char *pe
   for (size_t i = 0; i < n; i++)
     npanels += i == 0 || strcmp(pts[i].coll, pts[i - 1].coll) != 0;
   if (npanels == 0) npanels = 1;
-  canvas_t c = {W, (int)(PANEL_H * npanels), NULL};
-  c.px = malloc((size_t)c.w * c.h * 3);
-  if (!c.px) return -1;
-  memset(c.px, 255, (size_t)c.w * c.h * 3);
+  canvas_t c;
+  if (canvas_new(&c, W, (int)(PANEL_H * npanels))) return -1;
   int k = 0;
   for (size_t i = 0; i < n;) {
     size_t j = i;
@@ -212,7 +78,7 @@ int plot_png(const char *path, const plot_point_t *pts, size_t n, const char *pe
     panel(&c, k++ * PANEL_H, pts + i, j - i, peer_name);
     i = j;
   }
-  int rc = write_png(path, &c);
-  free(c.px);
+  int rc = canvas_png(path, &c);
+  canvas_free(&c);
   return rc;
 }

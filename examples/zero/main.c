@@ -1,6 +1,7 @@
 /* zero: train the example GPT data-parallel on local CPU ranks (stage 0: DDP, 1-3: ZeRO).
  * usage: zero [--ranks N] [--stage 0-3] [--steps N] [--batch B] [--layers L] [--channels C]
- *             [--heads H] [--seq T] [--lr X] [--no-overlap] [--measure-overlap] [--cpu] */
+ *             [--heads H] [--seq T] [--lr X] [--no-overlap] [--measure-overlap]
+ *             [--trace FILE.json] [--cpu] */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
            n, o.stage, st.step_s * 1e3, st.step_s > 0 ? 100.0 * st.comm_wait_s / st.step_s : 0,
            (double)st.state_bytes / (1 << 20));
   zero_stats_t only[2];
-  o.log = NULL;
+  o.log = NULL, o.trace = NULL;
   for (int i = 0; i < 2 && !rc && g_overlap_report; i++) {
     o.mode = i == 0 ? ZERO_COMPUTE_ONLY : ZERO_COMM_ONLY;
     rc = zero_train(comm, &o, losses, &only[i]) ? 1 : 0;
@@ -66,6 +67,7 @@ int main(int argc, char **argv) {
                                         {"lr", 1, 0, 'x'},
                                         {"no-overlap", 0, 0, 'o'},
                                         {"measure-overlap", 0, 0, 'M'},
+                                        {"trace", 1, 0, 'T'},
                                         {"cpu", 0, 0, 'C'},
                                         {"gpu", 0, 0, 'G'},
                                         {"help", 0, 0, 'h'},
@@ -83,12 +85,13 @@ int main(int argc, char **argv) {
     case 'x': o.opt.lr = (float)atof(optarg); break;
     case 'o': o.overlap = 0; break;
     case 'M': g_overlap_report = 1; break;
+    case 'T': o.trace = optarg; break;
     case 'C': break;
     case 'G': fprintf(stderr, "zero: the CUDA back end is not built yet (--cpu only)\n"); return 2;
     case 'h':
       printf("usage: zero [--ranks N] [--stage 0-3] [--steps N] [--batch B] [--layers L] "
              "[--channels C] [--heads H] [--seq T] [--lr X] [--no-overlap] [--measure-overlap] "
-             "[--cpu]\n");
+             "[--trace FILE.json] [--cpu]\n");
       return 0;
     default: return 2;
     }

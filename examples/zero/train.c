@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "data.h"
+#include "trace.h"
 #include "zero.h"
 
 typedef struct {
@@ -22,6 +23,7 @@ typedef struct {
   weft_stream_t gs, ps;    /* their streams */
   int rank, nranks, nb, failed, backward;
   double waited; /* seconds this step waited for parameter gathers and gradient slots */
+  trace_t *tr;   /* o->trace: this rank's spans */
   block_t *b;
   float *params, *grads;  /* stages 0-2: full parameters; 0-1: full gradients */
   float *pshard, *gshard; /* stage 3: parameter shards; stages 1-3: reduced gradient shards */
@@ -61,16 +63,20 @@ static void gather(run_t *r, int block) {
   int s = slot_of(block);
   if (s < 2) r->held[s] = block;
   if (r->o->mode == ZERO_COMPUTE_ONLY) return;
+  trace_issue(r->tr, 1, "gather", block, now_s());
   if (weft_allgather(r->pshard + b->at, r->full[s], b->shard, WEFT_F32, r->pcomm, r->ps) !=
       WEFT_SUCCESS)
     fail(r, "gathering parameters", r->pcomm);
 }
 
-/* Waits for a stream, adding the time to the step's waiting. */
+/* Waits for a stream, adding the time to the step's waiting (and the trace's spans: the
+ * wait, and every operation it saw finish). */
 static void wait_for(run_t *r, weft_stream_t s, weft_comm_t c, const char *what) {
   double t0 = now_s();
   if (weft_stream_synchronize(s) != WEFT_SUCCESS) fail(r, what, c);
   r->waited += now_s() - t0;
+  trace_span(r->tr, TRACE_WAIT, what, t0, now_s());
+  trace_settle(r->tr, s == r->ps, now_s());
 }
 
 static const float *params_of(void *arg, int block) {
@@ -119,8 +125,10 @@ static void reduce(run_t *r, int block) {
   if (r->o->wrong_reduction || r->o->mode == ZERO_COMPUTE_ONLY) { /* each keeps its own */
     if (r->o->stage > 0) memcpy(r->gshard + b->at, g + lo, b->shard * sizeof *g);
   } else if (r->o->stage == 0) {
+    trace_issue(r->tr, 0, "allreduce", block, now_s());
     rc = weft_allreduce(g, g, b->size, WEFT_F32, WEFT_SUM, r->comm, r->gs);
   } else {
+    trace_issue(r->tr, 0, "reduce-scatter", block, now_s());
     rc = weft_reduce_scatter(g, r->gshard + b->at, b->shard, WEFT_F32, WEFT_SUM, r->comm, r->gs);
   }
   if (rc != WEFT_SUCCESS) fail(r, "reducing gradients", r->comm);
@@ -150,9 +158,12 @@ static int update(run_t *r, float *am, float *av, int step, float *scratch) {
     float *mine = scratch + lo; /* the gather's own block, padded */
     memcpy(mine, p, n * sizeof *p);
     memset(mine + n, 0, (b->shard - n) * sizeof *p);
-    if (weft_allgather(mine, scratch, b->shard, WEFT_F32, r->comm, r->gs) != WEFT_SUCCESS ||
-        weft_stream_synchronize(r->gs) != WEFT_SUCCESS)
+    int id = i < r->m->c.layers ? i : i == r->nb - 2 ? GPT_FINAL : GPT_EMBED;
+    trace_issue(r->tr, 0, "gather", id, now_s());
+    if (weft_allgather(mine, scratch, b->shard, WEFT_F32, r->comm, r->gs) != WEFT_SUCCESS)
       return fail(r, "gathering parameters", r->comm), -1;
+    wait_for(r, r->gs, r->comm, "gathering parameters");
+    if (r->failed) return -1;
     memcpy(r->params + b->first, scratch, b->size * sizeof *p);
   }
   return 0;
@@ -248,6 +259,7 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
   }
   free(init), init = NULL;
   gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = &r};
+  if (o->trace && !(r.tr = trace_new(now_s()))) goto out;
   double t_all = 0, t_wait = 0;
   for (int s = 0; s < o->steps && !r.failed; s++) {
     double t0 = now_s();
@@ -256,14 +268,17 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
                   tgt + i * T);
     r.backward = 0, r.waited = 0;
     int math = o->mode != ZERO_COMM_ONLY;
+    double tf = now_s();
     float loss = math ? gpt_forward(&m, &io, tok, tgt, B) : (gpt_io_replay(&m, &io, 0), 0.0f);
+    trace_span(r.tr, TRACE_COMPUTE, "forward", tf, now_s());
     float total = loss;
     if (r.grads && math) memset(r.grads, 0, m.nparams * sizeof *r.grads);
-    r.backward = 1;
+    r.backward = 1, tf = now_s();
     if (math)
       gpt_backward(&m, &io, tok, tgt, B, 1.0f / (float)r.nranks);
     else
       gpt_io_replay(&m, &io, 1);
+    trace_span(r.tr, TRACE_COMPUTE, "backward", tf, now_s());
     for (int i = 0; i < r.nb && !o->overlap && o->stage < 2; i++)
       reduce(&r, i < m.c.layers ? m.c.layers - 1 - i : i == m.c.layers ? GPT_FINAL : GPT_EMBED);
     wait_for(&r, r.gs, comm, "reducing gradients");
@@ -272,8 +287,9 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
     if (r.failed) break;
     if (o->stage == 0 && math)
       adamw_step(&o->opt, s + 1, r.params, r.grads, am, av, m.nparams);
-    else if (update(&r, am, av, s + 1, scratch))
+    else if (o->stage > 0 && update(&r, am, av, s + 1, scratch))
       break;
+    trace_span(r.tr, TRACE_COMPUTE, "update", tw, now_s());
     if (o->stage == 1 || o->stage == 2) wait += now_s() - tw; /* mostly the gathers */
     t_wait += wait;
     if (o->mode == ZERO_COMPUTE_ONLY)
@@ -295,7 +311,9 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
     stats->state_bytes = state;
   }
   rc = r.failed ? -1 : 0;
+  if (!rc && r.tr && trace_write(r.tr, o->trace, comm, r.rank, r.nranks)) rc = -1;
 out:
+  trace_free(r.tr);
   teardown(&r);
   free(am), free(av), free(init), free(scratch), free(tok), free(tgt);
   gpt_free(&m);
