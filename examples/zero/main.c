@@ -1,7 +1,9 @@
 /* zero: train the example GPT data-parallel on local CPU ranks (stage 0: DDP, 1-3: ZeRO).
  * usage: zero [--ranks N] [--stage 0-3] [--steps N] [--batch B] [--layers L] [--channels C]
  *             [--heads H] [--seq T] [--lr X] [--no-overlap] [--measure-overlap]
- *             [--trace FILE.json] [--cpu] */
+ *             [--trace FILE.json] [--cpu]
+ * Started with WEFT_ROOT, WEFT_RANK and WEFT_NRANKS (or torchrun's MASTER_ADDR, MASTER_PORT,
+ * RANK, WORLD_SIZE) in the environment, each process is one rank and --ranks is ignored. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +15,12 @@
 
 static int g_overlap_report; /* --measure-overlap: also the compute-only and comm-only runs */
 
-static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
-  zero_opts_t o = *(const zero_opts_t *)arg;
-  weft_comm_t comm;
-  if (weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS) {
-    fprintf(stderr, "zero: rank %d: weft_comm_init: %s\n", rank, weft_get_last_error(NULL));
-    return 1;
-  }
+/* One rank's runs over comm (destroyed here). */
+static int run(weft_comm_t comm, const zero_opts_t *opts) {
+  zero_opts_t o = *opts;
+  int rank = 0, n = 1;
+  weft_comm_rank(comm, &rank);
+  weft_comm_count(comm, &n);
   float *losses = malloc(sizeof(float) * (size_t)(o.steps ? o.steps : 1));
   zero_stats_t st;
   o.log = rank == 0 ? stdout : NULL;
@@ -44,6 +45,15 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   free(losses);
   weft_comm_destroy(comm);
   return rc;
+}
+
+static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
+  weft_comm_t comm;
+  if (weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS) {
+    fprintf(stderr, "zero: rank %d: weft_comm_init: %s\n", rank, weft_get_last_error(NULL));
+    return 1;
+  }
+  return run(comm, arg);
 }
 
 int main(int argc, char **argv) {
@@ -99,6 +109,14 @@ int main(int argc, char **argv) {
   if (ranks < 1 || o.steps < 1 || o.batch < 1 || o.stage < 0 || o.stage > 3) {
     fprintf(stderr, "zero: need ranks, steps, batch >= 1 and stage 0-3\n");
     return 2;
+  }
+  if (getenv("WEFT_ROOT") || getenv("MASTER_ADDR")) { /* started by torchrun or by hand */
+    weft_comm_t comm;
+    if (weft_comm_init_env(&comm, NULL) != WEFT_SUCCESS) {
+      fprintf(stderr, "zero: weft_comm_init_env: %s\n", weft_get_last_error(NULL));
+      return 1;
+    }
+    return run(comm, &o);
   }
   return launch_local(ranks, rank_main, &o, 3600) ? 1 : 0;
 }
