@@ -1,7 +1,7 @@
 /* zero: train the example GPT data-parallel on local CPU ranks (stage 0: DDP, 1-3: ZeRO).
  * usage: zero [--ranks N] [--stage 0-3] [--steps N] [--batch B] [--layers L] [--channels C]
  *             [--heads H] [--seq T] [--lr X] [--no-overlap] [--measure-overlap]
- *             [--trace FILE.json] [--cpu]
+ *             [--trace FILE.json] [--save PREFIX] [--load PREFIX] [--cpu]
  * Started with WEFT_ROOT, WEFT_RANK and WEFT_NRANKS (or torchrun's MASTER_ADDR, MASTER_PORT,
  * RANK, WORLD_SIZE) in the environment, each process is one rank and --ranks is ignored. */
 #include <getopt.h>
@@ -31,7 +31,7 @@ static int run(weft_comm_t comm, const zero_opts_t *opts) {
            n, o.stage, st.step_s * 1e3, st.step_s > 0 ? 100.0 * st.comm_wait_s / st.step_s : 0,
            (double)st.state_bytes / (1 << 20));
   zero_stats_t only[2];
-  o.log = NULL, o.trace = NULL;
+  o.log = NULL, o.trace = o.save = NULL;
   for (int i = 0; i < 2 && !rc && g_overlap_report; i++) {
     o.mode = i == 0 ? ZERO_COMPUTE_ONLY : ZERO_COMM_ONLY;
     rc = zero_train(comm, &o, losses, &only[i]) ? 1 : 0;
@@ -78,6 +78,8 @@ int main(int argc, char **argv) {
                                         {"no-overlap", 0, 0, 'o'},
                                         {"measure-overlap", 0, 0, 'M'},
                                         {"trace", 1, 0, 'T'},
+                                        {"save", 1, 0, 'S'},
+                                        {"load", 1, 0, 'L'},
                                         {"cpu", 0, 0, 'C'},
                                         {"gpu", 0, 0, 'G'},
                                         {"help", 0, 0, 'h'},
@@ -96,12 +98,14 @@ int main(int argc, char **argv) {
     case 'o': o.overlap = 0; break;
     case 'M': g_overlap_report = 1; break;
     case 'T': o.trace = optarg; break;
+    case 'S': o.save = optarg; break;
+    case 'L': o.load = optarg; break;
     case 'C': break;
     case 'G': fprintf(stderr, "zero: the CUDA back end is not built yet (--cpu only)\n"); return 2;
     case 'h':
       printf("usage: zero [--ranks N] [--stage 0-3] [--steps N] [--batch B] [--layers L] "
              "[--channels C] [--heads H] [--seq T] [--lr X] [--no-overlap] [--measure-overlap] "
-             "[--trace FILE.json] [--cpu]\n");
+             "[--trace FILE.json] [--save PREFIX] [--load PREFIX] [--cpu]\n");
       return 0;
     default: return 2;
     }

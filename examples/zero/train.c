@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "checkpoint.h"
 #include "data.h"
 #include "trace.h"
 #include "zero.h"
@@ -169,6 +170,57 @@ static int update(run_t *r, float *am, float *av, int step, float *scratch) {
   return 0;
 }
 
+/* ---- checkpoints ---- */
+
+/* Element j of block i's shard here: its parameter, moments (stage 0 keeps them full). */
+static size_t shard_lo(const run_t *r, int i) { return (size_t)r->rank * r->b[i].shard; }
+static size_t shard_n(const run_t *r, int i) {
+  size_t lo = shard_lo(r, i), n = lo < r->b[i].size ? r->b[i].size - lo : 0;
+  return n < r->b[i].shard ? n : r->b[i].shard;
+}
+
+static int save(run_t *r, const float *am, const float *av, int step) {
+  size_t S = r->b[r->nb - 1].at + r->b[r->nb - 1].shard;
+  float *sp = calloc(S ? S : 1, 4), *sm = calloc(S ? S : 1, 4), *sv = calloc(S ? S : 1, 4);
+  ckpt_block_t *cb = r->nb > 0 ? calloc((unsigned)r->nb, sizeof *cb) : NULL;
+  int rc = -1;
+  if (sp && sm && sv && cb) {
+    for (int i = 0; i < r->nb; i++) {
+      const block_t *b = &r->b[i];
+      size_t lo = shard_lo(r, i), n = shard_n(r, i), o = r->o->stage == 0 ? b->first + lo : b->at;
+      cb[i] = (ckpt_block_t){b->first, b->size};
+      memcpy(sp + b->at, r->o->stage == 3 ? r->pshard + b->at : r->params + b->first + lo, n * 4);
+      memcpy(sm + b->at, am + o, n * 4), memcpy(sv + b->at, av + o, n * 4);
+    }
+    rc = ckpt_save(r->o->save, r->rank, r->nranks, step, &r->m->c, r->nb, cb, sp, sm, sv);
+  }
+  free(sp), free(sm), free(sv), free(cb);
+  return rc;
+}
+
+/* The checkpoint's full arrays into this stage's parameters and moments; *step from it. */
+static int load(run_t *r, float *am, float *av, int *step) {
+  size_t P = r->m->nparams;
+  float *p = calloc(P, 4), *m = calloc(P, 4), *v = calloc(P, 4);
+  ckpt_block_t *cb = r->nb > 0 ? calloc((unsigned)r->nb, sizeof *cb) : NULL;
+  int rc = -1;
+  for (int i = 0; cb && i < r->nb; i++)
+    cb[i] = (ckpt_block_t){r->b[i].first, r->b[i].size};
+  if (p && m && v && cb && !ckpt_load(r->o->load, &r->m->c, r->nb, cb, p, m, v, step)) {
+    if (r->params) memcpy(r->params, p, P * 4);
+    for (int i = 0; i < r->nb; i++) {
+      const block_t *b = &r->b[i];
+      size_t lo = shard_lo(r, i), n = r->o->stage == 0 ? b->size : shard_n(r, i);
+      size_t from = b->first + (r->o->stage == 0 ? 0 : lo), to = r->o->stage == 0 ? from : b->at;
+      memcpy(am + to, m + from, n * 4), memcpy(av + to, v + from, n * 4);
+      if (r->o->stage == 3) memcpy(r->pshard + b->at, p + b->first + lo, n * 4);
+    }
+    rc = 0;
+  }
+  free(p), free(m), free(v), free(cb);
+  return rc;
+}
+
 /* ---- setup and the loop ---- */
 
 static void *alloc(size_t floats, int *bad) {
@@ -258,14 +310,16 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
     memcpy(r.pshard + b->at, init + b->first + lo, (n < b->shard ? n : b->shard) * sizeof *init);
   }
   free(init), init = NULL;
+  int first = 0; /* optimizer steps taken before this run (a loaded checkpoint's) */
+  if (o->load && load(&r, am, av, &first)) goto out;
   gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = &r};
   if (o->trace && !(r.tr = trace_new(now_s()))) goto out;
   double t_all = 0, t_wait = 0;
   for (int s = 0; s < o->steps && !r.failed; s++) {
     double t0 = now_s();
     for (int i = 0; i < B; i++) /* this rank's part of the global batch */
-      data_sample(&data, (size_t)s * B * r.nranks + (size_t)r.rank * B + i, T, tok + i * T,
-                  tgt + i * T);
+      data_sample(&data, (size_t)(first + s) * B * r.nranks + (size_t)r.rank * B + i, T,
+                  tok + i * T, tgt + i * T);
     r.backward = 0, r.waited = 0;
     int math = o->mode != ZERO_COMM_ONLY;
     double tf = now_s();
@@ -286,8 +340,8 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
     double tw = now_s(), wait = r.waited;
     if (r.failed) break;
     if (o->stage == 0 && math)
-      adamw_step(&o->opt, s + 1, r.params, r.grads, am, av, m.nparams);
-    else if (o->stage > 0 && update(&r, am, av, s + 1, scratch))
+      adamw_step(&o->opt, first + s + 1, r.params, r.grads, am, av, m.nparams);
+    else if (o->stage > 0 && update(&r, am, av, first + s + 1, scratch))
       break;
     trace_span(r.tr, TRACE_COMPUTE, "update", tw, now_s());
     if (o->stage == 1 || o->stage == 2) wait += now_s() - tw; /* mostly the gathers */
@@ -302,8 +356,8 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
     double dt = now_s() - t0;
     t_all += dt;
     if (o->log && r.rank == 0)
-      fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", s + 1, losses[s],
-              (double)B * T * r.nranks / dt, 100.0 * wait / dt);
+      fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", first + s + 1,
+              losses[s], (double)B * T * r.nranks / dt, 100.0 * wait / dt);
   }
   if (stats) {
     stats->step_s = o->steps ? t_all / o->steps : 0;
@@ -311,6 +365,7 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
     stats->state_bytes = state;
   }
   rc = r.failed ? -1 : 0;
+  if (!rc && o->save && save(&r, am, av, first + o->steps)) rc = -1;
   if (!rc && r.tr && trace_write(r.tr, o->trace, comm, r.rank, r.nranks)) rc = -1;
 out:
   trace_free(r.tr);

@@ -27,6 +27,8 @@ typedef struct {
   int overlap;         /* 1: start each layer's reduction when its backward is done */
   int wrong_reduction; /* tests only: skip the gradient reduction (parity must then fail) */
   FILE *log;           /* rank 0's progress lines ("step N loss X ..."); NULL: none */
+  const char *save;    /* after the last step, a checkpoint here (checkpoint.h); NULL: none */
+  const char *load;    /* before the first, the checkpoint here (any rank count and stage) */
   const char *trace;   /* a Chrome-trace timeline of every rank's spans here; NULL: none */
 } zero_opts_t;
 
