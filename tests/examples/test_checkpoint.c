@@ -10,22 +10,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data.h"
 #include "launch.h"
-#include "zero.h"
+#include "zero_opts.h"
 
 enum { STEPS = 10, GLOBAL = 8 };
 
 static zero_opts_t opts(int stage, int batch, int steps) {
-  zero_opts_t o = {
-      .stage = stage,
-      .steps = steps,
-      .batch = batch,
-      .model = {.vocab = DATA_VOCAB, .seq = 16, .channels = 32, .layers = 2, .heads = 2},
-      .opt = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-      .seed = 9,
-      .overlap = 1};
-  return o;
+  return zero_test_opts(stage, batch, steps, 9);
 }
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {

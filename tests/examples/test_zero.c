@@ -6,23 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "data.h"
 #include "launch.h"
-#include "zero.h"
+#include "zero_opts.h"
 
 enum { STEPS = 20, B = 2 };
 
-static zero_opts_t opts(int stage, int batch) {
-  zero_opts_t o = {
-      .stage = stage,
-      .steps = STEPS,
-      .batch = batch,
-      .model = {.vocab = DATA_VOCAB, .seq = 16, .channels = 32, .layers = 2, .heads = 2},
-      .opt = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-      .seed = 5,
-      .overlap = 1};
-  return o;
-}
+static zero_opts_t opts(int stage, int batch) { return zero_test_opts(stage, batch, STEPS, 5); }
 
 /* The worst relative difference of a run from the reference. */
 static double worst(const float *a, const float *ref) {

@@ -31,17 +31,23 @@ static void send_side(void **st) {
   weft_moe_plan_free(&p);
 }
 
-/* Rank 0 receiving IDS's entries for itself from both ranks (the same ids on each). */
+/* Rank 0's plan receiving IDS's entries for itself from both ranks (the same ids on each),
+ * before its rows are placed. */
+static void both_sources(weft_moe_plan_t *p) {
+  weft_moe_bad_t bad;
+  assert_int_equal(weft_moe_plan_send(p, 2, 4, 2, IDS, WEFT_I32, 4, &bad), 0);
+  p->recv_tok = calloc(2, sizeof *p->recv_tok);
+  p->recv_tok[0] = p->recv_tok[1] = 2;
+  assert_int_equal(weft_moe_plan_recv_alloc(p), 0);
+  for (int s = 0; s < 2; s++) /* both sources send tokens 0 and 1: {3, 0} and {1, 0} */
+    memcpy(p->recv_ids + s * 4, p->send_ids, 4 * sizeof *p->recv_ids);
+}
+
+/* Rank 0's rows, blocks padded to 4. */
 static void rows_padded(void **st) {
   (void)st;
   weft_moe_plan_t p;
-  weft_moe_bad_t bad;
-  assert_int_equal(weft_moe_plan_send(&p, 2, 4, 2, IDS, WEFT_I32, 4, &bad), 0);
-  p.recv_tok = calloc(2, sizeof *p.recv_tok);
-  p.recv_tok[0] = p.recv_tok[1] = 2;
-  assert_int_equal(weft_moe_plan_recv_alloc(&p), 0);
-  for (int s = 0; s < 2; s++) /* both sources send tokens 0 and 1: {3, 0} and {1, 0} */
-    memcpy(p.recv_ids + s * 4, p.send_ids, 4 * sizeof *p.recv_ids);
+  both_sources(&p);
   assert_int_equal(weft_moe_plan_rows(&p, 0, 4, 0), 0);
   /* expert 0: 4 choices (each token of each source), expert 1: 2 (token 1 of each) */
   assert_int_equal(p.count[0], 4);
@@ -61,13 +67,7 @@ static void rows_padded(void **st) {
 static void rows_fixed(void **st) {
   (void)st;
   weft_moe_plan_t p;
-  weft_moe_bad_t bad;
-  assert_int_equal(weft_moe_plan_send(&p, 2, 4, 2, IDS, WEFT_I32, 4, &bad), 0);
-  p.recv_tok = calloc(2, sizeof *p.recv_tok);
-  p.recv_tok[0] = p.recv_tok[1] = 2;
-  assert_int_equal(weft_moe_plan_recv_alloc(&p), 0);
-  for (int s = 0; s < 2; s++)
-    memcpy(p.recv_ids + s * 4, p.send_ids, 4 * sizeof *p.recv_ids);
+  both_sources(&p);
   assert_int_equal(weft_moe_plan_rows(&p, 0, 1, 5), 0);
   assert_int_equal(p.count[0], 4);
   assert_int_equal(p.count[1], 2);

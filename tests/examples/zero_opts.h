@@ -1,0 +1,21 @@
+/* The model and optimizer every data-parallel test trains (test_zero.c, test_checkpoint.c):
+ * small enough for CI, large enough that a wrong reduction shows. */
+#ifndef WEFT_TESTS_ZERO_OPTS_H
+#define WEFT_TESTS_ZERO_OPTS_H
+
+#include "data.h"
+#include "zero.h"
+
+static inline zero_opts_t zero_test_opts(int stage, int batch, int steps, unsigned long long seed) {
+  zero_opts_t o = {
+      .stage = stage,
+      .steps = steps,
+      .batch = batch,
+      .model = {.vocab = DATA_VOCAB, .seq = 16, .channels = 32, .layers = 2, .heads = 2},
+      .opt = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+      .seed = seed,
+      .overlap = 1};
+  return o;
+}
+
+#endif
