@@ -76,13 +76,17 @@ int ckpt_load(const char *prefix, const gpt_config_t *c, int nb, const ckpt_bloc
               float *m, float *v, int *step) {
   float *const full[3] = {p, m, v};
   char path[4096];
-  int nranks = 0;
-  for (int n = 1; n <= 4096 && !nranks; n++) { /* the rank count is in the file names */
+  int nranks = 0, found = 0;
+  for (int n = 1; n <= 4096; n++) { /* the rank count is in the file names */
     name(path, sizeof path, prefix, 0, n);
     FILE *f = fopen(path, "rb");
-    if (f) fclose(f), nranks = n;
+    if (f) fclose(f), nranks = n, found++;
   }
   if (!nranks) return fprintf(stderr, "zero: no checkpoint %s.rank0-of-N\n", prefix), -1;
+  if (found > 1) /* an older run's files under the same prefix: which one is meant? */
+    return fprintf(stderr, "zero: %s holds checkpoints of %d rank counts; remove the stale ones\n",
+                   prefix, found),
+           -1;
   for (int r = 0; r < nranks; r++) {
     name(path, sizeof path, prefix, r, nranks);
     if (load_one(path, c, nb, b, r, &nranks, step, full))

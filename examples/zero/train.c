@@ -223,6 +223,14 @@ static int load(run_t *r, float *am, float *av, int *step) {
 
 /* ---- setup and the loop ---- */
 
+/* Collective: whether any rank's `bad` is set, so that all of them go on or none does (a rank
+ * that stopped alone would leave its peers waiting in the next collective). */
+static int any_rank(weft_comm_t comm, int bad) {
+  int any = 1;
+  if (weft_allreduce(&bad, &any, 1, WEFT_I32, WEFT_MAX, comm, NULL) != WEFT_SUCCESS) return 1;
+  return any;
+}
+
 static void *alloc(size_t floats, int *bad) {
   void *p = calloc(floats ? floats : 1, sizeof(float));
   *bad |= !p;
@@ -284,12 +292,11 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
   int *tok = malloc(sizeof(int) * (size_t)B * T), *tgt = malloc(sizeof(int) * (size_t)B * T);
   weft_config_t host = WEFT_CONFIG_INIT;
   r.m = &m;
-  if (o->stage < 0 || o->stage > 3 || o->model.vocab < DATA_VOCAB || !tok || !tgt ||
-      gpt_init(&m, &o->model, B) || data_init(&data, 1u << 16, o->seed) ||
-      setup(&r, &opt_n, &state) || weft_stream_create(&r.gs) != WEFT_SUCCESS) {
-    fprintf(stderr, "zero: rank %d: bad options or out of memory\n", r.rank);
-    goto out;
-  }
+  int bad = o->stage < 0 || o->stage > 3 || o->model.vocab < DATA_VOCAB || T < 1 || T > 4096 ||
+            !tok || !tgt || gpt_init(&m, &o->model, B) || data_init(&data, 1u << 16, o->seed) ||
+            setup(&r, &opt_n, &state) || weft_stream_create(&r.gs) != WEFT_SUCCESS;
+  if (bad) fprintf(stderr, "zero: rank %d: bad options or out of memory\n", r.rank);
+  if (any_rank(comm, bad)) goto out;
   if (o->stage == 3 && (weft_comm_split(comm, 0, r.rank, &r.pcomm, &host) != WEFT_SUCCESS ||
                         weft_stream_create(&r.ps) != WEFT_SUCCESS)) {
     fail(&r, "the parameter communicator", comm);
@@ -298,20 +305,22 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
   for (int i = 0; i < r.nb; i++)
     maxblock =
         r.b[i].shard * (size_t)r.nranks > maxblock ? r.b[i].shard * (size_t)r.nranks : maxblock;
-  int bad = 0;
   am = alloc(opt_n, &bad), av = alloc(opt_n, &bad), scratch = alloc(maxblock, &bad);
   init = alloc(m.nparams, &bad); /* every rank draws the same weights, then keeps its part */
-  if (bad) goto out;
-  gpt_init_params(&m, init, o->seed);
-  if (o->stage < 3) memcpy(r.params, init, m.nparams * sizeof *init);
-  for (int i = 0; i < r.nb && o->stage == 3; i++) {
-    block_t *b = &r.b[i];
-    size_t lo = (size_t)r.rank * b->shard, n = lo < b->size ? b->size - lo : 0;
-    memcpy(r.pshard + b->at, init + b->first + lo, (n < b->shard ? n : b->shard) * sizeof *init);
+  if (!bad) {
+    gpt_init_params(&m, init, o->seed);
+    if (o->stage < 3) memcpy(r.params, init, m.nparams * sizeof *init);
+    for (int i = 0; i < r.nb && o->stage == 3; i++) {
+      block_t *b = &r.b[i];
+      size_t lo = (size_t)r.rank * b->shard, n = lo < b->size ? b->size - lo : 0;
+      memcpy(r.pshard + b->at, init + b->first + lo, (n < b->shard ? n : b->shard) * sizeof *init);
+    }
   }
   free(init), init = NULL;
   int first = 0; /* optimizer steps taken before this run (a loaded checkpoint's) */
-  if (o->load && load(&r, am, av, &first)) goto out;
+  if (!bad && o->load) bad = load(&r, am, av, &first);
+  if (!bad && o->trace) bad = !(r.tr = trace_new(now_s()));
+  if (any_rank(comm, bad)) goto out;
   gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = &r};
   if (o->trace && !(r.tr = trace_new(now_s()))) goto out;
   double t_all = 0, t_wait = 0;
@@ -365,7 +374,8 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
     stats->state_bytes = state;
   }
   rc = r.failed ? -1 : 0;
-  if (!rc && o->save && save(&r, am, av, first + o->steps)) rc = -1;
+  /* every rank's file is complete before any rank returns (and a reader starts) */
+  if (!rc && o->save && any_rank(comm, save(&r, am, av, first + o->steps) != 0)) rc = -1;
   if (!rc && r.tr && trace_write(r.tr, o->trace, comm, r.rank, r.nranks)) rc = -1;
 out:
   trace_free(r.tr);

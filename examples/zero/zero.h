@@ -19,7 +19,7 @@ typedef enum { ZERO_FULL, ZERO_COMPUTE_ONLY, ZERO_COMM_ONLY } zero_mode_t;
 
 typedef struct {
   zero_mode_t mode;
-  int stage;          /* 0 (DDP) or 1 (ZeRO-1) */
+  int stage;          /* 0 (DDP), 1, 2 or 3 (ZeRO-1/2/3) */
   int steps, batch;   /* batch: sequences per rank per step */
   gpt_config_t model; /* vocab is the data's (DATA_VOCAB) or more */
   adamw_t opt;

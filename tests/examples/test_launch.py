@@ -35,7 +35,12 @@ for style in ("weft", "torchrun"):
             env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                    "WORLD_SIZE": "2"}
         procs.append(subprocess.Popen([zero] + args, env=env, stdout=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=120)[0] for p in procs]
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:  # a rank left waiting for a peer that failed is not left behind
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     assert all(p.returncode == 0 for p in procs), [p.returncode for p in procs]
     got = losses(outs[0])
     assert got == want, (style, got, want)

@@ -1,7 +1,8 @@
-/* Loss parity of the data-parallel example (examples/zero/train.c): N ranks of B sequences
- * must follow the single-rank run of N x B sequences, step for step, within 1e-5 relative in
- * f32 (only the order of the gradient sums differs); and a run whose reduction is left out
- * must not (the check can fail). usage: test_zero NRANKS STAGE */
+/* Loss parity of the data-parallel example (examples/zero/train.c): N ranks of B sequences at
+ * a ZeRO stage, with and without overlap, must follow one rank's plain data-parallel run of
+ * N x B sequences, step for step, within 1e-5 relative in f32 (only the order of the
+ * gradient sums differs); and a run whose reduction is left out must not (the check can
+ * fail). usage: test_zero NRANKS STAGE */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,29 +26,33 @@ static double worst(const float *a, const float *ref) {
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   int stage = *(int *)arg;
-  float ref[STEPS], got[STEPS], wrong[STEPS];
+  float ref[STEPS], got[STEPS], late[STEPS], wrong[STEPS];
   weft_comm_t one, comm;
   weft_unique_id_t solo;
-  /* the reference: this process alone, the whole global batch */
+  /* the reference: this process alone, plain data parallel (nothing sharded), the whole
+   * global batch */
   if (weft_get_unique_id(&solo) != WEFT_SUCCESS ||
       weft_comm_init(&one, 1, solo, 0, NULL) != WEFT_SUCCESS)
     return printf("test_zero: rank %d: the 1-rank communicator\n", rank), 1;
-  zero_opts_t o = opts(stage, B * n);
+  zero_opts_t o = opts(0, B * n);
   int rc = zero_train(one, &o, ref, NULL);
   weft_comm_destroy(one);
   if (rc || weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS)
     return printf("test_zero: rank %d: setting up\n", rank), 1;
   o = opts(stage, B);
   if (zero_train(comm, &o, got, NULL)) return printf("test_zero: rank %d: training\n", rank), 1;
-  o.wrong_reduction = 1;
+  o.overlap = 0; /* every reduction after the whole backward */
+  if (zero_train(comm, &o, late, NULL)) return printf("test_zero: rank %d: training\n", rank), 1;
+  o.overlap = 1, o.wrong_reduction = 1;
   if (zero_train(comm, &o, wrong, NULL)) return printf("test_zero: rank %d: training\n", rank), 1;
   weft_comm_destroy(comm);
-  double w = worst(got, ref), ww = worst(wrong, ref);
+  double w = worst(got, ref), wl = worst(late, ref), ww = worst(wrong, ref);
   if (rank == 0)
-    printf("test_zero: %d ranks, stage %d: loss %.4f -> %.4f, worst relative difference %.2g "
-           "(without the reduction: %.2g)\n",
-           n, stage, ref[0], ref[STEPS - 1], w, ww);
-  if (w > 1e-5) return printf("test_zero: rank %d: losses differ from one rank's\n", rank), 1;
+    printf("test_zero: %d ranks, stage %d: loss %.4f -> %.4f, worst relative difference from "
+           "one rank's DDP %.2g, %.2g without overlap (without the reduction: %.2g)\n",
+           n, stage, ref[0], ref[STEPS - 1], w, wl, ww);
+  if (w > 1e-5 || wl > 1e-5)
+    return printf("test_zero: rank %d: losses differ from one rank's\n", rank), 1;
   if (n > 1 && ww <= 1e-5)
     return printf("test_zero: rank %d: a run without reduction went unnoticed\n", rank), 1;
   if (ref[STEPS - 1] >= ref[0]) return printf("test_zero: the loss did not fall\n"), 1;
