@@ -47,6 +47,14 @@ static int index_of(const run_t *r, int block) {
   return block == GPT_FINAL ? r->nb - 2 : block == GPT_EMBED ? r->nb - 1 : block;
 }
 
+/* Block i's shard here: its first element in the block, and how many are real (the last
+ * rank's shard may be padding, in part or whole). */
+static size_t shard_lo(const run_t *r, int i) { return (size_t)r->rank * r->b[i].shard; }
+static size_t shard_n(const run_t *r, int i) {
+  size_t lo = shard_lo(r, i), n = lo < r->b[i].size ? r->b[i].size - lo : 0;
+  return n < r->b[i].shard ? n : r->b[i].shard;
+}
+
 static void fail(run_t *r, const char *what, weft_comm_t c) {
   if (!r->failed) fprintf(stderr, "zero: rank %d: %s: %s\n", r->rank, what, weft_get_last_error(c));
   r->failed = 1;
@@ -115,7 +123,7 @@ static float *grads_of(void *arg, int block) {
  * reduce-scatter into this rank's shard). */
 static void reduce(run_t *r, int block) {
   block_t *b = &r->b[index_of(r, block)];
-  size_t lo = (size_t)r->rank * b->shard, pad = b->shard * (size_t)r->nranks - b->size;
+  size_t lo = shard_lo(r, index_of(r, block)), pad = b->shard * (size_t)r->nranks - b->size;
   float *g = r->o->stage < 2 ? r->grads + b->first : r->work[slot_of(block)];
   weft_result_t rc = WEFT_SUCCESS;
   if (r->o->stage == 1) { /* the flat gradients have no padding: a padded copy */
@@ -150,8 +158,7 @@ static void block_done(void *arg, int block) {
 static int update(run_t *r, float *am, float *av, int step, float *scratch) {
   for (int i = 0; i < r->nb; i++) {
     block_t *b = &r->b[i];
-    size_t lo = (size_t)r->rank * b->shard, n = lo < b->size ? b->size - lo : 0;
-    n = n < b->shard ? n : b->shard;
+    size_t lo = shard_lo(r, i), n = shard_n(r, i);
     float *p = r->o->stage == 3 ? r->pshard + b->at : r->params + b->first + lo;
     if (r->o->mode != ZERO_COMM_ONLY)
       adamw_step(&r->o->opt, step, p, r->gshard + b->at, am + b->at, av + b->at, n);
@@ -171,13 +178,6 @@ static int update(run_t *r, float *am, float *av, int step, float *scratch) {
 }
 
 /* ---- checkpoints ---- */
-
-/* Element j of block i's shard here: its parameter, moments (stage 0 keeps them full). */
-static size_t shard_lo(const run_t *r, int i) { return (size_t)r->rank * r->b[i].shard; }
-static size_t shard_n(const run_t *r, int i) {
-  size_t lo = shard_lo(r, i), n = lo < r->b[i].size ? r->b[i].size - lo : 0;
-  return n < r->b[i].shard ? n : r->b[i].shard;
-}
 
 static int save(run_t *r, const float *am, const float *av, int step) {
   size_t S = r->b[r->nb - 1].at + r->b[r->nb - 1].shard;
@@ -312,8 +312,7 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
     if (o->stage < 3) memcpy(r.params, init, m.nparams * sizeof *init);
     for (int i = 0; i < r.nb && o->stage == 3; i++) {
       block_t *b = &r.b[i];
-      size_t lo = (size_t)r.rank * b->shard, n = lo < b->size ? b->size - lo : 0;
-      memcpy(r.pshard + b->at, init + b->first + lo, (n < b->shard ? n : b->shard) * sizeof *init);
+      memcpy(r.pshard + b->at, init + b->first + shard_lo(&r, i), shard_n(&r, i) * sizeof *init);
     }
   }
   free(init), init = NULL;

@@ -123,14 +123,13 @@ static weft_moe_verdict_t receive_side(weft_moe_handle_t h, moe_dev_t *d, size_t
   const weft_moe_verdict_t too_big = {MOE_TOO_BIG, (int64_t)tokens, 0, 0};
   if (!(d->tables = malloc(n * L * 8))) return (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
   size_t block = m->cfg.mode == WEFT_MOE_LOW_LATENCY ? m->cfg.max_tokens * n : 0;
-  int r = weft_moe_plan_from_counts(pl, m->nranks, m->cfg.num_experts, m->cfg.topk, tokens, m->rank,
-                                    m->routes + MOE_ROUTE_HEAD, MOE_ROUTE_STRIDE(m), m->cfg.align,
-                                    block, d->tables);
+  int r = weft_moe_plan_from_counts(
+      pl, m->nranks, m->cfg.num_experts, m->cfg.topk, tokens, m->rank, m->routes + MOE_ROUTE_HEAD,
+      moe_route_stride(m->cfg.num_experts, m->nranks), m->cfg.align, block, d->tables);
   if (r) return r == -1 ? too_big : (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
   size_t nr = pl->recv_off[n], npad = 0, total, choices, cells;
   for (size_t l = 0; l < L && !pl->fixed; l++) /* low-latency blocks' unused rows: left alone */
-    npad += (size_t)(l + 1 < L ? pl->offset[l + 1] : (int64_t)pl->rows) -
-            (size_t)(pl->offset[l] + pl->count[l]);
+    npad += weft_moe_block_end(pl, (int)l) - (size_t)(pl->offset[l] + pl->count[l]);
   if (!weft_mul_fits(nr, k, &choices) || choices > SIZE_MAX / 8 ||
       !weft_add_fits(n * L + n + 1, npad, &cells) || cells > SIZE_MAX / 8)
     return too_big;
@@ -142,11 +141,10 @@ static weft_moe_verdict_t receive_side(weft_moe_handle_t h, moe_dev_t *d, size_t
   for (size_t s = 0; s <= n; s++)
     tb[n * L + s] = pl->recv_off[s];
   uint64_t *pad = tb + n * L + n + 1;
-  for (size_t l = 0, used = 0; l < L && !pl->fixed; l++) {
-    size_t end = l + 1 < L ? (size_t)pl->offset[l + 1] : pl->rows;
-    for (size_t row = (size_t)(pl->offset[l] + pl->count[l]); row < end; row++)
+  for (size_t l = 0, used = 0; l < L && !pl->fixed; l++)
+    for (size_t row = (size_t)(pl->offset[l] + pl->count[l]), end = weft_moe_block_end(pl, (int)l);
+         row < end; row++)
       pad[used++] = row;
-  }
   d->npad = npad;
   if (cudaMallocFromPoolAsync(&d->block2, total, m->pool, st) != cudaSuccess) {
     d->block2 = NULL, cudaGetLastError();
@@ -160,7 +158,7 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
                                   weft_moe_verdict_t mine, weft_stream_t s) {
   cudaStream_t st = (cudaStream_t)s;
   size_t n = (size_t)m->nranks, L = (size_t)m->local, k = (size_t)m->cfg.topk;
-  size_t stride = MOE_ROUTE_STRIDE(m), bytes[3] = {0};
+  size_t stride = moe_route_stride(m->cfg.num_experts, m->nranks), bytes[3] = {0};
   int64_t *rec = m->routes + (size_t)m->rank * stride;
   size_t *cnt = calloc(4 * n, sizeof *cnt);
   void *p[3] = {NULL};

@@ -92,7 +92,7 @@ weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const f
   CHECK_GOTO(weft_alltoallv(sw, cnt, dsp, rw, rcnt, rdsp, WEFT_F32, m->comm, NULL), rc, out);
   /* padding rows: zeros, and weight 0 (low-latency blocks leave their unused rows alone) */
   for (int l = 0; l < m->local && !p->fixed; l++) {
-    size_t end = l + 1 < m->local ? (size_t)p->offset[l + 1] : p->rows;
+    size_t end = weft_moe_block_end(p, l);
     size_t pad0 = (size_t)(p->offset[l] + p->count[l]);
     if (end == pad0) continue;
     memset((char *)recv_x + pad0 * row, 0, (end - pad0) * row);

@@ -21,6 +21,10 @@ void weft_moe_plan_free(weft_moe_plan_t *p) {
   memset(p, 0, sizeof *p);
 }
 
+size_t weft_moe_block_end(const weft_moe_plan_t *p, int l) {
+  return l + 1 < p->local ? (size_t)p->offset[l + 1] : p->rows;
+}
+
 int64_t weft_moe_id_at(const void *ids, weft_dtype_t t, size_t i) {
   return t == WEFT_I32 ? (int64_t)((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
 }

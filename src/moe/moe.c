@@ -127,8 +127,7 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
   int64_t(*all)[NFIELD + 1] = calloc((size_t)n, sizeof *all);
   if (m) m->verdicts = calloc((size_t)n, sizeof *m->verdicts);
   if (m && device && c.num_experts > 0 && c.num_experts <= INT32_MAX - n - MOE_ROUTE_HEAD - 1)
-    m->routes = calloc((size_t)n, ((size_t)MOE_ROUTE_HEAD + (size_t)c.num_experts + (size_t)n + 1) *
-                                      sizeof *m->routes);
+    m->routes = calloc((size_t)n, moe_route_stride(c.num_experts, n) * sizeof *m->routes);
   if (!why && (!m || !m->verdicts || (device && !m->routes))) why = "out of memory";
   if (!why && device) {
     m->comm = comm;

@@ -19,14 +19,15 @@ struct weft_moe {
   weft_moe_config_t cfg;
   int handles;                       /* live handles (destroy refuses while any is) */
   struct weft_moe_verdict *verdicts; /* [nranks] weft_moe_agree's scratch */
-  int64_t *routes;                   /* device layouts' scratch: [nranks][MOE_ROUTE_STRIDE] */
+  int64_t *routes;                   /* device layouts' scratch: [nranks][moe_route_stride] */
   void *pool; /* device layers: the CUDA memory pool their staging comes from */
 };
 /* A rank's record in a device layout's exchange: its verdict (4 values), its counts of
  * choices per expert and tokens per rank, then the lowest bad choice the GPU found. */
 #define MOE_ROUTE_HEAD 4
-#define MOE_ROUTE_STRIDE(m)                                                                        \
-  ((size_t)MOE_ROUTE_HEAD + (size_t)(m)->cfg.num_experts + (size_t)(m)->nranks + 1)
+static inline size_t moe_route_stride(int experts, int nranks) {
+  return (size_t)MOE_ROUTE_HEAD + (size_t)experts + (size_t)nranks + 1;
+}
 
 /* A token's ids that break the rules, found by weft_moe_plan_send. */
 typedef struct {
@@ -114,6 +115,8 @@ int weft_moe_plan_from_counts(weft_moe_plan_t *p, int nranks, int experts, int k
                               int rank, const int64_t *all, size_t stride, size_t align,
                               size_t block, uint64_t *base);
 void weft_moe_plan_free(weft_moe_plan_t *p);
+/* The row after local expert l's block (its padding included). */
+size_t weft_moe_block_end(const weft_moe_plan_t *p, int l);
 /* The alltoallv counts and displacements of the send (recv = 0) or receive side, in units of
  * `per` elements an entry (its rows, its weights); the plan's sizes were checked to fit. */
 void weft_moe_plan_counts(const weft_moe_plan_t *p, int recv, size_t per, size_t *counts,
