@@ -8,26 +8,35 @@
 #include "gpt.h"
 #include "ops.h"
 
-/* A layer's tensor sizes in floats, in enum order. */
-static void layer_sizes(int C, size_t *s) {
-  size_t c = (size_t)C;
-  size_t v[P_NLAYER] = {c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c, 4 * c * c, c};
+/* A layer's tensor sizes in floats, in enum order (q: this shard's channels of attention,
+ * 4q its hidden units of the MLP). */
+static void layer_sizes(const gpt_t *m, size_t *s) {
+  size_t c = (size_t)m->c.channels, q = c / (size_t)m->tp;
+  size_t v[P_NLAYER] = {c, c, 3 * q * c, 3 * q, c * q, c, c, c, 4 * q * c, 4 * q, 4 * q * c, c};
   memcpy(s, v, sizeof v);
 }
 
 size_t gpt_param(const gpt_t *m, int l, int p) {
   size_t s[P_NLAYER], at = m->layer_first + (size_t)l * m->layer_size;
-  layer_sizes(m->c.channels, s);
+  layer_sizes(m, s);
   for (int i = 0; i < p; i++)
     at += s[i];
   return at;
 }
 
-/* Activations of one forward: per layer, then the head. Offsets in floats from m->act. */
+int gpt_tp_summed(int p) {
+  return p == P_LN1W || p == P_LN1B || p == P_ATTB || p == P_LN2W || p == P_LN2B || p == P_PROJB;
+}
+
+/* Activations of one forward: per layer, then the head. Offsets in floats from m->act. X1
+ * and X2 are the gathered inputs of the column-parallel products (sequence parallel only);
+ * FULL the gathered last residual, DFULL its gradient; PART the row-parallel products'
+ * partial sums, and in the backward the gathered output gradients. */
 enum {
   A_LN1,
   A_LN1M,
   A_LN1R,
+  A_X1,
   A_QKV,
   A_ATTY,
   A_ATT,
@@ -36,6 +45,7 @@ enum {
   A_LN2,
   A_LN2M,
   A_LN2R,
+  A_X2,
   A_FCH,
   A_FCG,
   A_FCP,
@@ -44,6 +54,7 @@ enum {
 };
 enum {
   H_ENC,
+  H_FULL,
   H_LNF,
   H_LNFM,
   H_LNFR,
@@ -51,7 +62,9 @@ enum {
   H_PROBS,
   H_LOSSES,
   H_DRES,
+  H_DFULL,
   H_DLN,
+  H_PART,
   H_DQKV,
   H_DATTY,
   H_DFCH,
@@ -61,13 +74,19 @@ enum {
   H_N
 };
 
-static void act_sizes(const gpt_config_t *c, int B, size_t *layer, size_t *head) {
-  size_t N = (size_t)B * c->seq, C = (size_t)c->channels, V = (size_t)c->vocab;
-  size_t att = (size_t)B * c->heads * c->seq * c->seq;
-  size_t l[A_NLAYER] = {N * C, N, N, 3 * N * C, N * C,     att,   N * C, N * C,
-                        N * C, N, N, 4 * N * C, 4 * N * C, N * C, N * C};
-  size_t h[H_N] = {N * C,     N * C, N,         N,         N * V, N * V,         N, N * C, N * C,
-                   3 * N * C, N * C, 4 * N * C, 4 * N * C, N * V, (size_t)c->seq};
+/* Rows of the norms and residuals: this rank's share of N with sequence parallelism. */
+static int rows_here(const gpt_t *m, int N) { return m->sp ? N / m->tp : N; }
+
+static void act_sizes(const gpt_t *m, size_t *layer, size_t *head) {
+  const gpt_config_t *c = &m->c;
+  size_t N = (size_t)m->batch * c->seq, C = (size_t)c->channels, V = (size_t)c->vocab;
+  size_t R = (size_t)rows_here(m, (int)N), q = C / (size_t)m->tp, X = m->sp ? N * C : 0;
+  size_t att = (size_t)m->batch * (c->heads / m->tp) * c->seq * c->seq;
+  size_t l[A_NLAYER] = {R * C, R, R, X, 3 * N * q, N * q,     att,   R * C, R * C,
+                        R * C, R, R, X, 4 * N * q, 4 * N * q, R * C, R * C};
+  size_t h[H_N] = {N * C,     X,     N * C,     N,         N,     N * V,
+                   N * V,     N,     N * C,     N * C,     N * C, N * C,
+                   3 * N * q, N * q, 4 * N * q, 4 * N * q, N * V, (size_t)c->seq};
   memcpy(layer, l, sizeof l);
   memcpy(head, h, sizeof h);
 }
@@ -75,7 +94,7 @@ static void act_sizes(const gpt_config_t *c, int B, size_t *layer, size_t *head)
 /* Offset of activation a of layer l (l = c.layers: the head's array a). */
 static float *act(const gpt_t *m, int l, int a) {
   size_t ls[A_NLAYER], hs[H_N], per = 0, at = 0;
-  act_sizes(&m->c, m->batch, ls, hs);
+  act_sizes(m, ls, hs);
   for (int i = 0; i < A_NLAYER; i++)
     per += ls[i];
   if (l < m->c.layers) {
@@ -91,19 +110,24 @@ static float *act(const gpt_t *m, int l, int a) {
 }
 
 int gpt_init(gpt_t *m, const gpt_config_t *c, int batch) {
+  return gpt_init_tp(m, c, batch, 1, 0, 0);
+}
+
+int gpt_init_tp(gpt_t *m, const gpt_config_t *c, int batch, int tp, int tp_rank, int sp) {
   memset(m, 0, sizeof *m);
   if (c->vocab < 2 || c->seq < 1 || c->channels < 1 || c->layers < 1 || c->heads < 1 ||
-      c->channels % c->heads || batch < 1)
+      c->channels % c->heads || batch < 1 || tp < 1 || c->heads % tp || tp_rank < 0 ||
+      tp_rank >= tp || (sp && tp == 1))
     return -1;
   size_t s[P_NLAYER], ls[A_NLAYER], hs[H_N];
-  m->c = *c, m->batch = batch;
-  layer_sizes(c->channels, s);
+  m->c = *c, m->batch = batch, m->tp = tp, m->tp_rank = tp_rank, m->sp = sp;
+  layer_sizes(m, s);
   for (int i = 0; i < P_NLAYER; i++)
     m->layer_size += s[i];
   m->layer_first = ((size_t)c->vocab + (size_t)c->seq) * (size_t)c->channels;
   m->lnf = m->layer_first + (size_t)c->layers * m->layer_size;
   m->nparams = m->lnf + 2 * (size_t)c->channels;
-  act_sizes(c, batch, ls, hs);
+  act_sizes(m, ls, hs);
   for (int i = 0; i < A_NLAYER; i++)
     m->nact += ls[i] * (size_t)c->layers;
   for (int i = 0; i < H_N; i++)
@@ -115,6 +139,34 @@ int gpt_init(gpt_t *m, const gpt_config_t *c, int batch) {
 void gpt_free(gpt_t *m) {
   free(m->act);
   m->act = NULL;
+}
+
+/* rows x cols of src (row stride sstride, from column c0) into dst, packed. */
+static void copy_cols(float *dst, const float *src, size_t rows, size_t cols, size_t sstride,
+                      size_t c0) {
+  for (size_t r = 0; r < rows; r++)
+    memcpy(dst + r * cols, src + r * sstride + c0, cols * sizeof *dst);
+}
+
+void gpt_tp_shard(const gpt_t *full, const gpt_t *part, const float *fp, float *pp) {
+  size_t C = (size_t)full->c.channels, q = C / (size_t)part->tp, r = (size_t)part->tp_rank;
+  memcpy(pp, fp, full->layer_first * sizeof *pp);
+  memcpy(pp + part->lnf, fp + full->lnf, 2 * C * sizeof *pp);
+  for (int l = 0; l < full->c.layers; l++)
+    for (int p = 0; p < P_NLAYER; p++) {
+      const float *f = fp + gpt_param(full, l, p);
+      float *o = pp + gpt_param(part, l, p);
+      size_t n = gpt_param(part, l, p + 1) - gpt_param(part, l, p);
+      if (p == P_QKVW || p == P_QKVB) /* this shard's heads of q, of k and of v */
+        for (size_t j = 0, w = p == P_QKVW ? C : 1; j < 3; j++)
+          memcpy(o + j * q * w, f + (j * C + r * q) * w, q * w * sizeof *o);
+      else if (p == P_FCW || p == P_FCB) /* its hidden units */
+        memcpy(o, f + r * n, n * sizeof *o);
+      else if (p == P_ATTW || p == P_PROJW) /* its input columns */
+        copy_cols(o, f, C, n / C, n / C * (size_t)part->tp, r * (n / C));
+      else
+        memcpy(o, f, n * sizeof *o);
+    }
 }
 
 static double uniform(uint64_t *s) {
@@ -167,28 +219,89 @@ gpt_io_t gpt_flat_io(gpt_flat_t *flat) {
 /* Tensor p of the layer block at w. */
 static size_t in_layer(const gpt_t *m, int p) { return gpt_param(m, 0, p) - gpt_param(m, 0, 0); }
 
+/* ---- Megatron's four points, as hooks (tp > 1) ---- */
+
+static void gather_all(const gpt_t *m, const gpt_io_t *io, const float *shard, float *full,
+                       size_t n) {
+  io->gather(io->arg, shard, full, n);
+  for (int i = 0; i < m->tp; i++)
+    io->gather_next(io->arg);
+}
+
+/* out[N][OC] = x . w^T + b, x this rank's rows of the input: with sp, the others' are
+ * gathered into full (which the backward reads) while the product of those here runs. */
+static void column_fwd(const gpt_t *m, const gpt_io_t *io, float *out, const float *x, float *full,
+                       const float *w, const float *b, int N, int OC) {
+  int C = m->c.channels, R = rows_here(m, N);
+  if (!m->sp) return op_matmul_fwd(out, x, w, b, N, C, OC);
+  size_t n = (size_t)R * C;
+  io->gather(io->arg, x, full, n);
+  for (int i = 0; i < m->tp; i++) {
+    int s = io->gather_next(io->arg);
+    if (s < 0 || s >= m->tp) continue; /* a failed gather: the trainer reports it */
+    op_matmul_fwd(out + (size_t)s * R * OC, s == m->tp_rank ? x : full + s * n, w, b, R, C, OC);
+  }
+}
+
+/* dx = the group's sum of d(x . w^T)/dx (this rank's rows with sp); dw, db this shard's. */
+static void column_bwd(const gpt_t *m, const gpt_io_t *io, float *dx, float *part, float *dw,
+                       float *db, const float *dout, const float *x, const float *w, int N,
+                       int OC) {
+  int C = m->c.channels;
+  if (m->tp == 1) return op_matmul_bwd(dx, dw, db, dout, x, w, N, C, OC);
+  memset(part, 0, sizeof(float) * (size_t)N * C);
+  op_matmul_bwd(part, dw, db, dout, x, w, N, C, OC);
+  io->reduce(io->arg, part, dx, (size_t)rows_here(m, N) * C);
+}
+
+/* out[R][C] = the group's sum of x . w^T (x: [N][IC], this shard's columns) + b. */
+static void row_fwd(const gpt_t *m, const gpt_io_t *io, float *out, float *part, const float *x,
+                    const float *w, const float *b, int N, int IC) {
+  int C = m->c.channels, R = rows_here(m, N);
+  if (m->tp == 1) return op_matmul_fwd(out, x, w, b, N, IC, C);
+  op_matmul_fwd(part, x, w, NULL, N, IC, C);
+  io->reduce(io->arg, part, out, (size_t)R * C);
+  op_bias_fwd(out, b, R, C);
+}
+
+/* The backward of row_fwd from dout [R][C] (gathered into full first with sp). */
+static void row_bwd(const gpt_t *m, const gpt_io_t *io, float *dx, float *full, float *dw,
+                    float *db, const float *dout, const float *x, const float *w, int N, int IC) {
+  int C = m->c.channels, R = rows_here(m, N);
+  if (m->tp == 1) return op_matmul_bwd(dx, dw, db, dout, x, w, N, IC, C);
+  op_bias_bwd(db, dout, R, C);
+  if (m->sp) gather_all(m, io, dout, full, (size_t)R * C), dout = full;
+  op_matmul_bwd(dx, dw, NULL, dout, x, w, N, IC, C);
+}
+
+/* ---- the passes ---- */
+
 float gpt_forward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B) {
   const gpt_config_t *c = &m->c;
-  int T = c->seq, C = c->channels, N = B * T, L = c->layers;
+  int T = c->seq, C = c->channels, N = B * T, L = c->layers, R = rows_here(m, N);
+  int q = C / m->tp, NH = c->heads / m->tp;
   const float *emb = io->params(io->arg, GPT_EMBED), *wte = emb, *wpe = emb + (size_t)c->vocab * C;
-  float *res = act(m, L, H_ENC);
+  float *res = act(m, L, H_ENC), *part = act(m, L, H_PART);
   op_encoder_fwd(res, tokens, wte, wpe, B, T, C);
+  res += (size_t)(m->sp ? m->tp_rank : 0) * R * C; /* sequence parallel: this rank's rows */
   for (int l = 0; l < L; l++) {
     const float *lw = io->params(io->arg, l);
 #define W(p) (lw + in_layer(m, (p)))
 #define A(a) act(m, l, (a))
-    op_layernorm_fwd(A(A_LN1), A(A_LN1M), A(A_LN1R), res, W(P_LN1W), W(P_LN1B), N, C);
-    op_matmul_fwd(A(A_QKV), A(A_LN1), W(P_QKVW), W(P_QKVB), N, C, 3 * C);
-    op_attention_fwd(A(A_ATTY), A(A_ATT), A(A_QKV), B, T, C, c->heads);
-    op_matmul_fwd(A(A_ATTP), A(A_ATTY), W(P_ATTW), W(P_ATTB), N, C, C);
-    op_add(A(A_RES2), res, A(A_ATTP), N * C);
-    op_layernorm_fwd(A(A_LN2), A(A_LN2M), A(A_LN2R), A(A_RES2), W(P_LN2W), W(P_LN2B), N, C);
-    op_matmul_fwd(A(A_FCH), A(A_LN2), W(P_FCW), W(P_FCB), N, C, 4 * C);
-    op_gelu_fwd(A(A_FCG), A(A_FCH), N * 4 * C);
-    op_matmul_fwd(A(A_FCP), A(A_FCG), W(P_PROJW), W(P_PROJB), N, 4 * C, C);
-    op_add(A(A_RES3), A(A_RES2), A(A_FCP), N * C);
+    op_layernorm_fwd(A(A_LN1), A(A_LN1M), A(A_LN1R), res, W(P_LN1W), W(P_LN1B), R, C);
+    column_fwd(m, io, A(A_QKV), A(A_LN1), A(A_X1), W(P_QKVW), W(P_QKVB), N, 3 * q);
+    op_attention_fwd(A(A_ATTY), A(A_ATT), A(A_QKV), B, T, q, NH);
+    row_fwd(m, io, A(A_ATTP), part, A(A_ATTY), W(P_ATTW), W(P_ATTB), N, q);
+    op_add(A(A_RES2), res, A(A_ATTP), R * C);
+    op_layernorm_fwd(A(A_LN2), A(A_LN2M), A(A_LN2R), A(A_RES2), W(P_LN2W), W(P_LN2B), R, C);
+    column_fwd(m, io, A(A_FCH), A(A_LN2), A(A_X2), W(P_FCW), W(P_FCB), N, 4 * q);
+    op_gelu_fwd(A(A_FCG), A(A_FCH), N * 4 * q);
+    row_fwd(m, io, A(A_FCP), part, A(A_FCG), W(P_PROJW), W(P_PROJB), N, 4 * q);
+    op_add(A(A_RES3), A(A_RES2), A(A_FCP), R * C);
     res = A(A_RES3);
   }
+  /* the head runs on every row on every shard (sequence parallel: gathered first) */
+  if (m->sp) gather_all(m, io, res, act(m, L, H_FULL), (size_t)R * C), res = act(m, L, H_FULL);
   const float *fin = io->params(io->arg, GPT_FINAL);
   op_layernorm_fwd(act(m, L, H_LNF), act(m, L, H_LNFM), act(m, L, H_LNFR), res, fin, fin + C, N, C);
   op_matmul_fwd(act(m, L, H_LOGITS), act(m, L, H_LNF), wte, NULL, N, C, c->vocab);
@@ -203,56 +316,77 @@ static void done(const gpt_io_t *io, int block) {
 void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B,
                   float scale) {
   const gpt_config_t *c = &m->c;
-  int T = c->seq, C = c->channels, N = B * T, L = c->layers, V = c->vocab;
+  int T = c->seq, C = c->channels, N = B * T, L = c->layers, V = c->vocab, R = rows_here(m, N);
+  int q = C / m->tp, NH = c->heads / m->tp;
+  size_t nc = (size_t)N * C, rc = (size_t)R * C, nq = (size_t)N * q;
   const float *wte = io->params(io->arg, GPT_EMBED), *fin = io->params(io->arg, GPT_FINAL);
   float *gemb = io->grads(io->arg, GPT_EMBED), *gfin = io->grads(io->arg, GPT_FINAL);
   float *dres = act(m, L, H_DRES), *dln = act(m, L, H_DLN), *dlogits = act(m, L, H_DLOGITS);
   float *dqkv = act(m, L, H_DQKV), *datty = act(m, L, H_DATTY), *dfch = act(m, L, H_DFCH);
-  float *dfcg = act(m, L, H_DFCG), *scratch = act(m, L, H_SCRATCH);
+  float *dfcg = act(m, L, H_DFCG), *scratch = act(m, L, H_SCRATCH), *part = act(m, L, H_PART);
+  float *dfull = act(m, L, H_DFULL);
+  const float *last = L ? act(m, L - 1, A_RES3) : act(m, L, H_ENC);
+  if (m->sp) last = act(m, L, H_FULL);
   memset(dlogits, 0, sizeof(float) * (size_t)N * V);
-  memset(dln, 0, sizeof(float) * (size_t)N * C);
-  memset(dres, 0, sizeof(float) * (size_t)N * C);
+  memset(dln, 0, sizeof(float) * nc);
+  memset(dfull, 0, sizeof(float) * nc);
   op_xent_bwd(dlogits, act(m, L, H_PROBS), targets, N, V, scale / (float)N);
   op_matmul_bwd(dln, gemb, NULL, dlogits, act(m, L, H_LNF), wte, N, C, V); /* tied head */
-  const float *last = L ? act(m, L - 1, A_RES3) : act(m, L, H_ENC);
-  op_layernorm_bwd(dres, gfin, gfin + C, dln, last, fin, act(m, L, H_LNFM), act(m, L, H_LNFR), N,
+  op_layernorm_bwd(dfull, gfin, gfin + C, dln, last, fin, act(m, L, H_LNFM), act(m, L, H_LNFR), N,
                    C);
+  memcpy(dres, dfull + (size_t)(m->sp ? m->tp_rank : 0) * rc, sizeof(float) * rc);
   done(io, GPT_FINAL);
   for (int l = L - 1; l >= 0; l--) {
     const float *lw = io->params(io->arg, l);
     float *lg = io->grads(io->arg, l);
 #define G(p) (lg + in_layer(m, (p)))
-    const float *res = l ? act(m, l - 1, A_RES3) : act(m, L, H_ENC);
-    size_t nc = (size_t)N * C;
-    memset(dfcg, 0, sizeof(float) * 4 * nc);
-    memset(dfch, 0, sizeof(float) * 4 * nc);
-    memset(dln, 0, sizeof(float) * nc);
-    memset(datty, 0, sizeof(float) * nc);
-    memset(dqkv, 0, sizeof(float) * 3 * nc);
+    const float *res = l ? act(m, l - 1, A_RES3) : act(m, L, H_ENC) + (m->sp ? m->tp_rank : 0) * rc;
+    const float *x1 = m->sp ? A(A_X1) : A(A_LN1), *x2 = m->sp ? A(A_X2) : A(A_LN2);
+    memset(dfcg, 0, sizeof(float) * 4 * nq);
+    memset(dfch, 0, sizeof(float) * 4 * nq);
+    memset(dln, 0, sizeof(float) * rc);
+    memset(datty, 0, sizeof(float) * nq);
+    memset(dqkv, 0, sizeof(float) * 3 * nq);
     /* MLP branch: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
-    op_matmul_bwd(dfcg, G(P_PROJW), G(P_PROJB), dres, A(A_FCG), W(P_PROJW), N, 4 * C, C);
-    op_gelu_bwd(dfch, A(A_FCH), dfcg, N * 4 * C);
-    op_matmul_bwd(dln, G(P_FCW), G(P_FCB), dfch, A(A_LN2), W(P_FCW), N, C, 4 * C);
-    op_layernorm_bwd(dres, G(P_LN2W), G(P_LN2B), dln, A(A_RES2), W(P_LN2W), A(A_LN2M), A(A_LN2R), N,
+    row_bwd(m, io, dfcg, part, G(P_PROJW), G(P_PROJB), dres, A(A_FCG), W(P_PROJW), N, 4 * q);
+    op_gelu_bwd(dfch, A(A_FCH), dfcg, N * 4 * q);
+    column_bwd(m, io, dln, part, G(P_FCW), G(P_FCB), dfch, x2, W(P_FCW), N, 4 * q);
+    op_layernorm_bwd(dres, G(P_LN2W), G(P_LN2B), dln, A(A_RES2), W(P_LN2W), A(A_LN2M), A(A_LN2R), R,
                      C);
     /* attention branch: res2 = res + attproj(attention(qkv(ln1(res)))) */
-    memset(dln, 0, sizeof(float) * nc);
-    op_matmul_bwd(datty, G(P_ATTW), G(P_ATTB), dres, A(A_ATTY), W(P_ATTW), N, C, C);
-    op_attention_bwd(dqkv, datty, A(A_QKV), A(A_ATT), B, T, C, c->heads, scratch);
-    op_matmul_bwd(dln, G(P_QKVW), G(P_QKVB), dqkv, A(A_LN1), W(P_QKVW), N, C, 3 * C);
-    op_layernorm_bwd(dres, G(P_LN1W), G(P_LN1B), dln, res, W(P_LN1W), A(A_LN1M), A(A_LN1R), N, C);
+    memset(dln, 0, sizeof(float) * rc);
+    row_bwd(m, io, datty, part, G(P_ATTW), G(P_ATTB), dres, A(A_ATTY), W(P_ATTW), N, q);
+    op_attention_bwd(dqkv, datty, A(A_QKV), A(A_ATT), B, T, q, NH, scratch);
+    column_bwd(m, io, dln, part, G(P_QKVW), G(P_QKVB), dqkv, x1, W(P_QKVW), N, 3 * q);
+    op_layernorm_bwd(dres, G(P_LN1W), G(P_LN1B), dln, res, W(P_LN1W), A(A_LN1M), A(A_LN1R), R, C);
     done(io, l);
   }
+  if (m->sp) gather_all(m, io, dres, dfull, rc), dres = dfull;
   op_encoder_bwd(gemb, gemb + (size_t)V * C, dres, tokens, B, T, C);
   done(io, GPT_EMBED);
 }
 
-void gpt_io_replay(const gpt_t *m, const gpt_io_t *io, int backward) {
+/* The tensor-parallel hooks of one layer's pass (forward and backward call them in the same
+ * order: a gather with sp, a reduce, twice), on scratch of the right sizes. */
+static void replay_layer(const gpt_t *m, const gpt_io_t *io, int N) {
   int L = m->c.layers;
+  size_t rc = (size_t)rows_here(m, N) * m->c.channels;
+  float *part = act(m, L, H_PART), *out = act(m, L, H_DLN), *full = act(m, L, H_DFULL);
+  for (int i = 0; i < 2 && m->tp > 1; i++) { /* attention, then the MLP (reversed: the same) */
+    if (m->sp) gather_all(m, io, out, full, rc);
+    io->reduce(io->arg, part, out, rc);
+  }
+}
+
+void gpt_io_replay(const gpt_t *m, const gpt_io_t *io, int B, int backward) {
+  int L = m->c.layers, N = B * m->c.seq;
+  size_t rc = (size_t)rows_here(m, N) * m->c.channels;
+  float *full = act(m, L, H_DFULL), *shard = act(m, L, H_DLN);
   if (!backward) {
     io->params(io->arg, GPT_EMBED);
     for (int l = 0; l < L; l++)
-      io->params(io->arg, l);
+      io->params(io->arg, l), replay_layer(m, io, N);
+    if (m->sp) gather_all(m, io, shard, full, rc);
     io->params(io->arg, GPT_FINAL);
     return;
   }
@@ -261,8 +395,10 @@ void gpt_io_replay(const gpt_t *m, const gpt_io_t *io, int backward) {
   done(io, GPT_FINAL);
   for (int l = L - 1; l >= 0; l--) {
     io->params(io->arg, l), io->grads(io->arg, l);
+    replay_layer(m, io, N);
     done(io, l);
   }
+  if (m->sp) gather_all(m, io, shard, full, rc);
   done(io, GPT_EMBED);
 }
 

@@ -2,7 +2,8 @@
  * pre-norm blocks of causal self-attention and a GELU MLP, a tied output head and
  * cross-entropy; forward, backward and AdamW in f32 (CPU back end: ops_cpu.c). Parameters
  * live in one flat array, each layer's tensors together, so that a data-parallel run can
- * shard, reduce and gather them as plain ranges. */
+ * shard, reduce and gather them as plain ranges; a tensor-parallel model holds one shard of
+ * each layer's matrices (Megatron's split) and reaches its peers through hooks. */
 #ifndef WEFT_EXAMPLES_GPT_H
 #define WEFT_EXAMPLES_GPT_H
 
@@ -31,6 +32,8 @@ enum {
 
 typedef struct {
   gpt_config_t c;
+  int tp, tp_rank; /* tensor-parallel shards of each layer, and this model's (1, 0: whole) */
+  int sp;          /* sequence parallel: norms and residuals on this rank's N / tp rows */
   size_t nparams;
   size_t layer_size;  /* floats in one layer */
   size_t layer_first; /* offset of layer 0 (after wte and wpe) */
@@ -43,6 +46,17 @@ typedef struct {
 /* Sizes and offsets for c; activations for batches up to batch. 0, or -1 (bad config,
  * out of memory). */
 int gpt_init(gpt_t *m, const gpt_config_t *c, int batch);
+/* Shard tp_rank of tp of the model: each layer keeps heads / tp of the attention heads (its
+ * rows of the QKV matrix and bias, its columns of the attention's output projection) and
+ * 4 * channels / tp of the MLP's hidden units (rows of the first matrix and bias, columns of
+ * the second); norms, the output projections' biases, embeddings and the final norm are
+ * whole on every shard. sp: sequence parallel (every forward's B * seq a multiple of tp). */
+int gpt_init_tp(gpt_t *m, const gpt_config_t *c, int batch, int tp, int tp_rank, int sp);
+/* part's parameters (a gpt_init_tp shard) from full's (the whole model's). */
+void gpt_tp_shard(const gpt_t *full, const gpt_t *part, const float *fp, float *pp);
+/* Whether a layer tensor is whole on every shard but, with sp, gets only this rank's rows'
+ * gradient (the norms, the output projections' biases): the group must sum it. */
+int gpt_tp_summed(int p);
 void gpt_free(gpt_t *m);
 /* Offset of tensor p of layer l in the flat array. */
 size_t gpt_param(const gpt_t *m, int l, int p);
@@ -61,6 +75,15 @@ typedef struct {
   const float *(*params)(void *arg, int block);
   float *(*grads)(void *arg, int block);
   void (*done)(void *arg, int block);
+  /* Tensor parallel (tp > 1) only. reduce: the sum over the group of every rank's partial
+   * into out (n floats): with sp this rank's rows of it (partial holds tp * n: a
+   * reduce-scatter), else all of it (an allreduce). gather: starts collecting every rank's
+   * shard (n floats) into full ([tp][n], this rank's included); gather_next then returns the
+   * index of a shard present in full, each once, this rank's first, so that work on one can
+   * run while the next arrives. */
+  void (*reduce)(void *arg, const float *partial, float *out, size_t n);
+  void (*gather)(void *arg, const float *shard, float *full, size_t n);
+  int (*gather_next)(void *arg);
   void *arg;
 } gpt_io_t;
 
@@ -80,9 +103,9 @@ float gpt_forward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *ta
 void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B,
                   float scale);
 
-/* The hooks of a forward (backward = 0) or a backward, in their order, with no math: for
- * timing a run's communication alone. */
-void gpt_io_replay(const gpt_t *m, const gpt_io_t *io, int backward);
+/* The hooks of a forward (backward = 0) or a backward of B sequences, in their order, with
+ * no math: for timing a run's communication alone. */
+void gpt_io_replay(const gpt_t *m, const gpt_io_t *io, int B, int backward);
 
 /* AdamW over n parameters: step counts from 1. */
 typedef struct {

@@ -14,6 +14,9 @@ void op_layernorm_bwd(float *din, float *dw, float *db, const float *dout, const
 /* out[N][OC] = in[N][C] . w[OC][C]^T + bias (bias may be NULL) */
 void op_matmul_fwd(float *out, const float *in, const float *w, const float *bias, int N, int C,
                    int OC);
+/* out[N][OC] += bias; dbias += the column sums of dout */
+void op_bias_fwd(float *out, const float *bias, int N, int OC);
+void op_bias_bwd(float *dbias, const float *dout, int N, int OC);
 void op_matmul_bwd(float *din, float *dw, float *dbias, const float *dout, const float *in,
                    const float *w, int N, int C, int OC);
 /* qkv [B][T][3C] -> out [B][T][C]; att [B][NH][T][T] keeps the softmax for the backward */

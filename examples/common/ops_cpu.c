@@ -80,6 +80,18 @@ void op_matmul_fwd(float *out, const float *in, const float *w, const float *bia
   }
 }
 
+void op_bias_fwd(float *out, const float *bias, int N, int OC) {
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++)
+      out[(size_t)n * OC + o] += bias[o];
+}
+
+void op_bias_bwd(float *dbias, const float *dout, int N, int OC) {
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++)
+      dbias[o] += dout[(size_t)n * OC + o];
+}
+
 void op_matmul_bwd(float *din, float *dw, float *dbias, const float *dout, const float *in,
                    const float *w, int N, int C, int OC) {
   for (int n = 0; n < N; n++) {

@@ -4,7 +4,6 @@
  * stage 3 gathers parameters on a second communicator and stream, one layer ahead. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "checkpoint.h"
 #include "data.h"
@@ -37,12 +36,6 @@ typedef struct {
   int held[2];
 } run_t;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int index_of(const run_t *r, int block) {
   return block == GPT_FINAL ? r->nb - 2 : block == GPT_EMBED ? r->nb - 1 : block;
 }
@@ -71,8 +64,8 @@ static void gather(run_t *r, int block) {
   block_t *b = &r->b[index_of(r, block)];
   int s = slot_of(block);
   if (s < 2) r->held[s] = block;
-  if (r->o->mode == ZERO_COMPUTE_ONLY) return;
-  trace_issue(r->tr, 1, "gather", block, now_s());
+  if (r->o->mode == RUN_COMPUTE_ONLY) return;
+  trace_issue(r->tr, 1, "gather", block, run_now_s());
   if (weft_allgather(r->pshard + b->at, r->full[s], b->shard, WEFT_F32, r->pcomm, r->ps) !=
       WEFT_SUCCESS)
     fail(r, "gathering parameters", r->pcomm);
@@ -81,11 +74,11 @@ static void gather(run_t *r, int block) {
 /* Waits for a stream, adding the time to the step's waiting (and the trace's spans: the
  * wait, and every operation it saw finish). */
 static void wait_for(run_t *r, weft_stream_t s, weft_comm_t c, const char *what) {
-  double t0 = now_s();
+  double t0 = run_now_s();
   if (weft_stream_synchronize(s) != WEFT_SUCCESS) fail(r, what, c);
-  r->waited += now_s() - t0;
-  trace_span(r->tr, TRACE_WAIT, what, t0, now_s());
-  trace_settle(r->tr, s == r->ps, now_s());
+  r->waited += run_now_s() - t0;
+  trace_span(r->tr, TRACE_WAIT, what, t0, run_now_s());
+  trace_settle(r->tr, s == r->ps, run_now_s());
 }
 
 static const float *params_of(void *arg, int block) {
@@ -131,13 +124,13 @@ static void reduce(run_t *r, int block) {
     memset(b->stage + b->size, 0, pad * sizeof *g);
     g = b->stage;
   }
-  if (r->o->wrong_reduction || r->o->mode == ZERO_COMPUTE_ONLY) { /* each keeps its own */
+  if (r->o->wrong_reduction || r->o->mode == RUN_COMPUTE_ONLY) { /* each keeps its own */
     if (r->o->stage > 0) memcpy(r->gshard + b->at, g + lo, b->shard * sizeof *g);
   } else if (r->o->stage == 0) {
-    trace_issue(r->tr, 0, "allreduce", block, now_s());
+    trace_issue(r->tr, 0, "allreduce", block, run_now_s());
     rc = weft_allreduce(g, g, b->size, WEFT_F32, WEFT_SUM, r->comm, r->gs);
   } else {
-    trace_issue(r->tr, 0, "reduce-scatter", block, now_s());
+    trace_issue(r->tr, 0, "reduce-scatter", block, run_now_s());
     rc = weft_reduce_scatter(g, r->gshard + b->at, b->shard, WEFT_F32, WEFT_SUM, r->comm, r->gs);
   }
   if (rc != WEFT_SUCCESS) fail(r, "reducing gradients", r->comm);
@@ -160,14 +153,14 @@ static int update(run_t *r, float *am, float *av, int step, float *scratch) {
     block_t *b = &r->b[i];
     size_t lo = shard_lo(r, i), n = shard_n(r, i);
     float *p = r->o->stage == 3 ? r->pshard + b->at : r->params + b->first + lo;
-    if (r->o->mode != ZERO_COMM_ONLY)
+    if (r->o->mode != RUN_COMM_ONLY)
       adamw_step(&r->o->opt, step, p, r->gshard + b->at, am + b->at, av + b->at, n);
-    if (r->o->stage == 3 || r->o->mode == ZERO_COMPUTE_ONLY) continue;
+    if (r->o->stage == 3 || r->o->mode == RUN_COMPUTE_ONLY) continue;
     float *mine = scratch + lo; /* the gather's own block, padded */
     memcpy(mine, p, n * sizeof *p);
     memset(mine + n, 0, (b->shard - n) * sizeof *p);
     int id = i < r->m->c.layers ? i : i == r->nb - 2 ? GPT_FINAL : GPT_EMBED;
-    trace_issue(r->tr, 0, "gather", id, now_s());
+    trace_issue(r->tr, 0, "gather", id, run_now_s());
     if (weft_allgather(mine, scratch, b->shard, WEFT_F32, r->comm, r->gs) != WEFT_SUCCESS)
       return fail(r, "gathering parameters", r->comm), -1;
     wait_for(r, r->gs, r->comm, "gathering parameters");
@@ -223,20 +216,6 @@ static int load(run_t *r, float *am, float *av, int *step) {
 
 /* ---- setup and the loop ---- */
 
-/* Collective: whether any rank's `bad` is set, so that all of them go on or none does (a rank
- * that stopped alone would leave its peers waiting in the next collective). */
-static int any_rank(weft_comm_t comm, int bad) {
-  int any = 1;
-  if (weft_allreduce(&bad, &any, 1, WEFT_I32, WEFT_MAX, comm, NULL) != WEFT_SUCCESS) return 1;
-  return any;
-}
-
-static void *alloc(size_t floats, int *bad) {
-  void *p = calloc(floats ? floats : 1, sizeof(float));
-  *bad |= !p;
-  return p;
-}
-
 /* Blocks and every array of the stage; -1 when out of memory. */
 static int setup(run_t *r, size_t *opt_n, size_t *state) {
   const gpt_t *m = r->m;
@@ -250,17 +229,17 @@ static int setup(run_t *r, size_t *opt_n, size_t *state) {
     b->first = i < L ? gpt_param(m, i, 0) : i == L ? m->lnf : 0;
     b->size = i < L ? m->layer_size : i == L ? P - m->lnf : m->layer_first;
     b->shard = (b->size + n - 1) / n, b->at = S, S += b->shard;
-    if (st == 1) b->stage = alloc(b->shard * n, &bad);
+    if (st == 1) b->stage = run_alloc(b->shard * n, &bad);
   }
   *opt_n = st == 0 ? P : S;
-  if (st < 3) r->params = alloc(P, &bad);
-  if (st < 2) r->grads = alloc(P, &bad);
-  if (st > 0) r->gshard = alloc(S, &bad);
-  if (st == 3) r->pshard = alloc(S, &bad);
+  if (st < 3) r->params = run_alloc(P, &bad);
+  if (st < 2) r->grads = run_alloc(P, &bad);
+  if (st > 0) r->gshard = run_alloc(S, &bad);
+  if (st == 3) r->pshard = run_alloc(S, &bad);
   for (int s = 0; s < 4 && st >= 2; s++) {
     size_t f = r->b[s < 2 ? 0 : s == 2 ? r->nb - 1 : r->nb - 2].shard * n;
-    r->work[s] = alloc(f, &bad);
-    if (st == 3) r->full[s] = alloc(f, &bad);
+    r->work[s] = run_alloc(f, &bad);
+    if (st == 3) r->full[s] = run_alloc(f, &bad);
   }
   r->held[0] = r->held[1] = -1;
   /* what persists between steps: parameters, gradients, AdamW's two moments */
@@ -280,7 +259,7 @@ static void teardown(run_t *r) {
   if (r->pcomm) weft_comm_destroy(r->pcomm);
 }
 
-int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats_t *stats) {
+int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_t *stats) {
   run_t r = {.o = o, .comm = comm};
   gpt_t m = {0};
   data_t data = {0};
@@ -296,7 +275,7 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
             !tok || !tgt || gpt_init(&m, &o->model, B) || data_init(&data, 1u << 16, o->seed) ||
             setup(&r, &opt_n, &state) || weft_stream_create(&r.gs) != WEFT_SUCCESS;
   if (bad) fprintf(stderr, "zero: rank %d: bad options or out of memory\n", r.rank);
-  if (any_rank(comm, bad)) goto out;
+  if (run_any_rank(comm, bad)) goto out;
   if (o->stage == 3 && (weft_comm_split(comm, 0, r.rank, &r.pcomm, &host) != WEFT_SUCCESS ||
                         weft_stream_create(&r.ps) != WEFT_SUCCESS)) {
     fail(&r, "the parameter communicator", comm);
@@ -305,8 +284,8 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
   for (int i = 0; i < r.nb; i++)
     maxblock =
         r.b[i].shard * (size_t)r.nranks > maxblock ? r.b[i].shard * (size_t)r.nranks : maxblock;
-  am = alloc(opt_n, &bad), av = alloc(opt_n, &bad), scratch = alloc(maxblock, &bad);
-  init = alloc(m.nparams, &bad); /* every rank draws the same weights, then keeps its part */
+  am = run_alloc(opt_n, &bad), av = run_alloc(opt_n, &bad), scratch = run_alloc(maxblock, &bad);
+  init = run_alloc(m.nparams, &bad); /* every rank draws the same weights, then keeps its part */
   if (!bad) {
     gpt_init_params(&m, init, o->seed);
     if (o->stage < 3) memcpy(r.params, init, m.nparams * sizeof *init);
@@ -318,50 +297,49 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
   free(init), init = NULL;
   int first = 0; /* optimizer steps taken before this run (a loaded checkpoint's) */
   if (!bad && o->load) bad = load(&r, am, av, &first);
-  if (!bad && o->trace) bad = !(r.tr = trace_new(now_s()));
-  if (any_rank(comm, bad)) goto out;
+  if (!bad && o->trace) bad = !(r.tr = trace_new(run_now_s()));
+  if (run_any_rank(comm, bad)) goto out;
   gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = &r};
-  if (o->trace && !(r.tr = trace_new(now_s()))) goto out;
   double t_all = 0, t_wait = 0;
   for (int s = 0; s < o->steps && !r.failed; s++) {
-    double t0 = now_s();
+    double t0 = run_now_s();
     for (int i = 0; i < B; i++) /* this rank's part of the global batch */
       data_sample(&data, (size_t)(first + s) * B * r.nranks + (size_t)r.rank * B + i, T,
                   tok + i * T, tgt + i * T);
     r.backward = 0, r.waited = 0;
-    int math = o->mode != ZERO_COMM_ONLY;
-    double tf = now_s();
-    float loss = math ? gpt_forward(&m, &io, tok, tgt, B) : (gpt_io_replay(&m, &io, 0), 0.0f);
-    trace_span(r.tr, TRACE_COMPUTE, "forward", tf, now_s());
+    int math = o->mode != RUN_COMM_ONLY;
+    double tf = run_now_s();
+    float loss = math ? gpt_forward(&m, &io, tok, tgt, B) : (gpt_io_replay(&m, &io, B, 0), 0.0f);
+    trace_span(r.tr, TRACE_COMPUTE, "forward", tf, run_now_s());
     float total = loss;
     if (r.grads && math) memset(r.grads, 0, m.nparams * sizeof *r.grads);
-    r.backward = 1, tf = now_s();
+    r.backward = 1, tf = run_now_s();
     if (math)
       gpt_backward(&m, &io, tok, tgt, B, 1.0f / (float)r.nranks);
     else
-      gpt_io_replay(&m, &io, 1);
-    trace_span(r.tr, TRACE_COMPUTE, "backward", tf, now_s());
+      gpt_io_replay(&m, &io, B, 1);
+    trace_span(r.tr, TRACE_COMPUTE, "backward", tf, run_now_s());
     for (int i = 0; i < r.nb && !o->overlap && o->stage < 2; i++)
       reduce(&r, i < m.c.layers ? m.c.layers - 1 - i : i == m.c.layers ? GPT_FINAL : GPT_EMBED);
     wait_for(&r, r.gs, comm, "reducing gradients");
     r.busy[0] = r.busy[1] = 0, r.held[0] = r.held[1] = -1; /* parameters change below */
-    double tw = now_s(), wait = r.waited;
+    double tw = run_now_s(), wait = r.waited;
     if (r.failed) break;
     if (o->stage == 0 && math)
       adamw_step(&o->opt, first + s + 1, r.params, r.grads, am, av, m.nparams);
     else if (o->stage > 0 && update(&r, am, av, first + s + 1, scratch))
       break;
-    trace_span(r.tr, TRACE_COMPUTE, "update", tw, now_s());
-    if (o->stage == 1 || o->stage == 2) wait += now_s() - tw; /* mostly the gathers */
+    trace_span(r.tr, TRACE_COMPUTE, "update", tw, run_now_s());
+    if (o->stage == 1 || o->stage == 2) wait += run_now_s() - tw; /* mostly the gathers */
     t_wait += wait;
-    if (o->mode == ZERO_COMPUTE_ONLY)
+    if (o->mode == RUN_COMPUTE_ONLY)
       total *= (float)r.nranks; /* this rank's loss stands for the mean */
     else if (weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, comm, NULL) != WEFT_SUCCESS) {
       fail(&r, "averaging the loss", comm);
       break;
     }
     losses[s] = total / (float)r.nranks;
-    double dt = now_s() - t0;
+    double dt = run_now_s() - t0;
     t_all += dt;
     if (o->log && r.rank == 0)
       fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", first + s + 1,
@@ -374,7 +352,7 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats
   }
   rc = r.failed ? -1 : 0;
   /* every rank's file is complete before any rank returns (and a reader starts) */
-  if (!rc && o->save && any_rank(comm, save(&r, am, av, first + o->steps) != 0)) rc = -1;
+  if (!rc && o->save && run_any_rank(comm, save(&r, am, av, first + o->steps) != 0)) rc = -1;
   if (!rc && r.tr && trace_write(r.tr, o->trace, comm, r.rank, r.nranks)) rc = -1;
 out:
   trace_free(r.tr);

@@ -11,14 +11,11 @@
 #include <stdio.h>
 
 #include "gpt.h"
+#include "run.h"
 #include "weft.h"
 
-/* What a run does: everything, the same math with no communication, or the same
- * communication with no math (the two runs an overlap efficiency is computed from). */
-typedef enum { ZERO_FULL, ZERO_COMPUTE_ONLY, ZERO_COMM_ONLY } zero_mode_t;
-
 typedef struct {
-  zero_mode_t mode;
+  run_mode_t mode;
   int stage;          /* 0 (DDP), 1, 2 or 3 (ZeRO-1/2/3) */
   int steps, batch;   /* batch: sequences per rank per step */
   gpt_config_t model; /* vocab is the data's (DATA_VOCAB) or more */
@@ -32,15 +29,9 @@ typedef struct {
   const char *trace;   /* a Chrome-trace timeline of every rank's spans here; NULL: none */
 } zero_opts_t;
 
-typedef struct {
-  double step_s;      /* mean wall time of a step */
-  double comm_wait_s; /* mean time a step waited for communication */
-  size_t state_bytes; /* this rank's parameters + gradients + optimizer state */
-} zero_stats_t;
-
 /* Trains on comm (a host communicator; one rank is the single-process reference): losses[s]
  * is step s's mean loss over the global batch (every rank's). 0, or -1 with a message on
  * stderr. */
-int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, zero_stats_t *stats);
+int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_t *stats);
 
 #endif

@@ -41,11 +41,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   /* every rank: ZeRO-3 (n = 4) or DDP (otherwise) from the checkpoint, 10 more steps */
   o = opts(n == 4 ? 3 : 0, GLOBAL / n, STEPS), o.load = prefix;
   if (zero_train(comm, &o, got, NULL)) return printf("test_checkpoint: resuming failed\n"), 1;
-  double worst = 0;
-  for (int s = 0; s < STEPS; s++) {
-    double d = fabs((double)got[s] - ref[STEPS + s]) / fabs((double)ref[STEPS + s]);
-    worst = d > worst ? d : worst;
-  }
+  double worst = parity_worst(got, ref + STEPS, STEPS);
   /* another model's checkpoint: refused */
   o = opts(0, GLOBAL / n, 1), o.load = prefix, o.model.channels = 16;
   int refused = zero_train(comm, &o, got, NULL) != 0;

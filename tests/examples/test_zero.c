@@ -14,16 +14,6 @@ enum { STEPS = 20, B = 2 };
 
 static zero_opts_t opts(int stage, int batch) { return zero_test_opts(stage, batch, STEPS, 5); }
 
-/* The worst relative difference of a run from the reference. */
-static double worst(const float *a, const float *ref) {
-  double w = 0;
-  for (int s = 0; s < STEPS; s++) {
-    double d = fabs((double)a[s] - ref[s]) / fabs((double)ref[s]);
-    w = d > w ? d : w;
-  }
-  return w;
-}
-
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   int stage = *(int *)arg;
   float ref[STEPS], got[STEPS], late[STEPS], wrong[STEPS];
@@ -46,7 +36,8 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   o.overlap = 1, o.wrong_reduction = 1;
   if (zero_train(comm, &o, wrong, NULL)) return printf("test_zero: rank %d: training\n", rank), 1;
   weft_comm_destroy(comm);
-  double w = worst(got, ref), wl = worst(late, ref), ww = worst(wrong, ref);
+  double w = parity_worst(got, ref, STEPS), wl = parity_worst(late, ref, STEPS),
+         ww = parity_worst(wrong, ref, STEPS);
   if (rank == 0)
     printf("test_zero: %d ranks, stage %d: loss %.4f -> %.4f, worst relative difference from "
            "one rank's DDP %.2g, %.2g without overlap (without the reduction: %.2g)\n",

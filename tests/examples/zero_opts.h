@@ -1,7 +1,10 @@
-/* The model and optimizer every data-parallel test trains (test_zero.c, test_checkpoint.c):
- * small enough for CI, large enough that a wrong reduction shows. */
+/* The model and optimizer every training test trains (test_zero.c, test_checkpoint.c,
+ * test_tp.c): small enough for CI, large enough that a wrong reduction shows; and how far a
+ * run's losses are from the reference's. */
 #ifndef WEFT_TESTS_ZERO_OPTS_H
 #define WEFT_TESTS_ZERO_OPTS_H
+
+#include <math.h>
 
 #include "data.h"
 #include "zero.h"
@@ -16,6 +19,16 @@ static inline zero_opts_t zero_test_opts(int stage, int batch, int steps, unsign
       .seed = seed,
       .overlap = 1};
   return o;
+}
+
+/* The worst relative difference of steps losses from the reference's. */
+static inline double parity_worst(const float *a, const float *ref, int steps) {
+  double w = 0;
+  for (int s = 0; s < steps; s++) {
+    double d = fabs((double)a[s] - ref[s]) / fabs((double)ref[s]);
+    w = d > w ? d : w;
+  }
+  return w;
 }
 
 #endif

@@ -1,0 +1,28 @@
+/* What the training examples share around the model: a run's mode (the full run, or the two
+ * halves an overlap efficiency is computed from), its statistics, and the helpers every
+ * trainer needs to keep its ranks in step. */
+#ifndef WEFT_EXAMPLES_RUN_H
+#define WEFT_EXAMPLES_RUN_H
+
+#include <stddef.h>
+
+#include "weft.h"
+
+/* Everything, the same math with no communication, or the same communication with no math. */
+typedef enum { RUN_FULL, RUN_COMPUTE_ONLY, RUN_COMM_ONLY } run_mode_t;
+
+typedef struct {
+  double step_s;      /* mean wall time of a step */
+  double comm_wait_s; /* mean time a step waited for communication */
+  size_t state_bytes; /* this rank's parameters + gradients + optimizer state */
+} run_stats_t;
+
+double run_now_s(void); /* CLOCK_MONOTONIC in seconds */
+/* Collective: whether any rank's `bad` is set, so that all of them go on or none does (a rank
+ * that stopped alone would leave its peers waiting in the next collective). 1 when the
+ * vote itself fails. */
+int run_any_rank(weft_comm_t comm, int bad);
+/* floats zeroed floats (at least one), setting *bad when out of memory. */
+void *run_alloc(size_t floats, int *bad);
+
+#endif
