@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 threaded=(test_api collectives_3_shm collectives_4_tcp3 comm_3 resources_2
           faults_shm faults_tcp mismatch_shm moe_3_shm moe_4_tcp zero_2_stage1
-          zero_3_stage3)
+          zero_3_stage3 tp_2_of_4_sp tp_4_of_4_sp)
 # the schedule simulators are single-threaded: ASan and UBSan only
 asan_tests=(test_ring test_rhd test_tree test_direct test_pairwise test_chain test_p2p test_tuner test_dtype test_tcp test_socket
             test_engine test_param test_op test_window_rules test_shm test_bootstrap test_self_pairs test_moe_layout

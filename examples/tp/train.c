@@ -1,0 +1,278 @@
+/* Tensor parallel x data parallel over weft: see tp.h. Rank r is shard r % tp of model
+ * replica r / tp. The shards' reductions and gathers (gpt_io_t's hooks) run on the tensor
+ * group's communicator and stream and are waited for at once: the next product needs them.
+ * Gradients are allreduced on the data group's, one block at a time, waited for at the end. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "tp.h"
+#include "trace.h"
+
+typedef struct {
+  const tp_opts_t *o;
+  const gpt_t *m;
+  weft_comm_t tc, dc;   /* the tensor group (the model's shards), the data group (replicas) */
+  weft_stream_t ts, ds; /* their streams */
+  int rank, tr, dr, dp; /* this rank, its shard, its replica, replicas */
+  int failed, block;    /* block: the one the pass is in (for the trace's names) */
+  double waited;        /* seconds this step waited for communication */
+  trace_t *tr_;
+  float *params, *grads, *summed; /* summed: a layer's gpt_tp_summed tensors, packed */
+  /* the gather in flight: its chunks, how many gather_next handed out */
+  float *full;
+  size_t n;
+  int handed;
+} run_t;
+
+static void fail(run_t *r, const char *what, weft_comm_t c) {
+  if (!r->failed) fprintf(stderr, "tp: rank %d: %s: %s\n", r->rank, what, weft_get_last_error(c));
+  r->failed = 1;
+}
+
+static int comm_on(const run_t *r) { return r->o->mode != RUN_COMPUTE_ONLY; }
+
+/* Waits for a stream, counting the time as the step's waiting (and the trace's). */
+static void wait_for(run_t *r, weft_stream_t s, weft_comm_t c, const char *what) {
+  double t0 = run_now_s();
+  if (weft_stream_synchronize(s) != WEFT_SUCCESS) fail(r, what, c);
+  r->waited += run_now_s() - t0;
+  trace_span(r->tr_, TRACE_WAIT, what, t0, run_now_s());
+  trace_settle(r->tr_, s == r->ds, run_now_s());
+}
+
+/* ---- the shards' hooks ---- */
+
+static const float *params_of(void *arg, int block) {
+  run_t *r = arg;
+  r->block = block;
+  return r->params + (block == GPT_EMBED   ? 0
+                      : block == GPT_FINAL ? r->m->lnf
+                                           : gpt_param(r->m, block, 0));
+}
+
+static float *grads_of(void *arg, int block) {
+  run_t *r = arg;
+  return r->grads + (params_of(arg, block) - r->params);
+}
+
+static void reduce(void *arg, const float *partial, float *out, size_t n) {
+  run_t *r = arg;
+  if (!comm_on(r) || r->o->wrong_reduction) { /* each keeps its own part */
+    memcpy(out, partial + (r->o->sp ? (size_t)r->tr * n : 0), n * sizeof *out);
+    return;
+  }
+  weft_result_t rc;
+  trace_issue(r->tr_, 0, r->o->sp ? "reduce-scatter" : "allreduce", r->block, run_now_s());
+  if (r->o->sp)
+    rc = weft_reduce_scatter(partial, out, n, WEFT_F32, WEFT_SUM, r->tc, r->ts);
+  else
+    rc = weft_allreduce(partial, out, n, WEFT_F32, WEFT_SUM, r->tc, r->ts);
+  if (rc != WEFT_SUCCESS) fail(r, "reducing the shards' sums", r->tc);
+  wait_for(r, r->ts, r->tc, "tensor-parallel reduction");
+}
+
+/* Ring step k (1..tp-1) of a gather: chunk tr - k + 1 on to the next rank, chunk tr - k in
+ * from the previous one. */
+static void ring_step(run_t *r, int k) {
+  int tp = r->o->tp, next = (r->tr + 1) % tp, prev = (r->tr + tp - 1) % tp;
+  float *out = r->full + (size_t)((r->tr - k + 1 + tp) % tp) * r->n;
+  float *in = r->full + (size_t)((r->tr - k + tp) % tp) * r->n;
+  trace_issue(r->tr_, 0, "gather", r->block, run_now_s());
+  weft_group_start();
+  weft_send(out, r->n, WEFT_F32, next, r->tc, r->ts);
+  weft_recv(in, r->n, WEFT_F32, prev, r->tc, r->ts);
+  if (weft_group_end() != WEFT_SUCCESS) fail(r, "gathering the shards' rows", r->tc);
+}
+
+static void gather(void *arg, const float *shard, float *full, size_t n) {
+  run_t *r = arg;
+  r->full = full, r->n = n, r->handed = 0;
+  memcpy(full + (size_t)r->tr * n, shard, n * sizeof *full);
+  if (!comm_on(r)) return;
+  if (r->o->overlap) return ring_step(r, 1);
+  trace_issue(r->tr_, 0, "allgather", r->block, run_now_s());
+  if (weft_allgather(shard, full, n, WEFT_F32, r->tc, r->ts) != WEFT_SUCCESS)
+    fail(r, "gathering the shards' rows", r->tc);
+  wait_for(r, r->ts, r->tc, "tensor-parallel gather");
+}
+
+/* This rank's chunk first, then (ring) each as it arrives, the next one's step started
+ * before returning, or (allgather, already complete) the others in order. */
+static int gather_next(void *arg) {
+  run_t *r = arg;
+  int k = r->handed++, tp = r->o->tp;
+  if (k > 0 && comm_on(r) && r->o->overlap) {
+    wait_for(r, r->ts, r->tc, "tensor-parallel gather");
+    if (k + 1 < tp) ring_step(r, k + 1);
+  }
+  return (r->tr - k + tp) % tp;
+}
+
+/* Copies a layer's gpt_tp_summed tensors from its gradients g into buf (back: the other
+ * way); returns their floats. */
+static size_t pack_summed(const gpt_t *m, float *g, float *buf, int back) {
+  size_t at = 0, base = gpt_param(m, 0, 0);
+  for (int p = 0; p < P_NLAYER; p++) {
+    size_t o = gpt_param(m, 0, p) - base, k = gpt_param(m, 0, p + 1) - base - o;
+    if (!gpt_tp_summed(p)) continue;
+    memcpy(back ? g + o : buf + at, back ? buf + at : g + o, k * sizeof *g);
+    at += k;
+  }
+  return at;
+}
+
+/* A block's gradients are final: with sp, the group sums the tensors each shard saw only its
+ * rows of; then the data group's allreduce starts. */
+static void reduce_block(run_t *r, int block) {
+  const gpt_t *m = r->m;
+  float *g = grads_of(r, block);
+  size_t n = block == GPT_EMBED   ? m->layer_first
+             : block == GPT_FINAL ? 2 * (size_t)m->c.channels
+                                  : m->layer_size;
+  if (r->o->sp && block >= 0 && comm_on(r)) {
+    size_t k = pack_summed(m, g, r->summed, 0);
+    trace_issue(r->tr_, 0, "allreduce", block, run_now_s());
+    if (weft_allreduce(r->summed, r->summed, k, WEFT_F32, WEFT_SUM, r->tc, r->ts) != WEFT_SUCCESS)
+      fail(r, "summing the norms' gradients", r->tc);
+    wait_for(r, r->ts, r->tc, "tensor-parallel reduction");
+    pack_summed(m, g, r->summed, 1);
+  }
+  if (r->dp == 1 || !comm_on(r)) return;
+  trace_issue(r->tr_, 1, "allreduce", block, run_now_s());
+  if (weft_allreduce(g, g, n, WEFT_F32, WEFT_SUM, r->dc, r->ds) != WEFT_SUCCESS)
+    fail(r, "reducing gradients", r->dc);
+}
+
+static void block_done(void *arg, int block) {
+  run_t *r = arg;
+  if (r->o->overlap) reduce_block(r, block);
+}
+
+/* ---- setup and the loop ---- */
+
+static void teardown(run_t *r) {
+  if (r->ts) weft_stream_destroy(r->ts);
+  if (r->ds) weft_stream_destroy(r->ds);
+  if (r->tc) weft_comm_destroy(r->tc);
+  if (r->dc) weft_comm_destroy(r->dc);
+  free(r->params), free(r->grads), free(r->summed);
+}
+
+/* The whole model's initial weights, this shard's part of them. */
+static int init_params(const gpt_t *m, const gpt_config_t *c, unsigned long long seed, float *p) {
+  gpt_t full;
+  if (gpt_init(&full, c, 1)) return -1;
+  float *w = malloc(full.nparams * sizeof *w);
+  if (w) gpt_init_params(&full, w, seed), gpt_tp_shard(&full, m, w, p);
+  free(w);
+  gpt_free(&full);
+  return w ? 0 : -1;
+}
+
+/* What is wrong with the run's shape, or NULL. */
+static const char *shape_error(const tp_opts_t *o, int nranks) {
+  const gpt_config_t *c = &o->model;
+  if (o->tp < 1 || nranks % o->tp) return "the ranks per model (--tp) must divide the ranks";
+  if (c->heads < 1 || c->heads % o->tp) return "the ranks per model (--tp) must divide the heads";
+  if (c->vocab < DATA_VOCAB || c->seq < 1 || c->seq > 4096 || o->batch < 1)
+    return "the model or batch does not fit the data";
+  if (o->sp && (size_t)o->batch * c->seq % (size_t)o->tp)
+    return "sequence parallel needs batch x seq to be a multiple of the ranks per model";
+  return NULL;
+}
+
+int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *stats) {
+  run_t r = {.o = o};
+  gpt_t m = {0};
+  data_t data = {0};
+  int nranks = 1, T = o->model.seq, B = o->batch, rc = -1, bad = 0;
+  weft_comm_rank(comm, &r.rank);
+  weft_comm_count(comm, &nranks);
+  float *am = NULL, *av = NULL;
+  int *tok = malloc(sizeof(int) * (size_t)B * T), *tgt = malloc(sizeof(int) * (size_t)B * T);
+  weft_config_t host = WEFT_CONFIG_INIT;
+  r.m = &m;
+  const char *why = shape_error(o, nranks);
+  if (why) { /* every rank sees the same options */
+    if (r.rank == 0) fprintf(stderr, "tp: %s\n", why);
+    goto out;
+  }
+  r.tr = r.rank % o->tp, r.dr = r.rank / o->tp, r.dp = nranks / o->tp;
+  bad = !tok || !tgt || gpt_init_tp(&m, &o->model, B, o->tp, r.tr, o->sp) ||
+        data_init(&data, 1u << 16, o->seed);
+  if (bad) fprintf(stderr, "tp: rank %d: bad options or out of memory\n", r.rank);
+  if (run_any_rank(comm, bad)) goto out;
+  if (weft_comm_split(comm, r.dr, r.tr, &r.tc, &host) != WEFT_SUCCESS ||
+      weft_comm_split(comm, r.tr, r.dr, &r.dc, &host) != WEFT_SUCCESS ||
+      weft_stream_create(&r.ts) != WEFT_SUCCESS || weft_stream_create(&r.ds) != WEFT_SUCCESS) {
+    fail(&r, "the tensor and data groups", comm);
+    goto out;
+  }
+  r.params = run_alloc(m.nparams, &bad), r.grads = run_alloc(m.nparams, &bad);
+  r.summed = run_alloc(m.layer_size, &bad);
+  am = run_alloc(m.nparams, &bad), av = run_alloc(m.nparams, &bad);
+  if (!bad) bad = init_params(&m, &o->model, o->seed, r.params);
+  if (!bad && o->trace) bad = !(r.tr_ = trace_new(run_now_s()));
+  if (run_any_rank(comm, bad)) goto out;
+  gpt_io_t io = {.params = params_of,
+                 .grads = grads_of,
+                 .done = block_done,
+                 .reduce = reduce,
+                 .gather = gather,
+                 .gather_next = gather_next,
+                 .arg = &r};
+  double t_all = 0, t_wait = 0;
+  int math = o->mode != RUN_COMM_ONLY;
+  for (int s = 0; s < o->steps && !r.failed; s++) {
+    double t0 = run_now_s();
+    for (int i = 0; i < B; i++) /* this replica's part of the global batch */
+      data_sample(&data, (size_t)s * B * r.dp + (size_t)r.dr * B + i, T, tok + i * T, tgt + i * T);
+    r.waited = 0;
+    double tf = run_now_s();
+    float loss = math ? gpt_forward(&m, &io, tok, tgt, B) : (gpt_io_replay(&m, &io, B, 0), 0.0f);
+    trace_span(r.tr_, TRACE_COMPUTE, "forward", tf, run_now_s());
+    memset(r.grads, 0, m.nparams * sizeof *r.grads);
+    tf = run_now_s();
+    if (math)
+      gpt_backward(&m, &io, tok, tgt, B, 1.0f / (float)r.dp);
+    else
+      gpt_io_replay(&m, &io, B, 1);
+    trace_span(r.tr_, TRACE_COMPUTE, "backward", tf, run_now_s());
+    for (int i = 0; i < m.c.layers + 2 && !o->overlap; i++)
+      reduce_block(&r, i < m.c.layers    ? m.c.layers - 1 - i
+                       : i == m.c.layers ? GPT_FINAL
+                                         : GPT_EMBED);
+    wait_for(&r, r.ds, r.dc, "reducing gradients");
+    if (r.failed) break;
+    tf = run_now_s();
+    if (math) adamw_step(&o->opt, s + 1, r.params, r.grads, am, av, m.nparams);
+    trace_span(r.tr_, TRACE_COMPUTE, "update", tf, run_now_s());
+    float total = loss * (float)r.dp; /* compute only: this replica's loss stands for all */
+    if (comm_on(&r) &&
+        weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, r.dc, NULL) != WEFT_SUCCESS) {
+      fail(&r, "averaging the loss", r.dc);
+      break;
+    }
+    losses[s] = total / (float)r.dp;
+    double dt = run_now_s() - t0;
+    t_all += dt, t_wait += r.waited;
+    if (o->log && r.rank == 0)
+      fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", s + 1, losses[s],
+              (double)B * T * r.dp / dt, 100.0 * r.waited / dt);
+  }
+  if (stats) {
+    stats->step_s = o->steps ? t_all / o->steps : 0;
+    stats->comm_wait_s = o->steps ? t_wait / o->steps : 0;
+    stats->state_bytes = 4 * m.nparams * sizeof(float); /* parameters, gradients, 2 moments */
+  }
+  rc = r.failed ? -1 : 0;
+  if (!rc && r.tr_ && trace_write(r.tr_, o->trace, comm, r.rank, nranks)) rc = -1;
+out:
+  trace_free(r.tr_);
+  teardown(&r);
+  free(am), free(av), free(tok), free(tgt);
+  gpt_free(&m);
+  data_free(&data);
+  return rc;
+}
