@@ -90,10 +90,14 @@ void weft_log(int level, int subsys, const char *file, int line, const char *fmt
 }
 
 weft_result_t weft_set_error(weft_result_t r, const char *fmt, ...) {
+  /* formatted aside first: a message often quotes the last one (weft_thread_error()), and
+   * printing a buffer into itself is undefined (it garbled such messages) */
+  char msg[sizeof thread_error];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(thread_error, sizeof thread_error, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  memcpy(thread_error, msg, sizeof msg);
   WEFT_WARN(WEFT_SUB_ALL, "%s: %s", weft_result_string(r), thread_error);
   return r;
 }
