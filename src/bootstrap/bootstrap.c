@@ -323,15 +323,19 @@ int weft_bootstrap_fds(const weft_bootstrap_t *b, int fds[2]) {
 }
 
 /* What the bytes waiting on fd begin: 1 a message (or the socket's end or an error, which the
- * read that follows sees), 0 not known yet (a part of the magic), -1 a bootstrap collective's
- * data. Messages start with the comm's magic; other bytes are a neighbour's that finished the
- * last operation first and is already in the next allgather (weft_comm_split's, say) while
- * this rank still waits in its operation: they stay in the socket for that allgather. Until it
- * runs, a notice or the socket's end behind them is seen only there, or by the operation's own
+ * read that follows sees), 0 not known yet (nothing, or a part of the magic), -1 a bootstrap
+ * collective's data. Messages start with the comm's magic; other bytes are a neighbour's that
+ * finished the last operation first and is already in the next allgather (weft_comm_split's, say)
+ * while this rank still waits in its operation: they stay in the socket for that allgather. Until
+ * it runs, a notice or the socket's end behind them is seen only there, or by the operation's own
  * timeout and data connections. */
 static int message_next(const weft_bootstrap_t *b, int fd) {
   unsigned char head[sizeof b->magic];
   ssize_t r = recv(fd, head, sizeof head, MSG_DONTWAIT | MSG_PEEK);
+  /* Nothing yet is not a message: the read that followed took whatever arrived between the
+   * two calls, a collective's data included, as the start of a notice (the collective then
+   * waited for bytes that were gone). */
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
   if (r <= 0) return 1;
   if (memcmp(head, &b->magic, (size_t)r) != 0) return -1;
   return (size_t)r == sizeof head;

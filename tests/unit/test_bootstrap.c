@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -101,10 +102,63 @@ static void a_notice_in_pieces_is_not_held(void **st) {
   }
 }
 
+/* A neighbour's allgather block that lands while a check looks at an empty socket is left
+ * for the allgather: none of it is read as the start of a notice. The sender fires as the
+ * checks spin, many times over, so that blocks arrive between a check's look and its read
+ * (the window in which a check once took them). */
+enum { ROUNDS = 20000 };
+
+typedef struct {
+  int fd;
+  atomic_int round; /* the round whose block the sender may send */
+} sender_t;
+
+static void *send_rounds(void *arg) {
+  sender_t *s = arg;
+  const char block[16] = "rank 0's id ....";
+  for (int i = 0; i < ROUNDS; i++) {
+    while (atomic_load(&s->round) < i)
+      ;
+    if (send(s->fd, block, sizeof block, 0) != (ssize_t)sizeof block) break;
+  }
+  return NULL;
+}
+
+static void data_arriving_during_a_check_is_left(void **st) {
+  (void)st;
+  int prev[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, prev), 0);
+  weft_sock_nonblock(prev[0]);
+  weft_bootstrap_t b = {.rank = 1, .nranks = 2, .magic = MAGIC, .prev_fd = prev[0], .next_fd = -1};
+  sender_t s = {.fd = prev[1]};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, send_rounds, &s), 0);
+  weft_notice_t n = {0};
+  int taken = 0;
+  for (int i = 0; i < ROUNDS; i++) {
+    atomic_store(&s.round, i);
+    while (!atomic_load(&b.held[0]) && b.rgot[0] == 0)
+      assert_int_equal(weft_bootstrap_check(&b, &n), WEFT_SUCCESS);
+    if (b.rgot[0]) { /* a check took the block's bytes */
+      taken++;
+      break;
+    }
+    char got[16];
+    assert_int_equal(recv(prev[0], got, sizeof got, MSG_WAITALL), (ssize_t)sizeof got);
+    atomic_store(&b.held[0], 0); /* as the allgather that read it does */
+  }
+  atomic_store(&s.round, ROUNDS);
+  close(prev[1]);
+  pthread_join(th, NULL);
+  close(prev[0]);
+  assert_int_equal(taken, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(split_bytes_wait_for_the_allgather),
       cmocka_unit_test(a_notice_in_pieces_is_not_held),
+      cmocka_unit_test(data_arriving_during_a_check_is_left),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
