@@ -3,14 +3,23 @@
  * cross-entropy; forward, backward and AdamW in f32 (CPU back end: ops_cpu.c). Parameters
  * live in one flat array, each layer's tensors together, so that a data-parallel run can
  * shard, reduce and gather them as plain ranges; a tensor-parallel model holds one shard of
- * each layer's matrices (Megatron's split) and reaches its peers through hooks. */
+ * each layer's matrices (Megatron's split), an expert-parallel one a share of the experts
+ * of a mixture-of-experts model, and each reaches its peers through hooks. */
 #ifndef WEFT_EXAMPLES_GPT_H
 #define WEFT_EXAMPLES_GPT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct {
   int vocab, seq, channels, layers, heads;
+  /* Mixture of experts (experts > 0): each layer's MLP is `experts` MLPs of the same shape;
+   * a gate sends every token to the topk experts of highest probability, weighting each
+   * one's output by it. capacity > 0: a sequence sends at most ceil(capacity * seq * topk /
+   * experts) of its tokens to one expert (later choices dropped; 0: dropless). aux: the
+   * weight of the sequence-wise load-balancing loss added to the cross-entropy. */
+  int experts, topk;
+  float capacity, aux;
 } gpt_config_t;
 
 /* A layer's tensors in order, and the model's: [wte, wpe] [layer 0] ... [lnf]. */
@@ -23,7 +32,8 @@ enum {
   P_ATTB,
   P_LN2W,
   P_LN2B,
-  P_FCW,
+  P_GATEW, /* [experts][channels]; none in a dense model */
+  P_FCW,   /* FCW to PROJB: one MLP's, or every local expert's in turn (expert-major) */
   P_FCB,
   P_PROJW,
   P_PROJB,
@@ -32,8 +42,15 @@ enum {
 
 typedef struct {
   gpt_config_t c;
-  int tp, tp_rank; /* tensor-parallel shards of each layer, and this model's (1, 0: whole) */
-  int sp;          /* sequence parallel: norms and residuals on this rank's N / tp rows */
+  int tp, tp_rank;   /* tensor-parallel shards of each layer, and this model's (1, 0: whole) */
+  int sp;            /* sequence parallel: norms and residuals on this rank's N / tp rows */
+  int ep, ep_rank;   /* expert-parallel shards (the experts split evenly), and this one */
+  int local_experts; /* experts / ep (0: a dense model) */
+  size_t shared;     /* floats at the start of each layer held whole by every expert shard */
+  size_t max_rows;   /* the most token rows this shard's experts receive in one layer */
+  int *ids, *rtok;   /* MoE: each layer's top-k ids; in-process routing's row map */
+  int64_t *counts, *offsets; /* MoE: each layer's rows per local expert, first rows */
+  long *rows;                /* MoE: each layer's rows received (per micro-batch: moe_layer.h) */
   size_t nparams;
   size_t layer_size;  /* floats in one layer */
   size_t layer_first; /* offset of layer 0 (after wte and wpe) */
@@ -52,8 +69,11 @@ int gpt_init(gpt_t *m, const gpt_config_t *c, int batch);
  * the second); norms, the output projections' biases, embeddings and the final norm are
  * whole on every shard. sp: sequence parallel (every forward's B * seq a multiple of tp). */
 int gpt_init_tp(gpt_t *m, const gpt_config_t *c, int batch, int tp, int tp_rank, int sp);
-/* part's parameters (a gpt_init_tp shard) from full's (the whole model's). */
-void gpt_tp_shard(const gpt_t *full, const gpt_t *part, const float *fp, float *pp);
+/* Shard ep_rank of ep of a mixture-of-experts model: experts / ep of each layer's experts
+ * (ep_rank's run of them); the rest of the model whole. */
+int gpt_init_ep(gpt_t *m, const gpt_config_t *c, int batch, int ep, int ep_rank);
+/* part's parameters (a gpt_init_tp or gpt_init_ep shard) from full's (the whole model's). */
+void gpt_shard(const gpt_t *full, const gpt_t *part, const float *fp, float *pp);
 /* Whether a layer tensor is whole on every shard but, with sp, gets only this rank's rows'
  * gradient (the norms, the output projections' biases): the group must sum it. */
 int gpt_tp_summed(int p);
@@ -84,6 +104,17 @@ typedef struct {
   void (*reduce)(void *arg, const float *partial, float *out, size_t n);
   void (*gather)(void *arg, const float *shard, float *full, size_t n);
   int (*gather_next)(void *arg);
+  /* Mixture of experts (route, dispatch and combine NULL: routed within the process, each
+   * choice to local expert id % local_experts: all of them in an unsplit model). key names a
+   * layout: route makes it from this rank's ids ([N][topk], -1: dropped) and returns the
+   * rows received (-1: failed) with each local expert's count and first row. dispatch: each
+   * token's row of x ([N][channels]) into its rows, with w ([N][topk], NULL: none) into rw
+   * (one a row); combine: y[t] = the sum over token t's rows of rw[r] * rows[r] (rw NULL: 1).
+   * With wait set they may return at once: wait(key) returns when key's are done. */
+  long (*route)(void *arg, int key, const int *ids, int N, int64_t *counts, int64_t *offsets);
+  void (*dispatch)(void *arg, int key, const float *x, const float *w, float *rows, float *rw);
+  void (*combine)(void *arg, int key, const float *rows, const float *rw, float *y);
+  void (*wait)(void *arg, int key);
   void *arg;
 } gpt_io_t;
 
@@ -96,8 +127,9 @@ typedef struct {
 } gpt_flat_t;
 gpt_io_t gpt_flat_io(gpt_flat_t *flat);
 
-/* Mean cross-entropy of the next-token targets over B x T tokens; keeps the activations for
- * gpt_backward. tokens and targets are [B][T] in [0, vocab). */
+/* Mean cross-entropy of the next-token targets over B x T tokens (plus, with experts, the
+ * balance loss); keeps the activations for gpt_backward. tokens and targets are [B][T] in
+ * [0, vocab). */
 float gpt_forward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B);
 /* Adds d(mean loss)/d(params) * scale to the gradient blocks (the last forward's batch). */
 void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B,

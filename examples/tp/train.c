@@ -164,7 +164,7 @@ static int init_params(const gpt_t *m, const gpt_config_t *c, unsigned long long
   gpt_t full;
   if (gpt_init(&full, c, 1)) return -1;
   float *w = malloc(full.nparams * sizeof *w);
-  if (w) gpt_init_params(&full, w, seed), gpt_tp_shard(&full, m, w, p);
+  if (w) gpt_init_params(&full, w, seed), gpt_shard(&full, m, w, p);
   free(w);
   gpt_free(&full);
   return w ? 0 : -1;

@@ -1,0 +1,352 @@
+/* Expert parallel over weft: see ep.h. The MoE layers' exchanges run on one communicator
+ * (split from the caller's), each micro-batch's layout kept from its forward for its
+ * backward; dispatches and combines on a worker thread in the order issued, so that a
+ * micro-batch's experts compute while the next one's tokens travel (weft's host MoE calls
+ * return when done). The data-parallel gradients go on a second communicator with its own
+ * host stream, a block's allreduce running while the backward goes on below it. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+#include "ep.h"
+#include "trace.h"
+#include "moe_layer.h"
+#include "weft_moe.h"
+
+enum { QUEUE = 16, WAIT_S = 600 };
+
+/* An exchange for the worker: a dispatch (w: topk weights, rw: out) or a combine (w: row
+ * weights). */
+typedef struct {
+  int combine, key;
+  const float *x, *w;
+  float *out, *rw;
+} xchg_t;
+
+typedef struct {
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  xchg_t q[QUEUE];
+  long issued, done; /* exchanges queued and finished since the start */
+  long *last;        /* per key: the number of its last exchange */
+  char bad[600];     /* the first failed exchange's words, for the main thread to report */
+  int stop, started;
+} worker_t;
+
+typedef struct {
+  const ep_opts_t *o;
+  const gpt_t *m;
+  weft_comm_t mc, dc; /* the experts' exchanges, the data-parallel gradients */
+  weft_stream_t ds;
+  weft_moe_t moe;
+  weft_moe_handle_t *h; /* each layer's layout */
+  int rank, nranks, failed;
+  double waited; /* seconds this step waited for communication */
+  trace_t *tr;
+  float *params, *grads;
+  worker_t wk;
+} run_t;
+
+static void fail(run_t *r, const char *what, weft_comm_t c) {
+  if (!r->failed) fprintf(stderr, "moe: rank %d: %s: %s\n", r->rank, what, weft_get_last_error(c));
+  r->failed = 1;
+}
+
+/* An exchange ran from t0 to now: the step waited for it all. */
+static void waited(run_t *r, const char *what, double t0) {
+  double t1 = run_now_s();
+  r->waited += t1 - t0;
+  trace_span(r->tr, TRACE_COMM, what, t0, t1);
+  trace_span(r->tr, TRACE_WAIT, what, t0, t1);
+}
+
+/* ---- the hooks ---- */
+
+static const float *params_of(void *arg, int block) {
+  run_t *r = arg;
+  return r->params + (block == GPT_EMBED   ? 0
+                      : block == GPT_FINAL ? r->m->lnf
+                                           : gpt_param(r->m, block, 0));
+}
+
+static float *grads_of(void *arg, int block) {
+  run_t *r = arg;
+  return r->grads + (params_of(arg, block) - r->params);
+}
+
+static long route(void *arg, int l, const int *ids, int N, int64_t *counts, int64_t *offsets) {
+  run_t *r = arg;
+  size_t rows = 0;
+  double t0 = run_now_s();
+  if (r->h[l]) weft_moe_handle_destroy(r->h[l]), r->h[l] = NULL;
+  if (weft_moe_layout(r->moe, ids, (size_t)N, &r->h[l], NULL) != WEFT_SUCCESS ||
+      weft_moe_recv_rows(r->h[l], &rows) != WEFT_SUCCESS ||
+      weft_moe_expert_counts(r->h[l], counts, offsets) != WEFT_SUCCESS) {
+    fail(r, "routing the tokens", r->mc);
+    return -1;
+  }
+  waited(r, "layout", t0);
+  return (long)rows;
+}
+
+/* One exchange, on whichever thread: 0, or -1 with what failed in why (weft's words are the
+ * calling thread's). */
+static int exchange(run_t *r, const xchg_t *x, char *why, size_t size) {
+  weft_moe_handle_t h = r->h[x->key];
+  weft_result_t rc = !h           ? WEFT_ERR_INVALID_ARG
+                     : x->combine ? weft_moe_combine(h, x->x, x->w, x->out, NULL)
+                                  : weft_moe_dispatch(h, x->x, x->w, x->out, x->rw, NULL);
+  if (rc == WEFT_SUCCESS) return 0;
+  snprintf(why, size, "%s: %s", x->combine ? "combining the experts' rows" : "dispatching tokens",
+           h ? weft_get_last_error(NULL) : "no layout");
+  return -1;
+}
+
+/* The run failed with why (already worded). */
+static void failed(run_t *r, const char *why) {
+  if (!r->failed) fprintf(stderr, "moe: rank %d: %s\n", r->rank, why);
+  r->failed = 1;
+}
+
+static void *work(void *arg) {
+  run_t *r = arg;
+  worker_t *w = &r->wk;
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    while (!w->stop && w->done == w->issued)
+      pthread_cond_wait(&w->cv, &w->mu);
+    if (w->done == w->issued) break; /* stopping, nothing left */
+    xchg_t x = w->q[w->done % QUEUE];
+    pthread_mutex_unlock(&w->mu);
+    char why[sizeof w->bad];
+    int bad = exchange(r, &x, why, sizeof why);
+    pthread_mutex_lock(&w->mu);
+    if (bad && !w->bad[0]) snprintf(w->bad, sizeof w->bad, "%s", why);
+    w->done++;
+    pthread_cond_broadcast(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+/* Queues an exchange for the worker, or runs it here (no worker: --no-overlap). */
+static void submit(run_t *r, xchg_t x) {
+  worker_t *w = &r->wk;
+  const char *what = x.combine ? "combine" : "dispatch";
+  if (!w->started) {
+    char why[sizeof w->bad];
+    double t0 = run_now_s();
+    if (exchange(r, &x, why, sizeof why)) failed(r, why);
+    return waited(r, what, t0);
+  }
+  trace_issue(r->tr, 1, what, x.key / MOE_MICRO, run_now_s());
+  pthread_mutex_lock(&w->mu);
+  while (w->issued - w->done == QUEUE) /* full: never with one layer's few exchanges */
+    pthread_cond_wait(&w->cv, &w->mu);
+  w->q[w->issued % QUEUE] = x, w->last[x.key] = ++w->issued;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static void dispatch(void *arg, int key, const float *x, const float *w, float *rows, float *rw) {
+  submit(arg, (xchg_t){.key = key, .x = x, .w = w, .out = rows, .rw = rw});
+}
+
+static void combine(void *arg, int key, const float *rows, const float *rw, float *y) {
+  submit(arg, (xchg_t){.combine = 1, .key = key, .x = rows, .w = rw, .out = y});
+}
+
+/* Waits until key's exchanges are done (a failure is then the run's; the worker's wait has a
+ * bound, past which the run fails rather than hang). */
+static void wait_key(void *arg, int key) {
+  run_t *r = arg;
+  worker_t *w = &r->wk;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += WAIT_S;
+  double t0 = run_now_s();
+  int late = 0;
+  pthread_mutex_lock(&w->mu);
+  while (w->done < w->last[key] && !late)
+    late = pthread_cond_timedwait(&w->cv, &w->mu, &until) != 0;
+  char bad[sizeof w->bad];
+  snprintf(bad, sizeof bad, "%s", late ? "an exchange did not finish in time" : w->bad);
+  pthread_mutex_unlock(&w->mu);
+  if (bad[0]) failed(r, bad);
+  r->waited += run_now_s() - t0;
+  trace_span(r->tr, TRACE_WAIT, "exchange", t0, run_now_s());
+  trace_settle(r->tr, 1, run_now_s());
+}
+
+/* A block's gradients are final: the data-parallel part of it (a layer's all but its
+ * experts) is allreduced while the backward goes on. */
+static void reduce_block(run_t *r, int block) {
+  const gpt_t *m = r->m;
+  size_t n = block == GPT_EMBED   ? m->layer_first
+             : block == GPT_FINAL ? 2 * (size_t)m->c.channels
+                                  : m->shared;
+  if (r->nranks == 1 || r->o->mode == RUN_COMPUTE_ONLY || r->o->wrong_reduction) return;
+  float *g = grads_of(r, block);
+  trace_issue(r->tr, 0, "allreduce", block, run_now_s());
+  if (weft_allreduce(g, g, n, WEFT_F32, WEFT_SUM, r->dc, r->ds) != WEFT_SUCCESS)
+    fail(r, "reducing gradients", r->dc);
+}
+
+static void block_done(void *arg, int block) {
+  run_t *r = arg;
+  if (r->o->overlap) reduce_block(r, block);
+}
+
+/* ---- setup and the loop ---- */
+
+static void teardown(run_t *r) {
+  worker_t *w = &r->wk;
+  if (w->started) {
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    pthread_cond_destroy(&w->cv), pthread_mutex_destroy(&w->mu);
+  }
+  free(w->last);
+  for (int k = 0; r->h && k < r->m->c.layers * MOE_MICRO; k++)
+    if (r->h[k]) weft_moe_handle_destroy(r->h[k]);
+  if (r->moe) weft_moe_destroy(r->moe);
+  if (r->ds) weft_stream_destroy(r->ds);
+  if (r->mc) weft_comm_destroy(r->mc);
+  if (r->dc) weft_comm_destroy(r->dc);
+  free(r->h), free(r->params), free(r->grads);
+}
+
+/* The whole model's initial weights, this shard's part of them. */
+static int init_params(const gpt_t *m, const gpt_config_t *c, unsigned long long seed, float *p) {
+  gpt_t full;
+  if (gpt_init(&full, c, 1)) return -1;
+  float *w = malloc(full.nparams * sizeof *w);
+  if (w) gpt_init_params(&full, w, seed), gpt_shard(&full, m, w, p);
+  free(w);
+  gpt_free(&full);
+  return w ? 0 : -1;
+}
+
+/* What is wrong with the run's shape, or NULL. */
+static const char *shape_error(const ep_opts_t *o, int nranks) {
+  const gpt_config_t *c = &o->model;
+  if (c->experts < 1 || c->experts % nranks) return "the experts must be a multiple of the ranks";
+  if (c->topk < 1 || c->topk > c->experts || c->topk > c->channels)
+    return "topk must be 1 to the experts (and at most the channels)";
+  if (c->vocab < DATA_VOCAB || c->seq < 1 || c->seq > 4096 || o->batch < 1)
+    return "the model or batch does not fit the data";
+  return NULL;
+}
+
+static int setup(run_t *r, weft_comm_t comm, gpt_t *m) {
+  weft_config_t host = WEFT_CONFIG_INIT;
+  weft_moe_config_t mc = WEFT_MOE_CONFIG_INIT;
+  mc.num_experts = m->c.experts, mc.topk = m->c.topk, mc.hidden = (size_t)m->c.channels;
+  mc.dtype = WEFT_F32, mc.index_type = WEFT_I32;
+  if (weft_comm_split(comm, 0, r->rank, &r->mc, &host) != WEFT_SUCCESS ||
+      weft_comm_split(comm, 0, r->rank, &r->dc, &host) != WEFT_SUCCESS ||
+      weft_stream_create(&r->ds) != WEFT_SUCCESS ||
+      weft_moe_create(r->mc, &mc, &r->moe) != WEFT_SUCCESS)
+    return fail(r, "the experts' and gradients' communicators", comm), -1;
+  if (!r->o->overlap || r->o->mode == RUN_COMPUTE_ONLY) return 0;
+  worker_t *w = &r->wk;
+  if (!(w->last = calloc((size_t)m->c.layers * MOE_MICRO, sizeof *w->last))) return -1;
+  if (pthread_mutex_init(&w->mu, NULL)) return -1;
+  if (pthread_cond_init(&w->cv, NULL)) return pthread_mutex_destroy(&w->mu), -1;
+  if (pthread_create(&w->th, NULL, work, r))
+    return pthread_cond_destroy(&w->cv), pthread_mutex_destroy(&w->mu), -1;
+  w->started = 1;
+  return 0;
+}
+
+int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *stats) {
+  run_t r = {.o = o};
+  gpt_t m = {0};
+  data_t data = {0};
+  int T = o->model.seq, B = o->batch, rc = -1, bad = 0;
+  weft_comm_rank(comm, &r.rank);
+  weft_comm_count(comm, &r.nranks);
+  float *am = NULL, *av = NULL;
+  int *tok = malloc(sizeof(int) * (size_t)B * T), *tgt = malloc(sizeof(int) * (size_t)B * T);
+  r.m = &m;
+  const char *why = shape_error(o, r.nranks);
+  if (why) { /* every rank sees the same options */
+    if (r.rank == 0) fprintf(stderr, "moe: %s\n", why);
+    goto out;
+  }
+  bad = !tok || !tgt || gpt_init_ep(&m, &o->model, B, r.nranks, r.rank) ||
+        data_init(&data, 1u << 16, o->seed) ||
+        !(r.h = calloc((size_t)o->model.layers * MOE_MICRO, sizeof *r.h));
+  if (bad) fprintf(stderr, "moe: rank %d: bad options or out of memory\n", r.rank);
+  if (run_any_rank(comm, bad) || run_any_rank(comm, setup(&r, comm, &m) != 0)) goto out;
+  r.params = run_alloc(m.nparams, &bad), r.grads = run_alloc(m.nparams, &bad);
+  am = run_alloc(m.nparams, &bad), av = run_alloc(m.nparams, &bad);
+  if (!bad) bad = init_params(&m, &o->model, o->seed, r.params);
+  if (!bad && o->trace) bad = !(r.tr = trace_new(run_now_s()));
+  if (run_any_rank(comm, bad)) goto out;
+  gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = &r};
+  if (o->mode != RUN_COMPUTE_ONLY) io.route = route, io.dispatch = dispatch, io.combine = combine;
+  if (r.wk.started) io.wait = wait_key;
+  double t_all = 0, t_wait = 0;
+  int math = o->mode != RUN_COMM_ONLY, L = m.c.layers;
+  for (int s = 0; s < o->steps && !r.failed; s++) {
+    double t0 = run_now_s();
+    for (int i = 0; i < B; i++) /* this rank's part of the global batch */
+      data_sample(&data, (size_t)s * B * r.nranks + (size_t)r.rank * B + i, T, tok + i * T,
+                  tgt + i * T);
+    r.waited = 0;
+    double tf = run_now_s();
+    float loss = math ? gpt_forward(&m, &io, tok, tgt, B) : (gpt_io_replay(&m, &io, B, 0), 0.0f);
+    trace_span(r.tr, TRACE_COMPUTE, "forward", tf, run_now_s());
+    memset(r.grads, 0, m.nparams * sizeof *r.grads);
+    tf = run_now_s();
+    if (math)
+      gpt_backward(&m, &io, tok, tgt, B, 1.0f / (float)r.nranks);
+    else
+      gpt_io_replay(&m, &io, B, 1);
+    trace_span(r.tr, TRACE_COMPUTE, "backward", tf, run_now_s());
+    for (int i = 0; i < L + 2 && !o->overlap; i++)
+      reduce_block(&r, i < L ? L - 1 - i : i == L ? GPT_FINAL : GPT_EMBED);
+    double tw = run_now_s();
+    if (weft_stream_synchronize(r.ds) != WEFT_SUCCESS) fail(&r, "reducing gradients", r.dc);
+    r.waited += run_now_s() - tw;
+    trace_span(r.tr, TRACE_WAIT, "reducing gradients", tw, run_now_s());
+    trace_settle(r.tr, 0, run_now_s());
+    if (r.failed) break;
+    tf = run_now_s();
+    if (math) adamw_step(&o->opt, s + 1, r.params, r.grads, am, av, m.nparams);
+    trace_span(r.tr, TRACE_COMPUTE, "update", tf, run_now_s());
+    float total = loss * (float)r.nranks; /* compute only: this rank's loss stands for all */
+    if (o->mode != RUN_COMPUTE_ONLY &&
+        weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, r.dc, NULL) != WEFT_SUCCESS) {
+      fail(&r, "averaging the loss", r.dc);
+      break;
+    }
+    losses[s] = total / (float)r.nranks;
+    double dt = run_now_s() - t0;
+    t_all += dt, t_wait += r.waited;
+    if (o->log && r.rank == 0)
+      fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", s + 1, losses[s],
+              (double)B * T * r.nranks / dt, 100.0 * r.waited / dt);
+  }
+  if (stats) {
+    stats->step_s = o->steps ? t_all / o->steps : 0;
+    stats->comm_wait_s = o->steps ? t_wait / o->steps : 0;
+    stats->state_bytes = 4 * m.nparams * sizeof(float); /* parameters, gradients, 2 moments */
+  }
+  rc = r.failed ? -1 : 0;
+  if (!rc && r.tr && trace_write(r.tr, o->trace, comm, r.rank, r.nranks)) rc = -1;
+out:
+  trace_free(r.tr);
+  teardown(&r);
+  free(am), free(av), free(tok), free(tgt);
+  gpt_free(&m);
+  data_free(&data);
+  return rc;
+}
