@@ -222,17 +222,6 @@ static void teardown(run_t *r) {
   free(r->h), free(r->params), free(r->grads);
 }
 
-/* The whole model's initial weights, this shard's part of them. */
-static int init_params(const gpt_t *m, const gpt_config_t *c, unsigned long long seed, float *p) {
-  gpt_t full;
-  if (gpt_init(&full, c, 1)) return -1;
-  float *w = malloc(full.nparams * sizeof *w);
-  if (w) gpt_init_params(&full, w, seed), gpt_shard(&full, m, w, p);
-  free(w);
-  gpt_free(&full);
-  return w ? 0 : -1;
-}
-
 /* What is wrong with the run's shape, or NULL. */
 static const char *shape_error(const ep_opts_t *o, int nranks) {
   const gpt_config_t *c = &o->model;
@@ -287,7 +276,7 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
   if (run_any_rank(comm, bad) || run_any_rank(comm, setup(&r, comm, &m) != 0)) goto out;
   r.params = run_alloc(m.nparams, &bad), r.grads = run_alloc(m.nparams, &bad);
   am = run_alloc(m.nparams, &bad), av = run_alloc(m.nparams, &bad);
-  if (!bad) bad = init_params(&m, &o->model, o->seed, r.params);
+  if (!bad) bad = gpt_init_shard_params(&m, o->seed, r.params);
   if (!bad && o->trace) bad = !(r.tr = trace_new(run_now_s()));
   if (run_any_rank(comm, bad)) goto out;
   gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = &r};

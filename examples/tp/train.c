@@ -159,17 +159,6 @@ static void teardown(run_t *r) {
   free(r->params), free(r->grads), free(r->summed);
 }
 
-/* The whole model's initial weights, this shard's part of them. */
-static int init_params(const gpt_t *m, const gpt_config_t *c, unsigned long long seed, float *p) {
-  gpt_t full;
-  if (gpt_init(&full, c, 1)) return -1;
-  float *w = malloc(full.nparams * sizeof *w);
-  if (w) gpt_init_params(&full, w, seed), gpt_shard(&full, m, w, p);
-  free(w);
-  gpt_free(&full);
-  return w ? 0 : -1;
-}
-
 /* What is wrong with the run's shape, or NULL. */
 static const char *shape_error(const tp_opts_t *o, int nranks) {
   const gpt_config_t *c = &o->model;
@@ -212,7 +201,7 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
   r.params = run_alloc(m.nparams, &bad), r.grads = run_alloc(m.nparams, &bad);
   r.summed = run_alloc(m.layer_size, &bad);
   am = run_alloc(m.nparams, &bad), av = run_alloc(m.nparams, &bad);
-  if (!bad) bad = init_params(&m, &o->model, o->seed, r.params);
+  if (!bad) bad = gpt_init_shard_params(&m, o->seed, r.params);
   if (!bad && o->trace) bad = !(r.tr_ = trace_new(run_now_s()));
   if (run_any_rank(comm, bad)) goto out;
   gpt_io_t io = {.params = params_of,
