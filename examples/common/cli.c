@@ -32,6 +32,8 @@ int cli_option(cli_t *c, int ch, const char *arg, const char *name, const char *
   case 11: c->trace = arg; break;
   case 12: break;
   case 13: fprintf(stderr, "%s: the CUDA back end is not built yet (--cpu only)\n", name); return 2;
+  case 14: c->save = arg; break;
+  case 15: c->load = arg; break;
   case 'h': printf("usage: %s %s\n", name, usage); return 2;
   default: return 0;
   }

@@ -14,7 +14,7 @@ typedef struct {
   gpt_config_t model;
   adamw_t opt;
   unsigned long long seed;
-  const char *trace;
+  const char *trace, *save, *load; /* --save PREFIX, --load PREFIX: checkpoint.h */
 } cli_t;
 
 /* The defaults: 2 ranks, 200 steps of 8 sequences, the small model, overlap on. */
@@ -31,7 +31,8 @@ cli_t cli_defaults(void);
   }
 #define CLI_USAGE                                                                                  \
   "[--ranks N] [--steps N] [--batch B] [--layers L] [--channels C] [--heads H] [--seq T] "         \
-  "[--lr X] [--no-overlap] [--measure-overlap] [--trace FILE.json] [--cpu]"
+  "[--lr X] [--no-overlap] [--measure-overlap] [--trace FILE.json] [--save PREFIX] "               \
+  "[--load PREFIX] [--cpu]"
 
 /* A common flag (getopt's ch and optarg): 1 taken, 0 not one of them, 2 to exit with after
  * a message (--gpu, --help with usage = the example's usage line). */

@@ -142,35 +142,53 @@ void gpt_free(gpt_t *m) {
   m->act = NULL, m->ids = m->rtok = NULL, m->counts = m->offsets = NULL, m->rows = NULL;
 }
 
-/* rows x cols of src (row stride sstride, from column c0) into dst, packed. */
-static void copy_cols(float *dst, const float *src, size_t rows, size_t cols, size_t sstride,
-                      size_t c0) {
+/* rows x cols between packed part and full (row stride fstride, from column c0). */
+static void copy_cols(float *part, float *full, size_t rows, size_t cols, size_t fstride, size_t c0,
+                      int to_full) {
   for (size_t r = 0; r < rows; r++)
-    memcpy(dst + r * cols, src + r * sstride + c0, cols * sizeof *dst);
+    memcpy(to_full ? full + r * fstride + c0 : part + r * cols,
+           to_full ? part + r * cols : full + r * fstride + c0, cols * sizeof *part);
+}
+
+static void copy(float *part, float *full, size_t n, int to_full) {
+  memcpy(to_full ? full : part, to_full ? part : full, n * sizeof *part);
+}
+
+/* part's pieces of full, either way; whole: the tensors every shard holds too. */
+static void map_shard(const gpt_t *full, const gpt_t *part, float *fp, float *pp, int to_full,
+                      int whole) {
+  size_t C = (size_t)full->c.channels, q = C / (size_t)part->tp, r = (size_t)part->tp_rank;
+  size_t x = (size_t)part->ep_rank; /* expert shards: the x-th run of each expert tensor */
+  if (whole) copy(pp, fp, full->layer_first, to_full);
+  if (whole) copy(pp + part->lnf, fp + full->lnf, 2 * C, to_full);
+  for (int l = 0; l < full->c.layers; l++)
+    for (int p = 0; p < P_NLAYER; p++) {
+      float *f = fp + gpt_param(full, l, p), *o = pp + gpt_param(part, l, p);
+      size_t n = gpt_param(part, l, p + 1) - gpt_param(part, l, p);
+      int split = (part->ep > 1 && p >= P_FCW) ||
+                  (part->tp > 1 && (p == P_QKVW || p == P_QKVB || p == P_ATTW || p == P_FCW ||
+                                    p == P_FCB || p == P_PROJW));
+      if (!split) {
+        if (whole) copy(o, f, n, to_full);
+      } else if (part->ep > 1) {
+        copy(o, f + x * n, n, to_full);
+      } else if (p == P_QKVW || p == P_QKVB) { /* this shard's heads of q, of k and of v */
+        for (size_t j = 0, w = p == P_QKVW ? C : 1; j < 3; j++)
+          copy(o + j * q * w, f + (j * C + r * q) * w, q * w, to_full);
+      } else if (p == P_FCW || p == P_FCB) { /* its hidden units */
+        copy(o, f + r * n, n, to_full);
+      } else { /* the output projections: its input columns */
+        copy_cols(o, f, C, n / C, n / C * (size_t)part->tp, r * (n / C), to_full);
+      }
+    }
 }
 
 void gpt_shard(const gpt_t *full, const gpt_t *part, const float *fp, float *pp) {
-  size_t C = (size_t)full->c.channels, q = C / (size_t)part->tp, r = (size_t)part->tp_rank;
-  size_t x = (size_t)part->ep_rank; /* expert shards: the x-th run of each expert tensor */
-  memcpy(pp, fp, full->layer_first * sizeof *pp);
-  memcpy(pp + part->lnf, fp + full->lnf, 2 * C * sizeof *pp);
-  for (int l = 0; l < full->c.layers; l++)
-    for (int p = 0; p < P_NLAYER; p++) {
-      const float *f = fp + gpt_param(full, l, p);
-      float *o = pp + gpt_param(part, l, p);
-      size_t n = gpt_param(part, l, p + 1) - gpt_param(part, l, p);
-      if (p == P_QKVW || p == P_QKVB) /* this shard's heads of q, of k and of v */
-        for (size_t j = 0, w = p == P_QKVW ? C : 1; j < 3; j++)
-          memcpy(o + j * q * w, f + (j * C + r * q) * w, q * w * sizeof *o);
-      else if (p >= P_FCW && part->ep > 1)
-        memcpy(o, f + x * n, n * sizeof *o);
-      else if (p == P_FCW || p == P_FCB) /* its hidden units */
-        memcpy(o, f + r * n, n * sizeof *o);
-      else if (p == P_ATTW || p == P_PROJW) /* its input columns */
-        copy_cols(o, f, C, n / C, n / C * (size_t)part->tp, r * (n / C));
-      else
-        memcpy(o, f, n * sizeof *o);
-    }
+  map_shard(full, part, (float *)fp, pp, 0, 1); /* reads fp only */
+}
+
+void gpt_unshard(const gpt_t *full, const gpt_t *part, const float *pp, float *fp, int whole) {
+  map_shard(full, part, fp, (float *)pp, 1, whole); /* reads pp only */
 }
 
 static double uniform(uint64_t *s) {

@@ -74,6 +74,9 @@ int gpt_init_tp(gpt_t *m, const gpt_config_t *c, int batch, int tp, int tp_rank,
 int gpt_init_ep(gpt_t *m, const gpt_config_t *c, int batch, int ep, int ep_rank);
 /* part's parameters (a gpt_init_tp or gpt_init_ep shard) from full's (the whole model's). */
 void gpt_shard(const gpt_t *full, const gpt_t *part, const float *fp, float *pp);
+/* The reverse: part's pieces of fp written from pp, the rest of fp untouched; whole: also
+ * the tensors every shard holds (norms, biases, gates, embeddings), else only those split. */
+void gpt_unshard(const gpt_t *full, const gpt_t *part, const float *pp, float *fp, int whole);
 /* The whole model's initial weights (gpt_init_params) cut to part's shard: 0, or -1 when out
  * of memory. */
 int gpt_init_shard_params(const gpt_t *part, unsigned long long seed, float *pp);

@@ -23,6 +23,8 @@ typedef struct {
   int wrong_reduction; /* tests only: leave the data-parallel gradients unreduced */
   FILE *log;           /* rank 0's progress lines ("step N loss X ..."); NULL: none */
   const char *trace;   /* a Chrome-trace timeline of every rank's spans here; NULL: none */
+  const char *save;    /* after the last step, the whole model's checkpoint here; NULL: none */
+  const char *load;    /* before the first, any checkpoint of this model (checkpoint.h) */
 } ep_opts_t;
 
 /* Trains on comm (a host communicator; one rank is the single-process reference): losses[s]

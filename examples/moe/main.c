@@ -14,6 +14,7 @@ static int train(weft_comm_t comm, const void *opts, run_mode_t mode, FILE *log,
                  float *losses, run_stats_t *st) {
   ep_opts_t o = *(const ep_opts_t *)opts;
   o.mode = mode, o.log = log, o.trace = trace;
+  if (mode != RUN_FULL) o.save = NULL; /* the measuring runs leave no checkpoint */
   return ep_train(comm, &o, losses, st);
 }
 
@@ -47,6 +48,6 @@ int main(int argc, char **argv) {
   m.experts = o.model.experts, m.topk = o.model.topk, m.capacity = o.model.capacity;
   m.aux = o.model.aux;
   o.steps = c.steps, o.batch = c.batch, o.model = m, o.opt = c.opt, o.seed = c.seed;
-  o.overlap = c.overlap;
+  o.overlap = c.overlap, o.save = c.save, o.load = c.load;
   return cli_main("moe", &c, train, describe, &o);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "checkpoint.h"
 #include "data.h"
 #include "ep.h"
 #include "trace.h"
@@ -276,7 +277,10 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
   if (run_any_rank(comm, bad) || run_any_rank(comm, setup(&r, comm, &m) != 0)) goto out;
   r.params = run_alloc(m.nparams, &bad), r.grads = run_alloc(m.nparams, &bad);
   am = run_alloc(m.nparams, &bad), av = run_alloc(m.nparams, &bad);
+  int first = 0; /* optimizer steps taken before this run (a loaded checkpoint's) */
+  float *const state[3] = {r.params, am, av};
   if (!bad) bad = gpt_init_shard_params(&m, o->seed, r.params);
+  if (!bad && o->load) bad = ckpt_load_split(o->load, &m, state, &first);
   if (!bad && o->trace) bad = !(r.tr = trace_new(run_now_s()));
   if (run_any_rank(comm, bad)) goto out;
   gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = &r};
@@ -287,8 +291,8 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
   for (int s = 0; s < o->steps && !r.failed; s++) {
     double t0 = run_now_s();
     for (int i = 0; i < B; i++) /* this rank's part of the global batch */
-      data_sample(&data, (size_t)s * B * r.nranks + (size_t)r.rank * B + i, T, tok + i * T,
-                  tgt + i * T);
+      data_sample(&data, (size_t)(first + s) * B * r.nranks + (size_t)r.rank * B + i, T,
+                  tok + i * T, tgt + i * T);
     r.waited = 0;
     double tf = run_now_s();
     float loss = math ? gpt_forward(&m, &io, tok, tgt, B) : (gpt_io_replay(&m, &io, B, 0), 0.0f);
@@ -309,7 +313,7 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
     trace_settle(r.tr, 0, run_now_s());
     if (r.failed) break;
     tf = run_now_s();
-    if (math) adamw_step(&o->opt, s + 1, r.params, r.grads, am, av, m.nparams);
+    if (math) adamw_step(&o->opt, first + s + 1, r.params, r.grads, am, av, m.nparams);
     trace_span(r.tr, TRACE_COMPUTE, "update", tf, run_now_s());
     float total = loss * (float)r.nranks; /* compute only: this rank's loss stands for all */
     if (o->mode != RUN_COMPUTE_ONLY &&
@@ -321,8 +325,8 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
     double dt = run_now_s() - t0;
     t_all += dt, t_wait += r.waited;
     if (o->log && r.rank == 0)
-      fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", s + 1, losses[s],
-              (double)B * T * r.nranks / dt, 100.0 * r.waited / dt);
+      fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", first + s + 1,
+              losses[s], (double)B * T * r.nranks / dt, 100.0 * r.waited / dt);
   }
   if (stats) {
     stats->step_s = o->steps ? t_all / o->steps : 0;
@@ -330,6 +334,11 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
     stats->state_bytes = 4 * m.nparams * sizeof(float); /* parameters, gradients, 2 moments */
   }
   rc = r.failed ? -1 : 0;
+  /* every rank's experts and rank 0's copy of the rest make the whole model */
+  if (!rc && o->save &&
+      ckpt_save_split(o->save, first + o->steps, &m, state, r.dc, r.rank == 0, r.rank == 0))
+    rc = -1;
+  if (run_any_rank(comm, rc != 0)) rc = -1; /* every file is written before any rank returns */
   if (!rc && r.tr && trace_write(r.tr, o->trace, comm, r.rank, r.nranks)) rc = -1;
 out:
   trace_free(r.tr);

@@ -16,6 +16,7 @@ static int train(weft_comm_t comm, const void *opts, run_mode_t mode, FILE *log,
   weft_comm_count(comm, &n);
   if (o.tp == 0) o.tp = n; /* every rank one shard of one model */
   o.mode = mode, o.log = log, o.trace = trace;
+  if (mode != RUN_FULL) o.save = NULL; /* the measuring runs leave no checkpoint */
   return tp_train(comm, &o, losses, st);
 }
 
@@ -43,6 +44,6 @@ int main(int argc, char **argv) {
   }
   if (o.tp < 0) return fprintf(stderr, "tp: --tp is at least 1\n"), 2;
   o.steps = c.steps, o.batch = c.batch, o.model = c.model, o.opt = c.opt, o.seed = c.seed;
-  o.overlap = c.overlap;
+  o.overlap = c.overlap, o.save = c.save, o.load = c.load;
   return cli_main("tp", &c, train, describe, &o);
 }

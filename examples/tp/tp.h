@@ -25,6 +25,8 @@ typedef struct {
   int wrong_reduction; /* tests only: the shards' reductions keep each rank's own part */
   FILE *log;           /* rank 0's progress lines ("step N loss X ..."); NULL: none */
   const char *trace;   /* a Chrome-trace timeline of every rank's spans here; NULL: none */
+  const char *save;    /* after the last step, the whole model's checkpoint here; NULL: none */
+  const char *load;    /* before the first, any checkpoint of this model (checkpoint.h) */
 } tp_opts_t;
 
 /* Trains on comm (a host communicator; one rank is the single-process reference): losses[s]

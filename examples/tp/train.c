@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "data.h"
 #include "tp.h"
 #include "trace.h"
@@ -201,7 +202,10 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
   r.params = run_alloc(m.nparams, &bad), r.grads = run_alloc(m.nparams, &bad);
   r.summed = run_alloc(m.layer_size, &bad);
   am = run_alloc(m.nparams, &bad), av = run_alloc(m.nparams, &bad);
+  int first = 0; /* optimizer steps taken before this run (a loaded checkpoint's) */
+  float *const state[3] = {r.params, am, av};
   if (!bad) bad = gpt_init_shard_params(&m, o->seed, r.params);
+  if (!bad && o->load) bad = ckpt_load_split(o->load, &m, state, &first);
   if (!bad && o->trace) bad = !(r.tr_ = trace_new(run_now_s()));
   if (run_any_rank(comm, bad)) goto out;
   gpt_io_t io = {.params = params_of,
@@ -216,7 +220,8 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
   for (int s = 0; s < o->steps && !r.failed; s++) {
     double t0 = run_now_s();
     for (int i = 0; i < B; i++) /* this replica's part of the global batch */
-      data_sample(&data, (size_t)s * B * r.dp + (size_t)r.dr * B + i, T, tok + i * T, tgt + i * T);
+      data_sample(&data, (size_t)(first + s) * B * r.dp + (size_t)r.dr * B + i, T, tok + i * T,
+                  tgt + i * T);
     r.waited = 0;
     double tf = run_now_s();
     float loss = math ? gpt_forward(&m, &io, tok, tgt, B) : (gpt_io_replay(&m, &io, B, 0), 0.0f);
@@ -235,7 +240,7 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
     wait_for(&r, r.ds, r.dc, "reducing gradients");
     if (r.failed) break;
     tf = run_now_s();
-    if (math) adamw_step(&o->opt, s + 1, r.params, r.grads, am, av, m.nparams);
+    if (math) adamw_step(&o->opt, first + s + 1, r.params, r.grads, am, av, m.nparams);
     trace_span(r.tr_, TRACE_COMPUTE, "update", tf, run_now_s());
     float total = loss * (float)r.dp; /* compute only: this replica's loss stands for all */
     if (comm_on(&r) &&
@@ -247,8 +252,8 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
     double dt = run_now_s() - t0;
     t_all += dt, t_wait += r.waited;
     if (o->log && r.rank == 0)
-      fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", s + 1, losses[s],
-              (double)B * T * r.dp / dt, 100.0 * r.waited / dt);
+      fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", first + s + 1,
+              losses[s], (double)B * T * r.dp / dt, 100.0 * r.waited / dt);
   }
   if (stats) {
     stats->step_s = o->steps ? t_all / o->steps : 0;
@@ -256,6 +261,11 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
     stats->state_bytes = 4 * m.nparams * sizeof(float); /* parameters, gradients, 2 moments */
   }
   rc = r.failed ? -1 : 0;
+  /* one replica's shards make the whole model; its first rank writes it */
+  if (!rc && o->save &&
+      ckpt_save_split(o->save, first + o->steps, &m, state, r.tc, r.tr == 0, r.rank == 0))
+    rc = -1;
+  if (run_any_rank(comm, rc != 0)) rc = -1; /* every file is written before any rank returns */
   if (!rc && r.tr_ && trace_write(r.tr_, o->trace, comm, r.rank, nranks)) rc = -1;
 out:
   trace_free(r.tr_);

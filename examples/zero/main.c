@@ -1,5 +1,5 @@
 /* zero: train the example GPT data-parallel on local CPU ranks (stage 0: DDP, 1-3: ZeRO).
- * usage: zero [--stage 0-3] [--save PREFIX] [--load PREFIX] and the flags of cli.h
+ * usage: zero [--stage 0-3] and the flags of cli.h
  * Started with WEFT_ROOT, WEFT_RANK and WEFT_NRANKS (or torchrun's MASTER_ADDR, MASTER_PORT,
  * RANK, WORLD_SIZE) in the environment, each process is one rank and --ranks is ignored. */
 #include <getopt.h>
@@ -25,21 +25,18 @@ static void describe(const void *opts, int nranks, char *buf, size_t size) {
 int main(int argc, char **argv) {
   cli_t c = cli_defaults();
   zero_opts_t o = {.stage = 0};
-  const char *usage = "[--stage 0-3] [--save PREFIX] [--load PREFIX] " CLI_USAGE;
-  static const struct option longs[] = {
-      CLI_OPTIONS, {"stage", 1, 0, 's'}, {"save", 1, 0, 'S'}, {"load", 1, 0, 'L'}, {0, 0, 0, 0}};
+  const char *usage = "[--stage 0-3] " CLI_USAGE;
+  static const struct option longs[] = {CLI_OPTIONS, {"stage", 1, 0, 's'}, {0, 0, 0, 0}};
   for (int ch, r; (ch = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
     if ((r = cli_option(&c, ch, optarg, "zero", usage)) == 2) return ch == 'h' ? 0 : 2;
     if (r) continue;
     switch (ch) {
     case 's': o.stage = atoi(optarg); break;
-    case 'S': o.save = optarg; break;
-    case 'L': o.load = optarg; break;
     default: return 2;
     }
   }
   if (o.stage < 0 || o.stage > 3) return fprintf(stderr, "zero: the stage is 0-3\n"), 2;
   o.steps = c.steps, o.batch = c.batch, o.model = c.model, o.opt = c.opt, o.seed = c.seed;
-  o.overlap = c.overlap;
+  o.overlap = c.overlap, o.save = c.save, o.load = c.load;
   return cli_main("zero", &c, train, describe, &o);
 }
