@@ -6,11 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 threaded=(test_api collectives_3_shm collectives_4_tcp3 comm_3 resources_2
           faults_shm faults_tcp mismatch_shm moe_3_shm moe_4_tcp zero_2_stage1
-          zero_3_stage3 tp_2_of_4_sp ep_2_top2)
-# the schedule simulators are single-threaded: ASan and UBSan only
+          zero_3_stage3 ep_2_top2)
+# ASan and UBSan only: the schedule simulators (single-threaded), and the examples whose only
+# threads are weft's own (TSan covers those in the threaded list)
 asan_tests=(test_ring test_rhd test_tree test_direct test_pairwise test_chain test_p2p test_tuner test_dtype test_tcp test_socket
             test_engine test_param test_op test_window_rules test_shm test_bootstrap test_self_pairs test_moe_layout
-            test_gpt test_err
+            test_gpt test_err tp_2_of_4_sp
             "${threaded[@]}")
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1
