@@ -16,6 +16,27 @@ int run_any_rank(weft_comm_t comm, int bad) {
   return any;
 }
 
+int run_step_end(weft_comm_t dc, int replicas, float loss, float *mean, run_clock_t *clock,
+                 double t0, double waited, FILE *log, int step, double tokens) {
+  float total = loss * (float)replicas;
+  if (dc && weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, dc, NULL) != WEFT_SUCCESS)
+    return -1;
+  *mean = total / (float)replicas;
+  double dt = run_now_s() - t0;
+  clock->all += dt, clock->wait += waited, clock->steps++;
+  if (log)
+    fprintf(log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", step, *mean, tokens / dt,
+            100.0 * waited / dt);
+  return 0;
+}
+
+void run_stats_fill(run_stats_t *stats, const run_clock_t *clock, size_t state_floats) {
+  if (!stats) return;
+  stats->step_s = clock->steps ? clock->all / clock->steps : 0;
+  stats->comm_wait_s = clock->steps ? clock->wait / clock->steps : 0;
+  stats->state_bytes = state_floats * sizeof(float);
+}
+
 void *run_alloc(size_t floats, int *bad) {
   void *p = calloc(floats ? floats : 1, sizeof(float));
   *bad |= !p;

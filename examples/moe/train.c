@@ -286,7 +286,7 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
   gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = &r};
   if (o->mode != RUN_COMPUTE_ONLY) io.route = route, io.dispatch = dispatch, io.combine = combine;
   if (r.wk.started) io.wait = wait_key;
-  double t_all = 0, t_wait = 0;
+  run_clock_t clock = {0};
   int math = o->mode != RUN_COMM_ONLY, L = m.c.layers;
   for (int s = 0; s < o->steps && !r.failed; s++) {
     double t0 = run_now_s();
@@ -315,24 +315,14 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
     tf = run_now_s();
     if (math) adamw_step(&o->opt, first + s + 1, r.params, r.grads, am, av, m.nparams);
     trace_span(r.tr, TRACE_COMPUTE, "update", tf, run_now_s());
-    float total = loss * (float)r.nranks; /* compute only: this rank's loss stands for all */
-    if (o->mode != RUN_COMPUTE_ONLY &&
-        weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, r.dc, NULL) != WEFT_SUCCESS) {
+    if (run_step_end(o->mode != RUN_COMPUTE_ONLY ? r.dc : NULL, r.nranks, loss, &losses[s], &clock,
+                     t0, r.waited, r.rank == 0 ? o->log : NULL, first + s + 1,
+                     (double)B * T * r.nranks)) {
       fail(&r, "averaging the loss", r.dc);
       break;
     }
-    losses[s] = total / (float)r.nranks;
-    double dt = run_now_s() - t0;
-    t_all += dt, t_wait += r.waited;
-    if (o->log && r.rank == 0)
-      fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", first + s + 1,
-              losses[s], (double)B * T * r.nranks / dt, 100.0 * r.waited / dt);
   }
-  if (stats) {
-    stats->step_s = o->steps ? t_all / o->steps : 0;
-    stats->comm_wait_s = o->steps ? t_wait / o->steps : 0;
-    stats->state_bytes = 4 * m.nparams * sizeof(float); /* parameters, gradients, 2 moments */
-  }
+  run_stats_fill(stats, &clock, 4 * m.nparams); /* parameters, gradients, 2 moments */
   rc = r.failed ? -1 : 0;
   /* every rank's experts and rank 0's copy of the rest make the whole model */
   if (!rc && o->save &&

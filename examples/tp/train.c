@@ -215,7 +215,7 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
                  .gather = gather,
                  .gather_next = gather_next,
                  .arg = &r};
-  double t_all = 0, t_wait = 0;
+  run_clock_t clock = {0};
   int math = o->mode != RUN_COMM_ONLY;
   for (int s = 0; s < o->steps && !r.failed; s++) {
     double t0 = run_now_s();
@@ -242,24 +242,13 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
     tf = run_now_s();
     if (math) adamw_step(&o->opt, first + s + 1, r.params, r.grads, am, av, m.nparams);
     trace_span(r.tr_, TRACE_COMPUTE, "update", tf, run_now_s());
-    float total = loss * (float)r.dp; /* compute only: this replica's loss stands for all */
-    if (comm_on(&r) &&
-        weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, r.dc, NULL) != WEFT_SUCCESS) {
+    if (run_step_end(comm_on(&r) ? r.dc : NULL, r.dp, loss, &losses[s], &clock, t0, r.waited,
+                     r.rank == 0 ? o->log : NULL, first + s + 1, (double)B * T * r.dp)) {
       fail(&r, "averaging the loss", r.dc);
       break;
     }
-    losses[s] = total / (float)r.dp;
-    double dt = run_now_s() - t0;
-    t_all += dt, t_wait += r.waited;
-    if (o->log && r.rank == 0)
-      fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", first + s + 1,
-              losses[s], (double)B * T * r.dp / dt, 100.0 * r.waited / dt);
   }
-  if (stats) {
-    stats->step_s = o->steps ? t_all / o->steps : 0;
-    stats->comm_wait_s = o->steps ? t_wait / o->steps : 0;
-    stats->state_bytes = 4 * m.nparams * sizeof(float); /* parameters, gradients, 2 moments */
-  }
+  run_stats_fill(stats, &clock, 4 * m.nparams); /* parameters, gradients, 2 moments */
   rc = r.failed ? -1 : 0;
   /* one replica's shards make the whole model; its first rank writes it */
   if (!rc && o->save &&
