@@ -81,6 +81,7 @@ static float *grads_of(void *arg, int block) {
 static long route(void *arg, int l, const int *ids, int N, int64_t *counts, int64_t *offsets) {
   run_t *r = arg;
   size_t rows = 0;
+  if (r->failed) return -1; /* a worker may still be in an exchange: no more calls on mc */
   double t0 = run_now_s();
   if (r->h[l]) weft_moe_handle_destroy(r->h[l]), r->h[l] = NULL;
   if (weft_moe_layout(r->moe, ids, (size_t)N, &r->h[l], NULL) != WEFT_SUCCESS ||
@@ -137,6 +138,7 @@ static void *work(void *arg) {
 static void submit(run_t *r, xchg_t x) {
   worker_t *w = &r->wk;
   const char *what = x.combine ? "combine" : "dispatch";
+  if (r->failed) return; /* a worker may still be in an exchange: no more calls on mc */
   if (!w->started) {
     char why[sizeof w->bad];
     double t0 = run_now_s();
@@ -323,7 +325,7 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
     }
   }
   run_stats_fill(stats, &clock, 4 * m.nparams); /* parameters, gradients, 2 moments */
-  rc = r.failed ? -1 : 0;
+  rc = run_any_rank(comm, r.failed) ? -1 : 0;   /* all save, or none waits for the others */
   /* every rank's experts and rank 0's copy of the rest make the whole model */
   if (!rc && o->save &&
       ckpt_save_split(o->save, first + o->steps, &m, state, r.dc, r.rank == 0, r.rank == 0))

@@ -249,7 +249,7 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
     }
   }
   run_stats_fill(stats, &clock, 4 * m.nparams); /* parameters, gradients, 2 moments */
-  rc = r.failed ? -1 : 0;
+  rc = run_any_rank(comm, r.failed) ? -1 : 0;   /* all save, or none waits for the others */
   /* one replica's shards make the whole model; its first rank writes it */
   if (!rc && o->save &&
       ckpt_save_split(o->save, first + o->steps, &m, state, r.tc, r.tr == 0, r.rank == 0))
