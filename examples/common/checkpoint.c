@@ -101,12 +101,10 @@ int ckpt_load(const char *prefix, const gpt_config_t *c, int nb, const ckpt_bloc
 }
 
 int ckpt_blocks(const gpt_t *m, ckpt_block_t *b) {
-  int L = m->c.layers;
-  for (int i = 0; i < L; i++)
-    b[i] = (ckpt_block_t){gpt_param(m, i, 0), m->layer_size};
-  b[L] = (ckpt_block_t){m->lnf, m->nparams - m->lnf};
-  b[L + 1] = (ckpt_block_t){0, m->layer_first};
-  return L + 2;
+  for (int i = 0; i < m->c.layers + 2; i++)
+    b[i] = (ckpt_block_t){gpt_block_first(m, gpt_block_at(m, i)),
+                          gpt_block_size(m, gpt_block_at(m, i))};
+  return m->c.layers + 2;
 }
 
 /* The blocks' order (every layer, the final norm, the embeddings) as one flat array: from

@@ -230,18 +230,28 @@ int gpt_init_shard_params(const gpt_t *part, unsigned long long seed, float *pp)
   return w ? 0 : -1;
 }
 
+int gpt_block_at(const gpt_t *m, int i) {
+  return i < m->c.layers ? i : i == m->c.layers ? GPT_FINAL : GPT_EMBED;
+}
+
+size_t gpt_block_first(const gpt_t *m, int block) {
+  return block == GPT_EMBED ? 0 : block == GPT_FINAL ? m->lnf : gpt_param(m, block, 0);
+}
+
+size_t gpt_block_size(const gpt_t *m, int block) {
+  return block == GPT_EMBED   ? m->layer_first
+         : block == GPT_FINAL ? m->nparams - m->lnf
+                              : m->layer_size;
+}
+
 static const float *flat_params(void *arg, int block) {
   gpt_flat_t *f = arg;
-  return f->params + (block == GPT_EMBED   ? 0
-                      : block == GPT_FINAL ? f->m->lnf
-                                           : gpt_param(f->m, block, 0));
+  return f->params + gpt_block_first(f->m, block);
 }
 
 static float *flat_grads(void *arg, int block) {
   gpt_flat_t *f = arg;
-  return f->grads + (block == GPT_EMBED   ? 0
-                     : block == GPT_FINAL ? f->m->lnf
-                                          : gpt_param(f->m, block, 0));
+  return f->grads + gpt_block_first(f->m, block);
 }
 
 gpt_io_t gpt_flat_io(gpt_flat_t *flat) {

@@ -124,6 +124,12 @@ typedef struct {
   void *arg;
 } gpt_io_t;
 
+/* The blocks in storage order, i = 0 .. layers + 1: every layer, GPT_FINAL, GPT_EMBED; and a
+ * block's first float in the flat array and its floats. */
+int gpt_block_at(const gpt_t *m, int i);
+size_t gpt_block_first(const gpt_t *m, int block);
+size_t gpt_block_size(const gpt_t *m, int block);
+
 /* The plain case: every block inside flat [nparams] arrays (grads may be NULL for a
  * forward). */
 typedef struct {

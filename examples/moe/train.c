@@ -68,9 +68,7 @@ static void waited(run_t *r, const char *what, double t0) {
 
 static const float *params_of(void *arg, int block) {
   run_t *r = arg;
-  return r->params + (block == GPT_EMBED   ? 0
-                      : block == GPT_FINAL ? r->m->lnf
-                                           : gpt_param(r->m, block, 0));
+  return r->params + gpt_block_first(r->m, block);
 }
 
 static float *grads_of(void *arg, int block) {
@@ -188,9 +186,7 @@ static void wait_key(void *arg, int key) {
  * experts) is allreduced while the backward goes on. */
 static void reduce_block(run_t *r, int block) {
   const gpt_t *m = r->m;
-  size_t n = block == GPT_EMBED   ? m->layer_first
-             : block == GPT_FINAL ? 2 * (size_t)m->c.channels
-                                  : m->shared;
+  size_t n = block >= 0 ? m->shared : gpt_block_size(m, block);
   if (r->nranks == 1 || r->o->mode == RUN_COMPUTE_ONLY || r->o->wrong_reduction) return;
   float *g = grads_of(r, block);
   trace_issue(r->tr, 0, "allreduce", block, run_now_s());
@@ -307,7 +303,7 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
       gpt_io_replay(&m, &io, B, 1);
     trace_span(r.tr, TRACE_COMPUTE, "backward", tf, run_now_s());
     for (int i = 0; i < L + 2 && !o->overlap; i++)
-      reduce_block(&r, i < L ? L - 1 - i : i == L ? GPT_FINAL : GPT_EMBED);
+      reduce_block(&r, gpt_block_at(&m, i < L ? L - 1 - i : i));
     double tw = run_now_s();
     if (weft_stream_synchronize(r.ds) != WEFT_SUCCESS) fail(&r, "reducing gradients", r.dc);
     r.waited += run_now_s() - tw;

@@ -47,9 +47,7 @@ static void wait_for(run_t *r, weft_stream_t s, weft_comm_t c, const char *what)
 static const float *params_of(void *arg, int block) {
   run_t *r = arg;
   r->block = block;
-  return r->params + (block == GPT_EMBED   ? 0
-                      : block == GPT_FINAL ? r->m->lnf
-                                           : gpt_param(r->m, block, 0));
+  return r->params + gpt_block_first(r->m, block);
 }
 
 static float *grads_of(void *arg, int block) {
@@ -128,9 +126,7 @@ static size_t pack_summed(const gpt_t *m, float *g, float *buf, int back) {
 static void reduce_block(run_t *r, int block) {
   const gpt_t *m = r->m;
   float *g = grads_of(r, block);
-  size_t n = block == GPT_EMBED   ? m->layer_first
-             : block == GPT_FINAL ? 2 * (size_t)m->c.channels
-                                  : m->layer_size;
+  size_t n = gpt_block_size(m, block);
   if (r->o->sp && block >= 0 && comm_on(r)) {
     size_t k = pack_summed(m, g, r->summed, 0);
     trace_issue(r->tr_, 0, "allreduce", block, run_now_s());
@@ -234,9 +230,7 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
       gpt_io_replay(&m, &io, B, 1);
     trace_span(r.tr_, TRACE_COMPUTE, "backward", tf, run_now_s());
     for (int i = 0; i < m.c.layers + 2 && !o->overlap; i++)
-      reduce_block(&r, i < m.c.layers    ? m.c.layers - 1 - i
-                       : i == m.c.layers ? GPT_FINAL
-                                         : GPT_EMBED);
+      reduce_block(&r, gpt_block_at(&m, i < m.c.layers ? m.c.layers - 1 - i : i));
     wait_for(&r, r.ds, r.dc, "reducing gradients");
     if (r.failed) break;
     tf = run_now_s();

@@ -159,7 +159,7 @@ static int update(run_t *r, float *am, float *av, int step, float *scratch) {
     float *mine = scratch + lo; /* the gather's own block, padded */
     memcpy(mine, p, n * sizeof *p);
     memset(mine + n, 0, (b->shard - n) * sizeof *p);
-    int id = i < r->m->c.layers ? i : i == r->nb - 2 ? GPT_FINAL : GPT_EMBED;
+    int id = gpt_block_at(r->m, i);
     trace_issue(r->tr, 0, "gather", id, run_now_s());
     if (weft_allgather(mine, scratch, b->shard, WEFT_F32, r->comm, r->gs) != WEFT_SUCCESS)
       return fail(r, "gathering parameters", r->comm), -1;
@@ -226,8 +226,8 @@ static int setup(run_t *r, size_t *opt_n, size_t *state) {
   if (!r->b) return -1;
   for (int i = 0; i < r->nb; i++) {
     block_t *b = &r->b[i];
-    b->first = i < L ? gpt_param(m, i, 0) : i == L ? m->lnf : 0;
-    b->size = i < L ? m->layer_size : i == L ? P - m->lnf : m->layer_first;
+    b->first = gpt_block_first(m, gpt_block_at(m, i)),
+    b->size = gpt_block_size(m, gpt_block_at(m, i));
     b->shard = (b->size + n - 1) / n, b->at = S, S += b->shard;
     if (st == 1) b->stage = run_alloc(b->shard * n, &bad);
   }
@@ -320,7 +320,7 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_
       gpt_io_replay(&m, &io, B, 1);
     trace_span(r.tr, TRACE_COMPUTE, "backward", tf, run_now_s());
     for (int i = 0; i < r.nb && !o->overlap && o->stage < 2; i++)
-      reduce(&r, i < m.c.layers ? m.c.layers - 1 - i : i == m.c.layers ? GPT_FINAL : GPT_EMBED);
+      reduce(&r, gpt_block_at(&m, i < m.c.layers ? m.c.layers - 1 - i : i)); /* last layer first */
     wait_for(&r, r.gs, comm, "reducing gradients");
     r.busy[0] = r.busy[1] = 0, r.held[0] = r.held[1] = -1; /* parameters change below */
     double tw = run_now_s(), wait = r.waited;
