@@ -98,8 +98,10 @@ static int init(gpt_t *m, const gpt_config_t *c, int batch) {
     m->nact += ls[i] * L;
   for (int i = 0; i < H_N; i++)
     m->nact += hs[i];
-  m->act = calloc(m->nact, sizeof *m->act);
-  if (!m->act) return -1;
+  if (!m->ops) m->ops = &gpt_ops_cpu;
+  m->act = OP(alloc, m->nact * sizeof *m->act);
+  m->tok = OP(alloc, N * sizeof *m->tok), m->tgt = OP(alloc, N * sizeof *m->tgt);
+  if (!m->act || !m->tok || !m->tgt) return gpt_free(m), -1;
   if (!El) return 0;
   m->ids = malloc(sizeof *m->ids * L * N * k);
   m->rtok = malloc(sizeof *m->rtok * L * (m->max_rows ? m->max_rows : 1));
@@ -120,9 +122,15 @@ static int config_ok(const gpt_config_t *c, int batch) {
 }
 
 int gpt_init_tp(gpt_t *m, const gpt_config_t *c, int batch, int tp, int tp_rank, int sp) {
+  return gpt_init_on(m, &gpt_ops_cpu, c, batch, tp, tp_rank, sp);
+}
+
+int gpt_init_on(gpt_t *m, const gpt_ops_t *ops, const gpt_config_t *c, int batch, int tp,
+                int tp_rank, int sp) {
   memset(m, 0, sizeof *m);
-  if (!config_ok(c, batch) || tp < 1 || c->heads % tp || tp_rank < 0 || tp_rank >= tp ||
-      (sp && tp == 1) || (tp > 1 && c->experts))
+  m->ops = ops;
+  if (!ops || (ops->vt != gpt_ops_cpu.vt && c->experts) || !config_ok(c, batch) || tp < 1 ||
+      c->heads % tp || tp_rank < 0 || tp_rank >= tp || (sp && tp == 1) || (tp > 1 && c->experts))
     return -1;
   m->tp = tp, m->tp_rank = tp_rank, m->sp = sp, m->ep = 1, m->local_experts = c->experts;
   return init(m, c, batch);
@@ -138,7 +146,9 @@ int gpt_init_ep(gpt_t *m, const gpt_config_t *c, int batch, int ep, int ep_rank)
 }
 
 void gpt_free(gpt_t *m) {
-  free(m->act), free(m->ids), free(m->rtok), free(m->counts), free(m->offsets), free(m->rows);
+  if (m->ops) OP(release, m->act), OP(release, m->tok), OP(release, m->tgt);
+  m->tok = m->tgt = NULL;
+  free(m->ids), free(m->rtok), free(m->counts), free(m->offsets), free(m->rows);
   m->act = NULL, m->ids = m->rtok = NULL, m->counts = m->offsets = NULL, m->rows = NULL;
 }
 
@@ -256,15 +266,4 @@ static float *flat_grads(void *arg, int block) {
 
 gpt_io_t gpt_flat_io(gpt_flat_t *flat) {
   return (gpt_io_t){.params = flat_params, .grads = flat_grads, .arg = flat};
-}
-
-void adamw_step(const adamw_t *o, int step, float *params, const float *grads, float *m, float *v,
-                size_t n) {
-  float c1 = 1.0f - powf(o->beta1, (float)step), c2 = 1.0f - powf(o->beta2, (float)step);
-  for (size_t i = 0; i < n; i++) {
-    m[i] = o->beta1 * m[i] + (1.0f - o->beta1) * grads[i];
-    v[i] = o->beta2 * v[i] + (1.0f - o->beta2) * grads[i] * grads[i];
-    float mh = m[i] / c1, vh = v[i] / c2;
-    params[i] -= o->lr * (mh / (sqrtf(vh) + o->eps) + o->weight_decay * params[i]);
-  }
 }

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops.h"
+
 typedef struct {
   int vocab, seq, channels, layers, heads;
   /* Mixture of experts (experts > 0): each layer's MLP is `experts` MLPs of the same shape;
@@ -52,12 +54,14 @@ typedef struct {
   int64_t *counts, *offsets; /* MoE: each layer's rows per local expert, first rows */
   long *rows;                /* MoE: each layer's rows received (per micro-batch: moe_layer.h) */
   size_t nparams;
-  size_t layer_size;  /* floats in one layer */
-  size_t layer_first; /* offset of layer 0 (after wte and wpe) */
-  size_t lnf;         /* offset of the final norm's weight (its bias follows) */
-  int batch;          /* the activations' batch (gpt_forward's B is at most this) */
-  float *act;         /* activations of the last forward, in one block */
+  size_t layer_size;    /* floats in one layer */
+  size_t layer_first;   /* offset of layer 0 (after wte and wpe) */
+  size_t lnf;           /* offset of the final norm's weight (its bias follows) */
+  int batch;            /* the activations' batch (gpt_forward's B is at most this) */
+  const gpt_ops_t *ops; /* the back end: act, tok and tgt are its memory */
+  float *act;           /* activations of the last forward, in one block */
   size_t nact;
+  int *tok, *tgt; /* the last forward's tokens and targets ([batch][seq]) */
 } gpt_t;
 
 /* Sizes and offsets for c; activations for batches up to batch. 0, or -1 (bad config,
@@ -69,6 +73,11 @@ int gpt_init(gpt_t *m, const gpt_config_t *c, int batch);
  * the second); norms, the output projections' biases, embeddings and the final norm are
  * whole on every shard. sp: sequence parallel (every forward's B * seq a multiple of tp). */
 int gpt_init_tp(gpt_t *m, const gpt_config_t *c, int batch, int tp, int tp_rank, int sp);
+/* gpt_init_tp on a back end (gpt_init and gpt_init_tp: gpt_ops_cpu; ops must outlive m): the
+ * parameters and gradients the hooks return, and every activation, are its memory. The
+ * experts' layers run on the CPU only. */
+int gpt_init_on(gpt_t *m, const gpt_ops_t *ops, const gpt_config_t *c, int batch, int tp,
+                int tp_rank, int sp);
 /* Shard ep_rank of ep of a mixture-of-experts model: experts / ep of each layer's experts
  * (ep_rank's run of them); the rest of the model whole. */
 int gpt_init_ep(gpt_t *m, const gpt_config_t *c, int batch, int ep, int ep_rank);
@@ -140,22 +149,14 @@ typedef struct {
 gpt_io_t gpt_flat_io(gpt_flat_t *flat);
 
 /* Mean cross-entropy of the next-token targets over B x T tokens (plus, with experts, the
- * balance loss); keeps the activations for gpt_backward. tokens and targets are [B][T] in
+ * balance loss); keeps the activations for gpt_backward. tokens and targets are host [B][T] in
  * [0, vocab). */
 float gpt_forward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B);
 /* Adds d(mean loss)/d(params) * scale to the gradient blocks (the last forward's batch). */
-void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B,
-                  float scale);
+void gpt_backward(gpt_t *m, const gpt_io_t *io, int B, float scale);
 
 /* The hooks of a forward (backward = 0) or a backward of B sequences, in their order, with
  * no math: for timing a run's communication alone. */
 void gpt_io_replay(const gpt_t *m, const gpt_io_t *io, int B, int backward);
-
-/* AdamW over n parameters: step counts from 1. */
-typedef struct {
-  float lr, beta1, beta2, eps, weight_decay;
-} adamw_t;
-void adamw_step(const adamw_t *o, int step, float *params, const float *grads, float *m, float *v,
-                size_t n);
 
 #endif

@@ -25,13 +25,13 @@ static void gather_all(const gpt_t *m, const gpt_io_t *io, const float *shard, f
 static void column_fwd(const gpt_t *m, const gpt_io_t *io, float *out, const float *x, float *full,
                        const float *w, const float *b, int N, int OC) {
   int C = m->c.channels, R = gpt_rows_here(m, N);
-  if (!m->sp) return op_matmul_fwd(out, x, w, b, N, C, OC);
+  if (!m->sp) return OP(matmul_fwd, out, x, w, b, N, C, OC);
   size_t n = (size_t)R * C;
   io->gather(io->arg, x, full, n);
   for (int i = 0; i < m->tp; i++) {
     int s = io->gather_next(io->arg);
     if (s < 0 || s >= m->tp) continue; /* a failed gather: the trainer reports it */
-    op_matmul_fwd(out + (size_t)s * R * OC, s == m->tp_rank ? x : full + s * n, w, b, R, C, OC);
+    OP(matmul_fwd, out + (size_t)s * R * OC, s == m->tp_rank ? x : full + s * n, w, b, R, C, OC);
   }
 }
 
@@ -40,9 +40,9 @@ static void column_bwd(const gpt_t *m, const gpt_io_t *io, float *dx, float *par
                        float *db, const float *dout, const float *x, const float *w, int N,
                        int OC) {
   int C = m->c.channels;
-  if (m->tp == 1) return op_matmul_bwd(dx, dw, db, dout, x, w, N, C, OC);
-  memset(part, 0, sizeof(float) * (size_t)N * C);
-  op_matmul_bwd(part, dw, db, dout, x, w, N, C, OC);
+  if (m->tp == 1) return OP(matmul_bwd, dx, dw, db, dout, x, w, N, C, OC);
+  OP(zero, part, sizeof(float) * (size_t)N * C);
+  OP(matmul_bwd, part, dw, db, dout, x, w, N, C, OC);
   io->reduce(io->arg, part, dx, (size_t)gpt_rows_here(m, N) * C);
 }
 
@@ -50,20 +50,20 @@ static void column_bwd(const gpt_t *m, const gpt_io_t *io, float *dx, float *par
 static void row_fwd(const gpt_t *m, const gpt_io_t *io, float *out, float *part, const float *x,
                     const float *w, const float *b, int N, int IC) {
   int C = m->c.channels, R = gpt_rows_here(m, N);
-  if (m->tp == 1) return op_matmul_fwd(out, x, w, b, N, IC, C);
-  op_matmul_fwd(part, x, w, NULL, N, IC, C);
+  if (m->tp == 1) return OP(matmul_fwd, out, x, w, b, N, IC, C);
+  OP(matmul_fwd, part, x, w, NULL, N, IC, C);
   io->reduce(io->arg, part, out, (size_t)R * C);
-  op_bias_fwd(out, b, R, C);
+  OP(bias_fwd, out, b, R, C);
 }
 
 /* The backward of row_fwd from dout [R][C] (gathered into full first with sp). */
 static void row_bwd(const gpt_t *m, const gpt_io_t *io, float *dx, float *full, float *dw,
                     float *db, const float *dout, const float *x, const float *w, int N, int IC) {
   int C = m->c.channels, R = gpt_rows_here(m, N);
-  if (m->tp == 1) return op_matmul_bwd(dx, dw, db, dout, x, w, N, IC, C);
-  op_bias_bwd(db, dout, R, C);
+  if (m->tp == 1) return OP(matmul_bwd, dx, dw, db, dout, x, w, N, IC, C);
+  OP(bias_bwd, db, dout, R, C);
   if (m->sp) gather_all(m, io, dout, full, (size_t)R * C), dout = full;
-  op_matmul_bwd(dx, dw, NULL, dout, x, w, N, IC, C);
+  OP(matmul_bwd, dx, dw, NULL, dout, x, w, N, IC, C);
 }
 
 /* Layer l's mixture-of-experts activations, and the backward's scratch. */
@@ -108,46 +108,47 @@ float gpt_forward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *ta
   int q = C / m->tp, NH = c->heads / m->tp;
   const float *emb = io->params(io->arg, GPT_EMBED), *wte = emb, *wpe = emb + (size_t)c->vocab * C;
   float *res = gpt_act(m, L, H_ENC), *part = gpt_act(m, L, H_PART), aux = 0;
-  op_encoder_fwd(res, tokens, wte, wpe, B, T, C);
+  OP(put, m->tok, tokens, sizeof(int) * (size_t)N);
+  OP(put, m->tgt, targets, sizeof(int) * (size_t)N);
+  OP(encoder_fwd, res, m->tok, wte, wpe, B, T, C);
   res += (size_t)(m->sp ? m->tp_rank : 0) * R * C; /* sequence parallel: this rank's rows */
   for (int l = 0; l < L; l++) {
     const float *lw = io->params(io->arg, l);
 #define W(p) (lw + in_layer(m, (p)))
 #define A(a) gpt_act(m, l, (a))
-    op_layernorm_fwd(A(A_LN1), A(A_LN1M), A(A_LN1R), res, W(P_LN1W), W(P_LN1B), R, C);
+    OP(layernorm_fwd, A(A_LN1), A(A_LN1M), A(A_LN1R), res, W(P_LN1W), W(P_LN1B), R, C);
     column_fwd(m, io, A(A_QKV), A(A_LN1), A(A_X1), W(P_QKVW), W(P_QKVB), N, 3 * q);
-    op_attention_fwd(A(A_ATTY), A(A_ATT), A(A_QKV), B, T, q, NH);
+    OP(attention_fwd, A(A_ATTY), A(A_ATT), A(A_QKV), B, T, q, NH);
     row_fwd(m, io, A(A_ATTP), part, A(A_ATTY), W(P_ATTW), W(P_ATTB), N, q);
-    op_add(A(A_RES2), res, A(A_ATTP), R * C);
-    op_layernorm_fwd(A(A_LN2), A(A_LN2M), A(A_LN2R), A(A_RES2), W(P_LN2W), W(P_LN2B), R, C);
+    OP(add, A(A_RES2), res, A(A_ATTP), R * C);
+    OP(layernorm_fwd, A(A_LN2), A(A_LN2M), A(A_LN2R), A(A_RES2), W(P_LN2W), W(P_LN2B), R, C);
     if (m->local_experts) {
       moe_act_t ma = moe_acts(m, l);
       aux += moe_forward(m, io, l, &ma, lw, A(A_FCP), B);
     } else {
       column_fwd(m, io, A(A_FCH), A(A_LN2), A(A_X2), W(P_FCW), W(P_FCB), N, 4 * q);
-      op_gelu_fwd(A(A_FCG), A(A_FCH), N * 4 * q);
+      OP(gelu_fwd, A(A_FCG), A(A_FCH), N * 4 * q);
       row_fwd(m, io, A(A_FCP), part, A(A_FCG), W(P_PROJW), W(P_PROJB), N, 4 * q);
     }
-    op_add(A(A_RES3), A(A_RES2), A(A_FCP), R * C);
+    OP(add, A(A_RES3), A(A_RES2), A(A_FCP), R * C);
     res = A(A_RES3);
   }
   /* the head runs on every row on every shard (sequence parallel: gathered first) */
   if (m->sp)
     gather_all(m, io, res, gpt_act(m, L, H_FULL), (size_t)R * C), res = gpt_act(m, L, H_FULL);
   const float *fin = io->params(io->arg, GPT_FINAL);
-  op_layernorm_fwd(gpt_act(m, L, H_LNF), gpt_act(m, L, H_LNFM), gpt_act(m, L, H_LNFR), res, fin,
-                   fin + C, N, C);
-  op_matmul_fwd(gpt_act(m, L, H_LOGITS), gpt_act(m, L, H_LNF), wte, NULL, N, C, c->vocab);
-  return aux + op_xent_fwd(gpt_act(m, L, H_LOSSES), gpt_act(m, L, H_PROBS), gpt_act(m, L, H_LOGITS),
-                           targets, N, c->vocab);
+  OP(layernorm_fwd, gpt_act(m, L, H_LNF), gpt_act(m, L, H_LNFM), gpt_act(m, L, H_LNFR), res, fin,
+     fin + C, N, C);
+  OP(matmul_fwd, gpt_act(m, L, H_LOGITS), gpt_act(m, L, H_LNF), wte, NULL, N, C, c->vocab);
+  return aux + OP(xent_fwd, gpt_act(m, L, H_LOSSES), gpt_act(m, L, H_PROBS),
+                  gpt_act(m, L, H_LOGITS), m->tgt, N, c->vocab);
 }
 
 static void done(const gpt_io_t *io, int block) {
   if (io->done) io->done(io->arg, block);
 }
 
-void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *targets, int B,
-                  float scale) {
+void gpt_backward(gpt_t *m, const gpt_io_t *io, int B, float scale) {
   const gpt_config_t *c = &m->c;
   int T = c->seq, C = c->channels, N = B * T, L = c->layers, V = c->vocab, R = gpt_rows_here(m, N);
   int q = C / m->tp, NH = c->heads / m->tp;
@@ -163,14 +164,14 @@ void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *ta
   float *dfull = gpt_act(m, L, H_DFULL);
   const float *last = L ? gpt_act(m, L - 1, A_RES3) : gpt_act(m, L, H_ENC);
   if (m->sp) last = gpt_act(m, L, H_FULL);
-  memset(dlogits, 0, sizeof(float) * (size_t)N * V);
-  memset(dln, 0, sizeof(float) * nc);
-  memset(dfull, 0, sizeof(float) * nc);
-  op_xent_bwd(dlogits, gpt_act(m, L, H_PROBS), targets, N, V, scale / (float)N);
-  op_matmul_bwd(dln, gemb, NULL, dlogits, gpt_act(m, L, H_LNF), wte, N, C, V); /* tied head */
-  op_layernorm_bwd(dfull, gfin, gfin + C, dln, last, fin, gpt_act(m, L, H_LNFM),
-                   gpt_act(m, L, H_LNFR), N, C);
-  memcpy(dres, dfull + (size_t)(m->sp ? m->tp_rank : 0) * rc, sizeof(float) * rc);
+  OP(zero, dlogits, sizeof(float) * (size_t)N * V);
+  OP(zero, dln, sizeof(float) * nc);
+  OP(zero, dfull, sizeof(float) * nc);
+  OP(xent_bwd, dlogits, gpt_act(m, L, H_PROBS), m->tgt, N, V, scale / (float)N);
+  OP(matmul_bwd, dln, gemb, NULL, dlogits, gpt_act(m, L, H_LNF), wte, N, C, V); /* tied head */
+  OP(layernorm_bwd, dfull, gfin, gfin + C, dln, last, fin, gpt_act(m, L, H_LNFM),
+     gpt_act(m, L, H_LNFR), N, C);
+  OP(copy, dres, dfull + (size_t)(m->sp ? m->tp_rank : 0) * rc, sizeof(float) * rc);
   done(io, GPT_FINAL);
   for (int l = L - 1; l >= 0; l--) {
     const float *lw = io->params(io->arg, l);
@@ -179,11 +180,11 @@ void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *ta
     const float *res =
         l ? gpt_act(m, l - 1, A_RES3) : gpt_act(m, L, H_ENC) + (m->sp ? m->tp_rank : 0) * rc;
     const float *x1 = m->sp ? A(A_X1) : A(A_LN1), *x2 = m->sp ? A(A_X2) : A(A_LN2);
-    memset(dfcg, 0, sizeof(float) * 4 * nq);
-    memset(dfch, 0, sizeof(float) * 4 * nq);
-    memset(dln, 0, sizeof(float) * rc);
-    memset(datty, 0, sizeof(float) * nq);
-    memset(dqkv, 0, sizeof(float) * 3 * nq);
+    OP(zero, dfcg, sizeof(float) * 4 * nq);
+    OP(zero, dfch, sizeof(float) * 4 * nq);
+    OP(zero, dln, sizeof(float) * rc);
+    OP(zero, datty, sizeof(float) * nq);
+    OP(zero, dqkv, sizeof(float) * 3 * nq);
     /* MLP branch: res3 = res2 + proj(gelu(fc(ln2(res2)))), or the experts' */
     if (m->local_experts) {
       moe_act_t ma = moe_acts(m, l);
@@ -191,21 +192,21 @@ void gpt_backward(gpt_t *m, const gpt_io_t *io, const int *tokens, const int *ta
       moe_backward(m, io, l, &ma, &ms, lw, lg, dres, dln, B, scale);
     } else {
       row_bwd(m, io, dfcg, part, G(P_PROJW), G(P_PROJB), dres, A(A_FCG), W(P_PROJW), N, 4 * q);
-      op_gelu_bwd(dfch, A(A_FCH), dfcg, N * 4 * q);
+      OP(gelu_bwd, dfch, A(A_FCH), dfcg, N * 4 * q);
       column_bwd(m, io, dln, part, G(P_FCW), G(P_FCB), dfch, x2, W(P_FCW), N, 4 * q);
     }
-    op_layernorm_bwd(dres, G(P_LN2W), G(P_LN2B), dln, A(A_RES2), W(P_LN2W), A(A_LN2M), A(A_LN2R), R,
-                     C);
+    OP(layernorm_bwd, dres, G(P_LN2W), G(P_LN2B), dln, A(A_RES2), W(P_LN2W), A(A_LN2M), A(A_LN2R),
+       R, C);
     /* attention branch: res2 = res + attproj(attention(qkv(ln1(res)))) */
-    memset(dln, 0, sizeof(float) * rc);
+    OP(zero, dln, sizeof(float) * rc);
     row_bwd(m, io, datty, part, G(P_ATTW), G(P_ATTB), dres, A(A_ATTY), W(P_ATTW), N, q);
-    op_attention_bwd(dqkv, datty, A(A_QKV), A(A_ATT), B, T, q, NH, scratch);
+    OP(attention_bwd, dqkv, datty, A(A_QKV), A(A_ATT), B, T, q, NH, scratch);
     column_bwd(m, io, dln, part, G(P_QKVW), G(P_QKVB), dqkv, x1, W(P_QKVW), N, 3 * q);
-    op_layernorm_bwd(dres, G(P_LN1W), G(P_LN1B), dln, res, W(P_LN1W), A(A_LN1M), A(A_LN1R), R, C);
+    OP(layernorm_bwd, dres, G(P_LN1W), G(P_LN1B), dln, res, W(P_LN1W), A(A_LN1M), A(A_LN1R), R, C);
     done(io, l);
   }
   if (m->sp) gather_all(m, io, dres, dfull, rc), dres = dfull;
-  op_encoder_bwd(gemb, gemb + (size_t)V * C, dres, tokens, B, T, C);
+  OP(encoder_bwd, gemb, gemb + (size_t)V * C, dres, m->tok, B, T, C);
   done(io, GPT_EMBED);
 }
 

@@ -170,11 +170,11 @@ static void experts_fwd(const gpt_t *m, const moe_act_t *u, const float *lw) {
   for (int e = 0; e < m->local_experts; e++) {
     size_t o = (size_t)u->offsets[e];
     int n = (int)u->counts[e];
-    op_matmul_fwd(u->rh + o * H, u->rx + o * C, lw + expert_at(m, P_FCW, e),
-                  lw + expert_at(m, P_FCB, e), n, C, H);
-    op_gelu_fwd(u->rg + o * H, u->rh + o * H, n * H);
-    op_matmul_fwd(u->ry + o * C, u->rg + o * H, lw + expert_at(m, P_PROJW, e),
-                  lw + expert_at(m, P_PROJB, e), n, H, C);
+    OP(matmul_fwd, u->rh + o * H, u->rx + o * C, lw + expert_at(m, P_FCW, e),
+       lw + expert_at(m, P_FCB, e), n, C, H);
+    OP(gelu_fwd, u->rg + o * H, u->rh + o * H, n * H);
+    OP(matmul_fwd, u->ry + o * C, u->rg + o * H, lw + expert_at(m, P_PROJW, e),
+       lw + expert_at(m, P_PROJB, e), n, H, C);
   }
 }
 
@@ -182,7 +182,7 @@ float moe_forward(const gpt_t *m, const gpt_io_t *io, int l, moe_act_t *a, const
                   float *out, int B) {
   int C = m->c.channels, N = B * m->c.seq, U = micros(B), Nu = N / U;
   moe_act_t us[MOE_MICRO];
-  op_matmul_fwd(a->probs, a->x, lw + at(m, P_GATEW), NULL, N, C, m->c.experts);
+  OP(matmul_fwd, a->probs, a->x, lw + at(m, P_GATEW), NULL, N, C, m->c.experts);
   softmax_rows(a->probs, N, m->c.experts);
   choose(m, a, B);
   route_all(m, io, l, a, B, us);
@@ -224,11 +224,11 @@ static void experts_bwd(const gpt_t *m, const gpt_io_t *io, int key, const moe_a
   for (int e = 0; e < m->local_experts; e++) {
     size_t o = (size_t)u->offsets[e];
     int n = (int)u->counts[e];
-    op_matmul_bwd(dg + o * H, lg + expert_at(m, P_PROJW, e), lg + expert_at(m, P_PROJB, e),
-                  dy + o * C, u->rg + o * H, lw + expert_at(m, P_PROJW, e), n, H, C);
-    op_gelu_bwd(dh + o * H, u->rh + o * H, dg + o * H, n * H);
-    op_matmul_bwd(dx + o * C, lg + expert_at(m, P_FCW, e), lg + expert_at(m, P_FCB, e), dh + o * H,
-                  u->rx + o * C, lw + expert_at(m, P_FCW, e), n, C, H);
+    OP(matmul_bwd, dg + o * H, lg + expert_at(m, P_PROJW, e), lg + expert_at(m, P_PROJB, e),
+       dy + o * C, u->rg + o * H, lw + expert_at(m, P_PROJW, e), n, H, C);
+    OP(gelu_bwd, dh + o * H, u->rh + o * H, dg + o * H, n * H);
+    OP(matmul_bwd, dx + o * C, lg + expert_at(m, P_FCW, e), lg + expert_at(m, P_FCB, e), dh + o * H,
+       u->rx + o * C, lw + expert_at(m, P_FCW, e), n, C, H);
   }
   combine(m, io, key, u, dx, NULL, yx, Nu);
 }
@@ -255,7 +255,7 @@ void moe_backward(const gpt_t *m, const gpt_io_t *io, int l, const moe_act_t *a,
   }
   for (int u = 0; u < U; u++)
     wait_for(io, l * MOE_MICRO + u);
-  op_accumulate(dx, s->yx, N * C);
+  OP(accumulate, dx, s->yx, N * C);
   for (int i = 0; i < N * k; i++) /* the gate weights' gradients */
     s->dw[i] = a->ids[i] >= 0 ? s->y[(size_t)(i / k) * C + i % k] : 0.0f;
   /* the gate: d(probability) from the chosen weights and the balance loss, then softmax */
@@ -272,7 +272,7 @@ void moe_backward(const gpt_t *m, const gpt_io_t *io, int l, const moe_act_t *a,
     for (int e = 0; e < E; e++)
       dp[e] = p[e] * (dp[e] - dot);
   }
-  op_matmul_bwd(dx, lg + at(m, P_GATEW), NULL, s->dp, a->x, lw + at(m, P_GATEW), N, C, E);
+  OP(matmul_bwd, dx, lg + at(m, P_GATEW), NULL, s->dp, a->x, lw + at(m, P_GATEW), N, C, E);
 }
 
 void moe_replay(const gpt_t *m, const gpt_io_t *io, int l, const moe_act_t *a,

@@ -1,37 +1,92 @@
-/* The GPT's operations, forward and backward, on the CPU in f32 (ops_cpu.c). Shapes: N rows
- * (batch x sequence) of C channels; backward functions add into their gradient outputs. */
+/* The GPT's back ends: memory and the operations, forward and backward, behind one vtable,
+ * so that the passes (gpt_pass.c) and the trainers are one code path over the CPU (ops_cpu.c,
+ * f32 loops) and CUDA (ops_cuda.cu, f32 with cuBLAS). Shapes: N rows (batch x sequence) of C
+ * channels; backward functions add into their gradient outputs. Pointers are the back end's
+ * memory (alloc's) unless named host. */
 #ifndef WEFT_EXAMPLES_OPS_H
 #define WEFT_EXAMPLES_OPS_H
 
-void op_encoder_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
-                    int C);
-void op_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
-                    int C);
-void op_layernorm_fwd(float *out, float *mean, float *rstd, const float *in, const float *w,
-                      const float *b, int N, int C);
-void op_layernorm_bwd(float *din, float *dw, float *db, const float *dout, const float *in,
-                      const float *w, const float *mean, const float *rstd, int N, int C);
-/* out[N][OC] = in[N][C] . w[OC][C]^T + bias (bias may be NULL) */
-void op_matmul_fwd(float *out, const float *in, const float *w, const float *bias, int N, int C,
-                   int OC);
-/* out[N][OC] += bias; dbias += the column sums of dout */
-void op_bias_fwd(float *out, const float *bias, int N, int OC);
-void op_bias_bwd(float *dbias, const float *dout, int N, int OC);
-void op_matmul_bwd(float *din, float *dw, float *dbias, const float *dout, const float *in,
-                   const float *w, int N, int C, int OC);
-/* qkv [B][T][3C] -> out [B][T][C]; att [B][NH][T][T] keeps the softmax for the backward */
-void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* datt: scratch of T floats */
-void op_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
-                      int T, int C, int NH, float *datt);
-void op_gelu_fwd(float *out, const float *in, int n);
-void op_gelu_bwd(float *din, const float *in, const float *dout, int n);
-void op_add(float *out, const float *a, const float *b, int n);
-void op_accumulate(float *dst, const float *src, int n); /* dst += src */
-/* losses[N] and probs[N][V] from logits; returns the mean loss */
-float op_xent_fwd(float *losses, float *probs, const float *logits, const int *targets, int N,
-                  int V);
-/* dlogits = (probs - onehot(target)) * scale */
-void op_xent_bwd(float *dlogits, const float *probs, const int *targets, int N, int V, float scale);
+#include <stddef.h>
+
+typedef struct {
+  float lr, beta1, beta2, eps, weight_decay;
+} adamw_t;
+
+typedef struct {
+  const char *name; /* "cpu", "cuda" */
+  /* ---- memory and order ---- */
+  void *(*alloc)(void *ctx, size_t bytes); /* zeroed; NULL when out of memory */
+  void (*release)(void *ctx, void *p);     /* NULL is fine */
+  void (*zero)(void *ctx, void *p, size_t bytes);
+  void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+  void (*put)(void *ctx, void *dst, const void *host, size_t bytes); /* host may be reused */
+  int (*get)(void *ctx, void *host, const void *src, size_t bytes);  /* waits: 0 or -1 */
+  int (*finish)(void *ctx); /* waits for every queued operation: 0, or -1 with a message */
+  void (*close)(void *ctx); /* frees the state; NULL: none */
+  /* Streams for weft's operations on this back end's buffers (a weft host stream, or a
+   * cudaStream_t as weft_stream_t): made, waited for (0 or -1), and fenced: work queued on
+   * it from now on starts after every operation queued so far. */
+  int (*stream_open)(void *ctx, void **stream);
+  void (*stream_close)(void *ctx, void *stream);
+  int (*stream_wait)(void *ctx, void *stream);
+  void (*fence)(void *ctx, void *stream);
+  /* ---- the model's operations ---- */
+  void (*encoder_fwd)(void *ctx, float *out, const int *tokens, const float *wte, const float *wpe,
+                      int B, int T, int C);
+  void (*encoder_bwd)(void *ctx, float *dwte, float *dwpe, const float *dout, const int *tokens,
+                      int B, int T, int C);
+  void (*layernorm_fwd)(void *ctx, float *out, float *mean, float *rstd, const float *in,
+                        const float *w, const float *b, int N, int C);
+  void (*layernorm_bwd)(void *ctx, float *din, float *dw, float *db, const float *dout,
+                        const float *in, const float *w, const float *mean, const float *rstd,
+                        int N, int C);
+  /* out[N][OC] = in[N][C] . w[OC][C]^T + bias (bias may be NULL) */
+  void (*matmul_fwd)(void *ctx, float *out, const float *in, const float *w, const float *bias,
+                     int N, int C, int OC);
+  /* out[N][OC] += bias; dbias += the column sums of dout */
+  void (*bias_fwd)(void *ctx, float *out, const float *bias, int N, int OC);
+  void (*bias_bwd)(void *ctx, float *dbias, const float *dout, int N, int OC);
+  void (*matmul_bwd)(void *ctx, float *din, float *dw, float *dbias, const float *dout,
+                     const float *in, const float *w, int N, int C, int OC);
+  /* qkv [B][T][3C] -> out [B][T][C]; att [B][NH][T][T] keeps the softmax for the backward */
+  void (*attention_fwd)(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C,
+                        int NH);
+  /* datt: scratch of T floats (the CPU's; CUDA keeps its own) */
+  void (*attention_bwd)(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                        const float *att, int B, int T, int C, int NH, float *datt);
+  void (*gelu_fwd)(void *ctx, float *out, const float *in, int n);
+  void (*gelu_bwd)(void *ctx, float *din, const float *in, const float *dout, int n);
+  void (*add)(void *ctx, float *out, const float *a, const float *b, int n);
+  void (*accumulate)(void *ctx, float *dst, const float *src, int n); /* dst += src */
+  /* losses[N] and probs[N][V] from logits; returns the mean loss (waits for it) */
+  float (*xent_fwd)(void *ctx, float *losses, float *probs, const float *logits, const int *targets,
+                    int N, int V);
+  /* dlogits += (probs - onehot(target)) * scale */
+  void (*xent_bwd)(void *ctx, float *dlogits, const float *probs, const int *targets, int N, int V,
+                   float scale);
+  /* AdamW over n parameters; step counts from 1 */
+  void (*adamw)(void *ctx, const adamw_t *o, int step, float *params, const float *grads, float *m,
+                float *v, size_t n);
+} gpt_ops_vt_t;
+
+/* A back end: its vtable and its state (the CPU's is NULL). */
+typedef struct {
+  const gpt_ops_vt_t *vt;
+  void *ctx;
+} gpt_ops_t;
+
+extern const gpt_ops_t gpt_ops_cpu;
+
+/* CUDA on device (its own stream and cuBLAS handle): 0, or -1 with the reason in why (no
+ * device, or built without CUDA). */
+int gpt_ops_cuda_open(gpt_ops_t *ops, int device, char *why, size_t size);
+void gpt_ops_close(gpt_ops_t *ops); /* the CPU's: nothing */
+
+/* Calls operation f of the back end m->ops (inside functions with a gpt_t *m). */
+#define OP(f, ...) m->ops->vt->f(m->ops->ctx, __VA_ARGS__)
+
+/* AdamW on host arrays (the CPU back end's adamw). */
+void adamw_step(const adamw_t *o, int step, float *params, const float *grads, float *m, float *v,
+                size_t n);
 
 #endif

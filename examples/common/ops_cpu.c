@@ -1,13 +1,78 @@
-/* The GPT's operations on the CPU, in f32: plain loops, written for reading (the examples
- * prove communication, not kernels). See ops.h for the shapes. */
+/* The GPT's CPU back end, in f32: plain loops, written for reading (the examples prove
+ * communication, not kernels); memory is the heap, streams are weft's host streams. See ops.h
+ * for the shapes. */
 #include <math.h>
-
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ops.h"
+#include "weft.h"
 
-void op_encoder_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
-                    int C) {
+/* ---- memory and order: the heap, every operation done when it returns ---- */
+
+static void *cpu_alloc(void *ctx, size_t bytes) {
+  (void)ctx;
+  return calloc(bytes ? bytes : 1, 1);
+}
+
+static void cpu_release(void *ctx, void *p) {
+  (void)ctx;
+  free(p);
+}
+
+static void cpu_zero(void *ctx, void *p, size_t bytes) {
+  (void)ctx;
+  if (bytes) memset(p, 0, bytes);
+}
+
+/* memmove: the trainers' copies may overlap (a shard into its own block) */
+static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+  (void)ctx;
+  if (bytes && dst != src) memmove(dst, src, bytes);
+}
+
+static int cpu_get(void *ctx, void *host, const void *src, size_t bytes) {
+  cpu_copy(ctx, host, src, bytes);
+  return 0;
+}
+
+static void cpu_put(void *ctx, void *dst, const void *host, size_t bytes) {
+  cpu_copy(ctx, dst, host, bytes);
+}
+
+static int cpu_finish(void *ctx) {
+  (void)ctx;
+  return 0;
+}
+
+static int cpu_stream_open(void *ctx, void **stream) {
+  (void)ctx;
+  weft_stream_t s = NULL;
+  if (weft_stream_create(&s) != WEFT_SUCCESS) return -1;
+  *stream = s;
+  return 0;
+}
+
+static void cpu_stream_close(void *ctx, void *stream) {
+  (void)ctx;
+  if (stream) weft_stream_destroy(stream);
+}
+
+static int cpu_stream_wait(void *ctx, void *stream) {
+  (void)ctx;
+  return weft_stream_synchronize(stream) == WEFT_SUCCESS ? 0 : -1;
+}
+
+static void cpu_fence(void *ctx, void *stream) { /* the math is done when it returns */
+  (void)ctx, (void)stream;
+}
+
+/* ---- the model's operations ---- */
+
+static void cpu_encoder_fwd(void *ctx, float *out, const int *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C) {
+  (void)ctx;
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       float *o = out + ((size_t)b * T + t) * C;
@@ -17,8 +82,9 @@ void op_encoder_fwd(float *out, const int *tokens, const float *wte, const float
     }
 }
 
-void op_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
-                    int C) {
+static void cpu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const float *dout,
+                            const int *tokens, int B, int T, int C) {
+  (void)ctx;
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       const float *d = dout + ((size_t)b * T + t) * C;
@@ -28,8 +94,9 @@ void op_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *toke
     }
 }
 
-void op_layernorm_fwd(float *out, float *mean, float *rstd, const float *in, const float *w,
-                      const float *b, int N, int C) {
+static void cpu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *in,
+                              const float *w, const float *b, int N, int C) {
+  (void)ctx;
   for (int n = 0; n < N; n++) {
     const float *x = in + (size_t)n * C;
     float m = 0, v = 0;
@@ -45,8 +112,10 @@ void op_layernorm_fwd(float *out, float *mean, float *rstd, const float *in, con
   }
 }
 
-void op_layernorm_bwd(float *din, float *dw, float *db, const float *dout, const float *in,
-                      const float *w, const float *mean, const float *rstd, int N, int C) {
+static void cpu_layernorm_bwd(void *ctx, float *din, float *dw, float *db, const float *dout,
+                              const float *in, const float *w, const float *mean, const float *rstd,
+                              int N, int C) {
+  (void)ctx;
   for (int n = 0; n < N; n++) {
     const float *x = in + (size_t)n * C, *d = dout + (size_t)n * C;
     float *dx = din + (size_t)n * C, m = mean[n], s = rstd[n];
@@ -66,8 +135,9 @@ void op_layernorm_bwd(float *din, float *dw, float *db, const float *dout, const
   }
 }
 
-void op_matmul_fwd(float *out, const float *in, const float *w, const float *bias, int N, int C,
-                   int OC) {
+static void cpu_matmul_fwd(void *ctx, float *out, const float *in, const float *w,
+                           const float *bias, int N, int C, int OC) {
+  (void)ctx;
   for (int n = 0; n < N; n++) {
     const float *x = in + (size_t)n * C;
     for (int o = 0; o < OC; o++) {
@@ -80,20 +150,23 @@ void op_matmul_fwd(float *out, const float *in, const float *w, const float *bia
   }
 }
 
-void op_bias_fwd(float *out, const float *bias, int N, int OC) {
+static void cpu_bias_fwd(void *ctx, float *out, const float *bias, int N, int OC) {
+  (void)ctx;
   for (int n = 0; n < N; n++)
     for (int o = 0; o < OC; o++)
       out[(size_t)n * OC + o] += bias[o];
 }
 
-void op_bias_bwd(float *dbias, const float *dout, int N, int OC) {
+static void cpu_bias_bwd(void *ctx, float *dbias, const float *dout, int N, int OC) {
+  (void)ctx;
   for (int n = 0; n < N; n++)
     for (int o = 0; o < OC; o++)
       dbias[o] += dout[(size_t)n * OC + o];
 }
 
-void op_matmul_bwd(float *din, float *dw, float *dbias, const float *dout, const float *in,
-                   const float *w, int N, int C, int OC) {
+static void cpu_matmul_bwd(void *ctx, float *din, float *dw, float *dbias, const float *dout,
+                           const float *in, const float *w, int N, int C, int OC) {
+  (void)ctx;
   for (int n = 0; n < N; n++) {
     const float *d = dout + (size_t)n * OC, *x = in + (size_t)n * C;
     float *dx = din + (size_t)n * C;
@@ -109,7 +182,9 @@ void op_matmul_bwd(float *din, float *dw, float *dbias, const float *dout, const
   }
 }
 
-void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+static void cpu_attention_fwd(void *ctx, float *out, float *att, const float *qkv, int B, int T,
+                              int C, int NH) {
+  (void)ctx;
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
   for (int b = 0; b < B; b++)
@@ -140,8 +215,9 @@ void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, in
       }
 }
 
-void op_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
-                      int T, int C, int NH, float *datt) {
+static void cpu_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                              const float *att, int B, int T, int C, int NH, float *datt) {
+  (void)ctx;
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
   for (int b = 0; b < B; b++)
@@ -174,14 +250,16 @@ void op_attention_bwd(float *dqkv, const float *dout, const float *qkv, const fl
 
 #define GELU_S 0.7978845608f /* sqrt(2 / pi) */
 
-void op_gelu_fwd(float *out, const float *in, int n) {
+static void cpu_gelu_fwd(void *ctx, float *out, const float *in, int n) {
+  (void)ctx;
   for (int i = 0; i < n; i++) {
     float x = in[i];
     out[i] = 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
   }
 }
 
-void op_gelu_bwd(float *din, const float *in, const float *dout, int n) {
+static void cpu_gelu_bwd(void *ctx, float *din, const float *in, const float *dout, int n) {
+  (void)ctx;
   for (int i = 0; i < n; i++) {
     float x = in[i], th = tanhf(GELU_S * (x + 0.044715f * x * x * x));
     float dth = (1.0f - th * th) * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
@@ -189,18 +267,21 @@ void op_gelu_bwd(float *din, const float *in, const float *dout, int n) {
   }
 }
 
-void op_add(float *out, const float *a, const float *b, int n) {
+static void cpu_add(void *ctx, float *out, const float *a, const float *b, int n) {
+  (void)ctx;
   for (int i = 0; i < n; i++)
     out[i] = a[i] + b[i];
 }
 
-void op_accumulate(float *dst, const float *src, int n) {
+static void cpu_accumulate(void *ctx, float *dst, const float *src, int n) {
+  (void)ctx;
   for (int i = 0; i < n; i++)
     dst[i] += src[i];
 }
 
-float op_xent_fwd(float *losses, float *probs, const float *logits, const int *targets, int N,
-                  int V) {
+static float cpu_xent_fwd(void *ctx, float *losses, float *probs, const float *logits,
+                          const int *targets, int N, int V) {
+  (void)ctx;
   double total = 0;
   for (int n = 0; n < N; n++) {
     const float *z = logits + (size_t)n * V;
@@ -217,10 +298,65 @@ float op_xent_fwd(float *losses, float *probs, const float *logits, const int *t
   return N ? (float)(total / N) : 0.0f;
 }
 
-void op_xent_bwd(float *dlogits, const float *probs, const int *targets, int N, int V,
-                 float scale) {
+static void cpu_xent_bwd(void *ctx, float *dlogits, const float *probs, const int *targets, int N,
+                         int V, float scale) {
+  (void)ctx;
   for (int n = 0; n < N; n++)
     for (int i = 0; i < V; i++)
       dlogits[(size_t)n * V + i] +=
           (probs[(size_t)n * V + i] - (i == targets[n] ? 1.0f : 0.0f)) * scale;
+}
+
+void adamw_step(const adamw_t *o, int step, float *params, const float *grads, float *m, float *v,
+                size_t n) {
+  float c1 = 1.0f - powf(o->beta1, (float)step), c2 = 1.0f - powf(o->beta2, (float)step);
+  for (size_t i = 0; i < n; i++) {
+    m[i] = o->beta1 * m[i] + (1.0f - o->beta1) * grads[i];
+    v[i] = o->beta2 * v[i] + (1.0f - o->beta2) * grads[i] * grads[i];
+    float mh = m[i] / c1, vh = v[i] / c2;
+    params[i] -= o->lr * (mh / (sqrtf(vh) + o->eps) + o->weight_decay * params[i]);
+  }
+}
+
+static void cpu_adamw(void *ctx, const adamw_t *o, int step, float *params, const float *grads,
+                      float *m, float *v, size_t n) {
+  (void)ctx;
+  adamw_step(o, step, params, grads, m, v, n);
+}
+
+static const gpt_ops_vt_t cpu_vt = {.name = "cpu",
+                                    .alloc = cpu_alloc,
+                                    .release = cpu_release,
+                                    .zero = cpu_zero,
+                                    .copy = cpu_copy,
+                                    .put = cpu_put,
+                                    .get = cpu_get,
+                                    .finish = cpu_finish,
+                                    .stream_open = cpu_stream_open,
+                                    .stream_close = cpu_stream_close,
+                                    .stream_wait = cpu_stream_wait,
+                                    .fence = cpu_fence,
+                                    .encoder_fwd = cpu_encoder_fwd,
+                                    .encoder_bwd = cpu_encoder_bwd,
+                                    .layernorm_fwd = cpu_layernorm_fwd,
+                                    .layernorm_bwd = cpu_layernorm_bwd,
+                                    .matmul_fwd = cpu_matmul_fwd,
+                                    .bias_fwd = cpu_bias_fwd,
+                                    .bias_bwd = cpu_bias_bwd,
+                                    .matmul_bwd = cpu_matmul_bwd,
+                                    .attention_fwd = cpu_attention_fwd,
+                                    .attention_bwd = cpu_attention_bwd,
+                                    .gelu_fwd = cpu_gelu_fwd,
+                                    .gelu_bwd = cpu_gelu_bwd,
+                                    .add = cpu_add,
+                                    .accumulate = cpu_accumulate,
+                                    .xent_fwd = cpu_xent_fwd,
+                                    .xent_bwd = cpu_xent_bwd,
+                                    .adamw = cpu_adamw};
+
+const gpt_ops_t gpt_ops_cpu = {.vt = &cpu_vt, .ctx = NULL};
+
+void gpt_ops_close(gpt_ops_t *ops) {
+  if (ops && ops->vt && ops->vt->close) ops->vt->close(ops->ctx);
+  if (ops) *ops = gpt_ops_cpu;
 }

@@ -298,7 +298,7 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
     memset(r.grads, 0, m.nparams * sizeof *r.grads);
     tf = run_now_s();
     if (math)
-      gpt_backward(&m, &io, tok, tgt, B, 1.0f / (float)r.nranks);
+      gpt_backward(&m, &io, B, 1.0f / (float)r.nranks);
     else
       gpt_io_replay(&m, &io, B, 1);
     trace_span(r.tr, TRACE_COMPUTE, "backward", tf, run_now_s());

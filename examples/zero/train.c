@@ -315,7 +315,7 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_
     if (r.grads && math) memset(r.grads, 0, m.nparams * sizeof *r.grads);
     r.backward = 1, tf = run_now_s();
     if (math)
-      gpt_backward(&m, &io, tok, tgt, B, 1.0f / (float)r.nranks);
+      gpt_backward(&m, &io, B, 1.0f / (float)r.nranks);
     else
       gpt_io_replay(&m, &io, B, 1);
     trace_span(r.tr, TRACE_COMPUTE, "backward", tf, run_now_s());
