@@ -11,6 +11,7 @@
 
 typedef struct {
   int ranks, steps, batch, overlap, measure_overlap;
+  int gpu; /* --gpu: the CUDA back end (zero only so far) */
   gpt_config_t model;
   adamw_t opt;
   unsigned long long seed;
@@ -32,10 +33,10 @@ cli_t cli_defaults(void);
 #define CLI_USAGE                                                                                  \
   "[--ranks N] [--steps N] [--batch B] [--layers L] [--channels C] [--heads H] [--seq T] "         \
   "[--lr X] [--no-overlap] [--measure-overlap] [--trace FILE.json] [--save PREFIX] "               \
-  "[--load PREFIX] [--cpu]"
+  "[--load PREFIX] [--cpu | --gpu]"
 
 /* A common flag (getopt's ch and optarg): 1 taken, 0 not one of them, 2 to exit with after
- * a message (--gpu, --help with usage = the example's usage line). */
+ * a message (--help with usage = the example's usage line). */
 int cli_option(cli_t *c, int ch, const char *arg, const char *name, const char *usage);
 
 /* One training run of an example: mode, log (rank 0's lines or NULL) and trace (NULL: none)

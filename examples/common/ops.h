@@ -81,6 +81,7 @@ extern const gpt_ops_t gpt_ops_cpu;
  * device, or built without CUDA). */
 int gpt_ops_cuda_open(gpt_ops_t *ops, int device, char *why, size_t size);
 void gpt_ops_close(gpt_ops_t *ops); /* the CPU's: nothing */
+int gpt_cuda_devices(void);         /* CUDA devices seen (0 without CUDA) */
 
 /* Calls operation f of the back end m->ops (inside functions with a gpt_t *m). */
 #define OP(f, ...) m->ops->vt->f(m->ops->ctx, __VA_ARGS__)

@@ -26,7 +26,6 @@ static void cpu_zero(void *ctx, void *p, size_t bytes) {
   if (bytes) memset(p, 0, bytes);
 }
 
-/* memmove: the trainers' copies may overlap (a shard into its own block) */
 static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
   (void)ctx;
   if (bytes && dst != src) memmove(dst, src, bytes);

@@ -1,4 +1,5 @@
-/* zero: train the example GPT data-parallel on local CPU ranks (stage 0: DDP, 1-3: ZeRO).
+/* zero: train the example GPT data-parallel on local ranks, on the CPU or with --gpu on CUDA
+ * devices (stage 0: DDP, 1-3: ZeRO).
  * usage: zero [--stage 0-3] and the flags of cli.h
  * Started with WEFT_ROOT, WEFT_RANK and WEFT_NRANKS (or torchrun's MASTER_ADDR, MASTER_PORT,
  * RANK, WORLD_SIZE) in the environment, each process is one rank and --ranks is ignored. */
@@ -19,7 +20,8 @@ static int train(weft_comm_t comm, const void *opts, run_mode_t mode, FILE *log,
 
 static void describe(const void *opts, int nranks, char *buf, size_t size) {
   (void)nranks;
-  snprintf(buf, size, "stage %d", ((const zero_opts_t *)opts)->stage);
+  const zero_opts_t *o = opts;
+  snprintf(buf, size, "stage %d%s", o->stage, o->gpu ? ", CUDA" : "");
 }
 
 int main(int argc, char **argv) {
@@ -37,6 +39,6 @@ int main(int argc, char **argv) {
   }
   if (o.stage < 0 || o.stage > 3) return fprintf(stderr, "zero: the stage is 0-3\n"), 2;
   o.steps = c.steps, o.batch = c.batch, o.model = c.model, o.opt = c.opt, o.seed = c.seed;
-  o.overlap = c.overlap, o.save = c.save, o.load = c.load;
+  o.overlap = c.overlap, o.save = c.save, o.load = c.load, o.gpu = c.gpu;
   return cli_main("zero", &c, train, describe, &o);
 }

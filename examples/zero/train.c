@@ -1,7 +1,9 @@
 /* ZeRO stages 0-3 over weft: see zero.h. A block (a layer, the final norm, the embeddings)
  * is the unit of every reduction and gather; each rank owns an equal shard of each block (the
- * last padded). Gradients are reduced on one host stream as the backward finishes each block;
- * stage 3 gathers parameters on a second communicator and stream, one layer ahead. */
+ * last padded). Gradients are reduced on one stream as the backward finishes each block;
+ * stage 3 gathers parameters on a second communicator and stream, one layer ahead. Every
+ * array lives in the model's back end (ops.h): on the GPU the gradient and parameter
+ * communicators are device communicators split from the caller's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,8 +21,10 @@ typedef struct {
 typedef struct {
   const zero_opts_t *o;
   const gpt_t *m;
-  weft_comm_t comm, pcomm; /* gradients; stage 3's parameter gathers */
-  weft_stream_t gs, ps;    /* their streams */
+  const gpt_ops_t *ops;    /* the back end every array below lives in */
+  weft_comm_t comm, gcomm; /* the caller's (host buffers); the gradients' */
+  weft_comm_t pcomm;       /* stage 3's parameter gathers */
+  void *gs, *ps;           /* the gradients' and the gathers' streams (ops.h) */
   int rank, nranks, nb, failed, backward;
   double waited; /* seconds this step waited for parameter gathers and gradient slots */
   trace_t *tr;   /* o->trace: this rank's spans */
@@ -35,6 +39,11 @@ typedef struct {
   float *full[4];
   int held[2];
 } run_t;
+
+/* Calls back-end operation f (ops.h). */
+#define BE(f, ...) r->ops->vt->f(r->ops->ctx, __VA_ARGS__)
+
+static int finish(run_t *r) { return r->ops->vt->finish(r->ops->ctx); }
 
 static int index_of(const run_t *r, int block) {
   return block == GPT_FINAL ? r->nb - 2 : block == GPT_EMBED ? r->nb - 1 : block;
@@ -66,6 +75,7 @@ static void gather(run_t *r, int block) {
   if (s < 2) r->held[s] = block;
   if (r->o->mode == RUN_COMPUTE_ONLY) return;
   trace_issue(r->tr, 1, "gather", block, run_now_s());
+  BE(fence, r->ps); /* the slot's last reader is done */
   if (weft_allgather(r->pshard + b->at, r->full[s], b->shard, WEFT_F32, r->pcomm, r->ps) !=
       WEFT_SUCCESS)
     fail(r, "gathering parameters", r->pcomm);
@@ -73,9 +83,9 @@ static void gather(run_t *r, int block) {
 
 /* Waits for a stream, adding the time to the step's waiting (and the trace's spans: the
  * wait, and every operation it saw finish). */
-static void wait_for(run_t *r, weft_stream_t s, weft_comm_t c, const char *what) {
+static void wait_for(run_t *r, void *s, weft_comm_t c, const char *what) {
   double t0 = run_now_s();
-  if (weft_stream_synchronize(s) != WEFT_SUCCESS) fail(r, what, c);
+  if (BE(stream_wait, s)) fail(r, what, c);
   r->waited += run_now_s() - t0;
   trace_span(r->tr, TRACE_WAIT, what, t0, run_now_s());
   trace_settle(r->tr, s == r->ps, run_now_s());
@@ -108,7 +118,7 @@ static float *grads_of(void *arg, int block) {
     wait_for(r, r->gs, r->comm, "reducing gradients");
     r->busy[0] = r->busy[1] = 0;
   }
-  memset(r->work[s], 0, b->shard * (size_t)r->nranks * sizeof(float));
+  BE(zero, r->work[s], b->shard * (size_t)r->nranks * sizeof(float));
   return r->work[s];
 }
 
@@ -120,20 +130,21 @@ static void reduce(run_t *r, int block) {
   float *g = r->o->stage < 2 ? r->grads + b->first : r->work[slot_of(block)];
   weft_result_t rc = WEFT_SUCCESS;
   if (r->o->stage == 1) { /* the flat gradients have no padding: a padded copy */
-    memcpy(b->stage, g, b->size * sizeof *g);
-    memset(b->stage + b->size, 0, pad * sizeof *g);
+    BE(copy, b->stage, g, b->size * sizeof *g);
+    BE(zero, b->stage + b->size, pad * sizeof *g);
     g = b->stage;
   }
+  BE(fence, r->gs);                                              /* the block's backward is done */
   if (r->o->wrong_reduction || r->o->mode == RUN_COMPUTE_ONLY) { /* each keeps its own */
-    if (r->o->stage > 0) memcpy(r->gshard + b->at, g + lo, b->shard * sizeof *g);
+    if (r->o->stage > 0) BE(copy, r->gshard + b->at, g + lo, b->shard * sizeof *g);
   } else if (r->o->stage == 0) {
     trace_issue(r->tr, 0, "allreduce", block, run_now_s());
-    rc = weft_allreduce(g, g, b->size, WEFT_F32, WEFT_SUM, r->comm, r->gs);
+    rc = weft_allreduce(g, g, b->size, WEFT_F32, WEFT_SUM, r->gcomm, r->gs);
   } else {
     trace_issue(r->tr, 0, "reduce-scatter", block, run_now_s());
-    rc = weft_reduce_scatter(g, r->gshard + b->at, b->shard, WEFT_F32, WEFT_SUM, r->comm, r->gs);
+    rc = weft_reduce_scatter(g, r->gshard + b->at, b->shard, WEFT_F32, WEFT_SUM, r->gcomm, r->gs);
   }
-  if (rc != WEFT_SUCCESS) fail(r, "reducing gradients", r->comm);
+  if (rc != WEFT_SUCCESS) fail(r, "reducing gradients", r->gcomm);
   if (r->o->stage >= 2 && slot_of(block) < 2) r->busy[slot_of(block)] = 1;
   if (r->o->stage >= 2 && !r->o->overlap) wait_for(r, r->gs, r->comm, "reducing gradients");
 }
@@ -154,18 +165,19 @@ static int update(run_t *r, float *am, float *av, int step, float *scratch) {
     size_t lo = shard_lo(r, i), n = shard_n(r, i);
     float *p = r->o->stage == 3 ? r->pshard + b->at : r->params + b->first + lo;
     if (r->o->mode != RUN_COMM_ONLY)
-      adamw_step(&r->o->opt, step, p, r->gshard + b->at, am + b->at, av + b->at, n);
+      BE(adamw, &r->o->opt, step, p, r->gshard + b->at, am + b->at, av + b->at, n);
     if (r->o->stage == 3 || r->o->mode == RUN_COMPUTE_ONLY) continue;
     float *mine = scratch + lo; /* the gather's own block, padded */
-    memcpy(mine, p, n * sizeof *p);
-    memset(mine + n, 0, (b->shard - n) * sizeof *p);
+    BE(copy, mine, p, n * sizeof *p);
+    BE(zero, mine + n, (b->shard - n) * sizeof *p);
     int id = gpt_block_at(r->m, i);
     trace_issue(r->tr, 0, "gather", id, run_now_s());
-    if (weft_allgather(mine, scratch, b->shard, WEFT_F32, r->comm, r->gs) != WEFT_SUCCESS)
-      return fail(r, "gathering parameters", r->comm), -1;
-    wait_for(r, r->gs, r->comm, "gathering parameters");
+    BE(fence, r->gs);
+    if (weft_allgather(mine, scratch, b->shard, WEFT_F32, r->gcomm, r->gs) != WEFT_SUCCESS)
+      return fail(r, "gathering parameters", r->gcomm), -1;
+    wait_for(r, r->gs, r->gcomm, "gathering parameters");
     if (r->failed) return -1;
-    memcpy(r->params + b->first, scratch, b->size * sizeof *p);
+    BE(copy, r->params + b->first, scratch, b->size * sizeof *p);
   }
   return 0;
 }
@@ -176,16 +188,17 @@ static int save(run_t *r, const float *am, const float *av, int step) {
   size_t S = r->b[r->nb - 1].at + r->b[r->nb - 1].shard;
   float *sp = calloc(S ? S : 1, 4), *sm = calloc(S ? S : 1, 4), *sv = calloc(S ? S : 1, 4);
   ckpt_block_t *cb = r->nb > 0 ? calloc((unsigned)r->nb, sizeof *cb) : NULL;
-  int rc = -1;
+  int rc = -1, bad = 0;
   if (sp && sm && sv && cb) {
     for (int i = 0; i < r->nb; i++) {
       const block_t *b = &r->b[i];
       size_t lo = shard_lo(r, i), n = shard_n(r, i), o = r->o->stage == 0 ? b->first + lo : b->at;
       cb[i] = (ckpt_block_t){b->first, b->size};
-      memcpy(sp + b->at, r->o->stage == 3 ? r->pshard + b->at : r->params + b->first + lo, n * 4);
-      memcpy(sm + b->at, am + o, n * 4), memcpy(sv + b->at, av + o, n * 4);
+      bad |= BE(get, sp + b->at, r->o->stage == 3 ? r->pshard + b->at : r->params + b->first + lo,
+                n * 4);
+      bad |= BE(get, sm + b->at, am + o, n * 4) | BE(get, sv + b->at, av + o, n * 4);
     }
-    rc = ckpt_save(r->o->save, r->rank, r->nranks, step, &r->m->c, r->nb, cb, sp, sm, sv);
+    if (!bad) rc = ckpt_save(r->o->save, r->rank, r->nranks, step, &r->m->c, r->nb, cb, sp, sm, sv);
   }
   free(sp), free(sm), free(sv), free(cb);
   return rc;
@@ -200,13 +213,13 @@ static int load(run_t *r, float *am, float *av, int *step) {
   for (int i = 0; cb && i < r->nb; i++)
     cb[i] = (ckpt_block_t){r->b[i].first, r->b[i].size};
   if (p && m && v && cb && !ckpt_load(r->o->load, &r->m->c, r->nb, cb, p, m, v, step)) {
-    if (r->params) memcpy(r->params, p, P * 4);
+    if (r->params) BE(put, r->params, p, P * 4);
     for (int i = 0; i < r->nb; i++) {
       const block_t *b = &r->b[i];
       size_t lo = shard_lo(r, i), n = r->o->stage == 0 ? b->size : shard_n(r, i);
       size_t from = b->first + (r->o->stage == 0 ? 0 : lo), to = r->o->stage == 0 ? from : b->at;
-      memcpy(am + to, m + from, n * 4), memcpy(av + to, v + from, n * 4);
-      if (r->o->stage == 3) memcpy(r->pshard + b->at, p + b->first + lo, n * 4);
+      BE(put, am + to, m + from, n * 4), BE(put, av + to, v + from, n * 4);
+      if (r->o->stage == 3) BE(put, r->pshard + b->at, p + b->first + lo, n * 4);
     }
     rc = 0;
   }
@@ -215,6 +228,13 @@ static int load(run_t *r, float *am, float *av, int *step) {
 }
 
 /* ---- setup and the loop ---- */
+
+/* n floats of the back end's, zeroed; *bad set when out of memory. */
+static float *alloc_f(run_t *r, size_t n, int *bad) {
+  float *p = BE(alloc, (n ? n : 1) * sizeof(float));
+  if (!p) *bad = 1;
+  return p;
+}
 
 /* Blocks and every array of the stage; -1 when out of memory. */
 static int setup(run_t *r, size_t *opt_n, size_t *state) {
@@ -229,17 +249,17 @@ static int setup(run_t *r, size_t *opt_n, size_t *state) {
     b->first = gpt_block_first(m, gpt_block_at(m, i)),
     b->size = gpt_block_size(m, gpt_block_at(m, i));
     b->shard = (b->size + n - 1) / n, b->at = S, S += b->shard;
-    if (st == 1) b->stage = run_alloc(b->shard * n, &bad);
+    if (st == 1) b->stage = alloc_f(r, b->shard * n, &bad);
   }
   *opt_n = st == 0 ? P : S;
-  if (st < 3) r->params = run_alloc(P, &bad);
-  if (st < 2) r->grads = run_alloc(P, &bad);
-  if (st > 0) r->gshard = run_alloc(S, &bad);
-  if (st == 3) r->pshard = run_alloc(S, &bad);
+  if (st < 3) r->params = alloc_f(r, P, &bad);
+  if (st < 2) r->grads = alloc_f(r, P, &bad);
+  if (st > 0) r->gshard = alloc_f(r, S, &bad);
+  if (st == 3) r->pshard = alloc_f(r, S, &bad);
   for (int s = 0; s < 4 && st >= 2; s++) {
     size_t f = r->b[s < 2 ? 0 : s == 2 ? r->nb - 1 : r->nb - 2].shard * n;
-    r->work[s] = run_alloc(f, &bad);
-    if (st == 3) r->full[s] = run_alloc(f, &bad);
+    r->work[s] = alloc_f(r, f, &bad);
+    if (st == 3) r->full[s] = alloc_f(r, f, &bad);
   }
   r->held[0] = r->held[1] = -1;
   /* what persists between steps: parameters, gradients, AdamW's two moments */
@@ -249,116 +269,145 @@ static int setup(run_t *r, size_t *opt_n, size_t *state) {
 }
 
 static void teardown(run_t *r) {
+  if (!r->ops) return;
+  finish(r); /* nothing queued may still use what is freed below */
   for (int i = 0; r->b && i < r->nb; i++)
-    free(r->b[i].stage);
+    BE(release, r->b[i].stage);
   for (int s = 0; s < 4; s++)
-    free(r->work[s]), free(r->full[s]);
-  free(r->b), free(r->params), free(r->grads), free(r->pshard), free(r->gshard);
-  if (r->gs) weft_stream_destroy(r->gs);
-  if (r->ps) weft_stream_destroy(r->ps);
+    BE(release, r->work[s]), BE(release, r->full[s]);
+  BE(release, r->params), BE(release, r->grads), BE(release, r->pshard), BE(release, r->gshard);
+  free(r->b);
+  if (r->gs) BE(stream_close, r->gs);
+  if (r->ps) BE(stream_close, r->ps);
   if (r->pcomm) weft_comm_destroy(r->pcomm);
+  if (r->gcomm && r->gcomm != r->comm) weft_comm_destroy(r->gcomm);
+}
+
+/* The back end (o->gpu: CUDA on this rank's device) and the communicators on its buffers. */
+static int open_backend(run_t *r, gpt_ops_t *ops, weft_config_t *dev) {
+  char why[256];
+  int n = gpt_cuda_devices();
+  *ops = gpt_ops_cpu, r->gcomm = r->comm;
+  if (!r->o->gpu) return 0;
+  dev->device = n > 0 ? r->rank % n : 0;
+  if (gpt_ops_cuda_open(ops, dev->device, why, sizeof why))
+    return fprintf(stderr, "zero: rank %d: %s\n", r->rank, why), -1;
+  if (weft_comm_split(r->comm, 0, r->rank, &r->gcomm, dev) != WEFT_SUCCESS) {
+    fprintf(stderr, "zero: rank %d: a device communicator: %s\n", r->rank,
+            weft_get_last_error(r->comm));
+    r->gcomm = NULL;
+    return -1;
+  }
+  return 0;
 }
 
 int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_t *stats) {
-  run_t r = {.o = o, .comm = comm};
+  run_t run = {.o = o, .comm = comm}, *r = &run;
   gpt_t m = {0};
+  gpt_ops_t ops = gpt_ops_cpu;
   data_t data = {0};
-  weft_comm_rank(comm, &r.rank);
-  weft_comm_count(comm, &r.nranks);
+  weft_comm_rank(comm, &r->rank);
+  weft_comm_count(comm, &r->nranks);
   int T = o->model.seq, B = o->batch, rc = -1;
   size_t opt_n = 0, state = 0, maxblock = 0;
   float *am = NULL, *av = NULL, *init = NULL, *scratch = NULL;
   int *tok = malloc(sizeof(int) * (size_t)B * T), *tgt = malloc(sizeof(int) * (size_t)B * T);
-  weft_config_t host = WEFT_CONFIG_INIT;
-  r.m = &m;
-  int bad = o->stage < 0 || o->stage > 3 || o->model.vocab < DATA_VOCAB || T < 1 || T > 4096 ||
-            !tok || !tgt || gpt_init(&m, &o->model, B) || data_init(&data, 1u << 16, o->seed) ||
-            setup(&r, &opt_n, &state) || weft_stream_create(&r.gs) != WEFT_SUCCESS;
-  if (bad) fprintf(stderr, "zero: rank %d: bad options or out of memory\n", r.rank);
+  weft_config_t host = WEFT_CONFIG_INIT, dev = WEFT_CONFIG_INIT;
+  r->m = &m, r->ops = &ops;
+  int bad = open_backend(r, &ops, &dev);
+  bad = bad || o->stage < 0 || o->stage > 3 || o->model.vocab < DATA_VOCAB || T < 1 || T > 4096 ||
+        !tok || !tgt || gpt_init_on(&m, &ops, &o->model, B, 1, 0, 0) ||
+        data_init(&data, 1u << 16, o->seed) || setup(r, &opt_n, &state) || BE(stream_open, &r->gs);
+  if (bad) fprintf(stderr, "zero: rank %d: bad options, no device or out of memory\n", r->rank);
   if (run_any_rank(comm, bad)) goto out;
-  if (o->stage == 3 && (weft_comm_split(comm, 0, r.rank, &r.pcomm, &host) != WEFT_SUCCESS ||
-                        weft_stream_create(&r.ps) != WEFT_SUCCESS)) {
-    fail(&r, "the parameter communicator", comm);
+  if (o->stage == 3 &&
+      (weft_comm_split(comm, 0, r->rank, &r->pcomm, o->gpu ? &dev : &host) != WEFT_SUCCESS ||
+       BE(stream_open, &r->ps))) {
+    fail(r, "the parameter communicator", comm);
     goto out;
   }
-  for (int i = 0; i < r.nb; i++)
+  for (int i = 0; i < r->nb; i++)
     maxblock =
-        r.b[i].shard * (size_t)r.nranks > maxblock ? r.b[i].shard * (size_t)r.nranks : maxblock;
-  am = run_alloc(opt_n, &bad), av = run_alloc(opt_n, &bad), scratch = run_alloc(maxblock, &bad);
+        r->b[i].shard * (size_t)r->nranks > maxblock ? r->b[i].shard * (size_t)r->nranks : maxblock;
+  am = alloc_f(r, opt_n, &bad), av = alloc_f(r, opt_n, &bad);
+  scratch = alloc_f(r, maxblock, &bad);
   init = run_alloc(m.nparams, &bad); /* every rank draws the same weights, then keeps its part */
   if (!bad) {
     gpt_init_params(&m, init, o->seed);
-    if (o->stage < 3) memcpy(r.params, init, m.nparams * sizeof *init);
-    for (int i = 0; i < r.nb && o->stage == 3; i++) {
-      block_t *b = &r.b[i];
-      memcpy(r.pshard + b->at, init + b->first + shard_lo(&r, i), shard_n(&r, i) * sizeof *init);
+    if (o->stage < 3) BE(put, r->params, init, m.nparams * sizeof *init);
+    for (int i = 0; i < r->nb && o->stage == 3; i++) {
+      block_t *b = &r->b[i];
+      BE(put, r->pshard + b->at, init + b->first + shard_lo(r, i), shard_n(r, i) * sizeof *init);
     }
   }
   free(init), init = NULL;
   int first = 0; /* optimizer steps taken before this run (a loaded checkpoint's) */
-  if (!bad && o->load) bad = load(&r, am, av, &first);
-  if (!bad && o->trace) bad = !(r.tr = trace_new(run_now_s()));
+  if (!bad && o->load) bad = load(r, am, av, &first);
+  if (!bad && o->trace) bad = !(r->tr = trace_new(run_now_s()));
   if (run_any_rank(comm, bad)) goto out;
-  gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = &r};
+  gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = r};
   double t_all = 0, t_wait = 0;
-  for (int s = 0; s < o->steps && !r.failed; s++) {
+  for (int s = 0; s < o->steps && !r->failed; s++) {
     double t0 = run_now_s();
     for (int i = 0; i < B; i++) /* this rank's part of the global batch */
-      data_sample(&data, (size_t)(first + s) * B * r.nranks + (size_t)r.rank * B + i, T,
+      data_sample(&data, (size_t)(first + s) * B * r->nranks + (size_t)r->rank * B + i, T,
                   tok + i * T, tgt + i * T);
-    r.backward = 0, r.waited = 0;
+    r->backward = 0, r->waited = 0;
     int math = o->mode != RUN_COMM_ONLY;
     double tf = run_now_s();
     float loss = math ? gpt_forward(&m, &io, tok, tgt, B) : (gpt_io_replay(&m, &io, B, 0), 0.0f);
-    trace_span(r.tr, TRACE_COMPUTE, "forward", tf, run_now_s());
+    trace_span(r->tr, TRACE_COMPUTE, "forward", tf, run_now_s());
     float total = loss;
-    if (r.grads && math) memset(r.grads, 0, m.nparams * sizeof *r.grads);
-    r.backward = 1, tf = run_now_s();
+    if (r->grads && math) BE(zero, r->grads, m.nparams * sizeof *r->grads);
+    r->backward = 1, tf = run_now_s();
     if (math)
-      gpt_backward(&m, &io, B, 1.0f / (float)r.nranks);
+      gpt_backward(&m, &io, B, 1.0f / (float)r->nranks);
     else
       gpt_io_replay(&m, &io, B, 1);
-    trace_span(r.tr, TRACE_COMPUTE, "backward", tf, run_now_s());
-    for (int i = 0; i < r.nb && !o->overlap && o->stage < 2; i++)
-      reduce(&r, gpt_block_at(&m, i < m.c.layers ? m.c.layers - 1 - i : i)); /* last layer first */
-    wait_for(&r, r.gs, comm, "reducing gradients");
-    r.busy[0] = r.busy[1] = 0, r.held[0] = r.held[1] = -1; /* parameters change below */
-    double tw = run_now_s(), wait = r.waited;
-    if (r.failed) break;
+    if (finish(r)) fail(r, "the backward", comm); /* the GPU's queue: the backward's end */
+    trace_span(r->tr, TRACE_COMPUTE, "backward", tf, run_now_s());
+    for (int i = 0; i < r->nb && !o->overlap && o->stage < 2; i++)
+      reduce(r, gpt_block_at(&m, i < m.c.layers ? m.c.layers - 1 - i : i)); /* last layer first */
+    wait_for(r, r->gs, r->gcomm, "reducing gradients");
+    r->busy[0] = r->busy[1] = 0, r->held[0] = r->held[1] = -1; /* parameters change below */
+    double tw = run_now_s(), wait = r->waited;
+    if (r->failed) break;
     if (o->stage == 0 && math)
-      adamw_step(&o->opt, first + s + 1, r.params, r.grads, am, av, m.nparams);
-    else if (o->stage > 0 && update(&r, am, av, first + s + 1, scratch))
+      BE(adamw, &o->opt, first + s + 1, r->params, r->grads, am, av, m.nparams);
+    else if (o->stage > 0 && update(r, am, av, first + s + 1, scratch))
       break;
-    trace_span(r.tr, TRACE_COMPUTE, "update", tw, run_now_s());
+    trace_span(r->tr, TRACE_COMPUTE, "update", tw, run_now_s());
     if (o->stage == 1 || o->stage == 2) wait += run_now_s() - tw; /* mostly the gathers */
     t_wait += wait;
     if (o->mode == RUN_COMPUTE_ONLY)
-      total *= (float)r.nranks; /* this rank's loss stands for the mean */
+      total *= (float)r->nranks; /* this rank's loss stands for the mean */
     else if (weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, comm, NULL) != WEFT_SUCCESS) {
-      fail(&r, "averaging the loss", comm);
+      fail(r, "averaging the loss", comm);
       break;
     }
-    losses[s] = total / (float)r.nranks;
+    losses[s] = total / (float)r->nranks;
     double dt = run_now_s() - t0;
     t_all += dt;
-    if (o->log && r.rank == 0)
+    if (o->log && r->rank == 0)
       fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", first + s + 1,
-              losses[s], (double)B * T * r.nranks / dt, 100.0 * wait / dt);
+              losses[s], (double)B * T * r->nranks / dt, 100.0 * wait / dt);
   }
   if (stats) {
     stats->step_s = o->steps ? t_all / o->steps : 0;
     stats->comm_wait_s = o->steps ? t_wait / o->steps : 0;
     stats->state_bytes = state;
   }
-  rc = r.failed ? -1 : 0;
+  rc = r->failed ? -1 : 0;
   /* every rank's file is complete before any rank returns (and a reader starts) */
-  if (!rc && o->save && run_any_rank(comm, save(&r, am, av, first + o->steps) != 0)) rc = -1;
-  if (!rc && r.tr && trace_write(r.tr, o->trace, comm, r.rank, r.nranks)) rc = -1;
+  if (!rc && o->save && run_any_rank(comm, save(r, am, av, first + o->steps) != 0)) rc = -1;
+  if (!rc && r->tr && trace_write(r->tr, o->trace, comm, r->rank, r->nranks)) rc = -1;
 out:
-  trace_free(r.tr);
-  teardown(&r);
-  free(am), free(av), free(init), free(scratch), free(tok), free(tgt);
+  trace_free(r->tr);
+  BE(release, am), BE(release, av), BE(release, scratch);
+  teardown(r);
+  free(init), free(tok), free(tgt);
   gpt_free(&m);
+  gpt_ops_close(&ops);
   data_free(&data);
   return rc;
 }

@@ -1,4 +1,4 @@
-/* Data-parallel training of the example GPT on weft (host buffers): stage 0 is plain DDP
+/* Data-parallel training of the example GPT on weft (CPU or GPU buffers): stage 0 is plain DDP
  * (gradients allreduced), stage 1 ZeRO-1 (gradients reduce-scattered, optimizer state and
  * update sharded, parameters allgathered), stage 2 also keeps only its shard of the
  * gradients (each layer's full gradients live in one of two working slots until reduced),
@@ -23,13 +23,15 @@ typedef struct {
   unsigned long long seed;
   int overlap;         /* 1: start each layer's reduction when its backward is done */
   int wrong_reduction; /* tests only: skip the gradient reduction (parity must then fail) */
+  int gpu;             /* the CUDA back end, rank r on device r % devices (else the CPU's) */
   FILE *log;           /* rank 0's progress lines ("step N loss X ..."); NULL: none */
   const char *save;    /* after the last step, a checkpoint here (checkpoint.h); NULL: none */
   const char *load;    /* before the first, the checkpoint here (any rank count and stage) */
   const char *trace;   /* a Chrome-trace timeline of every rank's spans here; NULL: none */
 } zero_opts_t;
 
-/* Trains on comm (a host communicator; one rank is the single-process reference): losses[s]
+/* Trains on comm (a host communicator; with gpu set, device communicators are split from it;
+ * one rank is the single-process reference): losses[s]
  * is step s's mean loss over the global batch (every rank's). 0, or -1 with a message on
  * stderr. */
 int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_t *stats);
