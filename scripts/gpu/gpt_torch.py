@@ -50,6 +50,12 @@ class GPT(nn.Module):
         self.wte, self.wpe = nn.Embedding(a.vocab, a.channels), nn.Embedding(a.seq, a.channels)
         self.blocks = nn.ModuleList(Block(a.channels, a.heads, a.attn) for _ in range(a.layers))
         self.lnf = nn.LayerNorm(a.channels)
+        for name, p in self.named_parameters():  # GPT-2's initial weights, as the example's
+            if p.dim() == 1 and "ln" not in name:
+                nn.init.zeros_(p)
+            elif p.dim() > 1:
+                std = 0.02 / math.sqrt(2 * a.layers) if "proj" in name else 0.02
+                nn.init.normal_(p, std=std)
 
     def forward(self, tokens, targets):
         t = tokens.size(1)
@@ -57,7 +63,7 @@ class GPT(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         logits = self.lnf(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def run(a):

@@ -1,15 +1,17 @@
 /* Loss parity of the data-parallel example (examples/zero/train.c): N ranks of B sequences at
  * a ZeRO stage, with and without overlap, must follow one rank's plain data-parallel run of
  * N x B sequences on the CPU, step for step, within 1e-5 relative in f32 (only the order of
- * the gradient sums differs); and a run whose reduction is left out must not (the check can
- * fail). With gpu, the N ranks train on the CUDA back end (sharing the devices there are):
- * every sum of every operation is then in another order, and the bound is 1e-4 (the CPU's
- * own runs on 1 and 4 ranks part by up to 3e-6 in 20 steps; the missing reduction is off by
- * more than 1e-2). usage: test_zero NRANKS STAGE [gpu] */
+ * the sums differs); and a run whose reduction is left out must not (the check can fail).
+ * With gpu, the N ranks train on the CUDA back end (sharing the devices there are), still in
+ * f32 and held to the same bound: every operation sums in another order there, which moved
+ * the losses by at most 1.8e-7 on an H200, against 1.7e-2 or more without the reduction.
+ * usage: test_zero NRANKS STAGE [gpu] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "launch.h"
 #include "zero_opts.h"
@@ -25,7 +27,6 @@ static zero_opts_t opts(int stage, int batch) { return zero_test_opts(stage, bat
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   const arg_t *a = arg;
   int stage = a->stage;
-  double tol = a->gpu ? 1e-4 : 1e-5;
   float ref[STEPS], got[STEPS], late[STEPS], wrong[STEPS];
   weft_comm_t one, comm;
   weft_unique_id_t solo;
@@ -53,18 +54,27 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
     printf("test_zero: %d ranks%s, stage %d: loss %.4f -> %.4f, worst relative difference from "
            "one rank's DDP %.2g, %.2g without overlap (without the reduction: %.2g)\n",
            n, a->gpu ? " on CUDA" : "", stage, ref[0], ref[STEPS - 1], w, wl, ww);
-  if (w > tol || wl > tol)
+  if (w > 1e-5 || wl > 1e-5)
     return printf("test_zero: rank %d: losses differ from one rank's\n", rank), 1;
-  if (n > 1 && ww <= tol)
+  if (n > 1 && ww <= 1e-5)
     return printf("test_zero: rank %d: a run without reduction went unnoticed\n", rank), 1;
   if (ref[STEPS - 1] >= ref[0]) return printf("test_zero: the loss did not fall\n"), 1;
   return 0;
+}
+
+/* Whether a CUDA device is there, asked in a child: a process that touched CUDA cannot fork
+ * ranks that use it. */
+static int cuda_here(void) {
+  int st = 0;
+  pid_t p = fork();
+  if (p == 0) _exit(gpt_cuda_devices() > 0 ? 0 : 1);
+  return p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   arg_t a = {.stage = argc > 2 ? atoi(argv[2]) : 0, .gpu = argc > 3 && !strcmp(argv[3], "gpu")};
   if (n < 1 || a.stage < 0 || a.stage > 3) return 2;
-  if (a.gpu && gpt_cuda_devices() < 1) return printf("test_zero: skipped: no CUDA device\n"), 77;
+  if (a.gpu && !cuda_here()) return printf("test_zero: skipped: no CUDA device\n"), 77;
   return launch_local(n, rank_main, &a, 300) ? 1 : 0;
 }
