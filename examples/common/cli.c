@@ -30,10 +30,11 @@ int cli_option(cli_t *c, int ch, const char *arg, const char *name, const char *
   case 9: c->overlap = 0; break;
   case 10: c->measure_overlap = 1; break;
   case 11: c->trace = arg; break;
-  case 12: c->gpu = 0; break;
+  case 12: c->gpu = c->bf16 = 0; break;
   case 13: c->gpu = 1; break;
   case 14: c->save = arg; break;
   case 15: c->load = arg; break;
+  case 16: c->gpu = c->bf16 = 1; break;
   case 'h': printf("usage: %s %s\n", name, usage); return 2;
   default: return 0;
   }

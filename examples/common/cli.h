@@ -11,7 +11,7 @@
 
 typedef struct {
   int ranks, steps, batch, overlap, measure_overlap;
-  int gpu; /* --gpu: the CUDA back end (zero only so far) */
+  int gpu, bf16; /* --gpu: the CUDA back end (zero and tp); --bf16: its products in bf16 */
   gpt_config_t model;
   adamw_t opt;
   unsigned long long seed;
@@ -27,13 +27,14 @@ cli_t cli_defaults(void);
   {"ranks", 1, 0, 1}, {"steps", 1, 0, 2}, {"batch", 1, 0, 3}, {"layers", 1, 0, 4},                 \
       {"channels", 1, 0, 5}, {"heads", 1, 0, 6}, {"seq", 1, 0, 7}, {"lr", 1, 0, 8},                \
       {"no-overlap", 0, 0, 9}, {"measure-overlap", 0, 0, 10}, {"trace", 1, 0, 11},                 \
-      {"cpu", 0, 0, 12}, {"gpu", 0, 0, 13}, {                                                      \
+      {"cpu", 0, 0, 12}, {"gpu", 0, 0, 13}, {"save", 1, 0, 14}, {"load", 1, 0, 15},                \
+      {"bf16", 0, 0, 16}, {                                                                        \
     "help", 0, 0, 'h'                                                                              \
   }
 #define CLI_USAGE                                                                                  \
   "[--ranks N] [--steps N] [--batch B] [--layers L] [--channels C] [--heads H] [--seq T] "         \
   "[--lr X] [--no-overlap] [--measure-overlap] [--trace FILE.json] [--save PREFIX] "               \
-  "[--load PREFIX] [--cpu | --gpu]"
+  "[--load PREFIX] [--cpu | --gpu [--bf16]]"
 
 /* A common flag (getopt's ch and optarg): 1 taken, 0 not one of them, 2 to exit with after
  * a message (--help with usage = the example's usage line). */

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """zero started as separate processes from the environment (WEFT_ROOT, WEFT_RANK,
 WEFT_NRANKS; torchrun's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE) prints the same losses as
-zero --ranks 2 forking its own ranks. usage: test_launch.py ZERO"""
+zero --ranks 2 forking its own ranks; and the command line's --save and --load resume a run
+where it stopped (steps 4-5 of 3 + 2 are those of 5). usage: test_launch.py ZERO"""
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 
 zero = sys.argv[1]
 args = ["--stage", "1", "--steps", "5"]
@@ -46,3 +49,13 @@ for style in ("weft", "torchrun"):
     assert got == want, (style, got, want)
     assert losses(outs[1]) == [], "only rank 0 prints steps"
 print("test_launch: WEFT_* and torchrun environments match --ranks 2:", " ".join(want))
+
+with tempfile.TemporaryDirectory() as d:
+    prefix = os.path.join(d, "ckpt")
+    first = subprocess.run([zero, "--ranks", "2", "--stage", "1", "--steps", "3", "--save", prefix],
+                           check=True, capture_output=True, text=True).stdout
+    rest = subprocess.run([zero, "--ranks", "2", "--stage", "1", "--steps", "2", "--load", prefix],
+                          check=True, capture_output=True, text=True).stdout
+    assert losses(first) + losses(rest) == want, (losses(first), losses(rest), want)
+    assert rest.startswith("step 4 "), rest.splitlines()[:1]
+print("test_launch: --save after 3 steps and --load for 2 more give the 5 steps' losses")
