@@ -77,9 +77,10 @@ typedef struct {
 
 extern const gpt_ops_t gpt_ops_cpu;
 
-/* CUDA on device (its own stream and cuBLAS handle): 0, or -1 with the reason in why (no
- * device, or built without CUDA). */
-int gpt_ops_cuda_open(gpt_ops_t *ops, int device, char *why, size_t size);
+/* CUDA on device (its own stream and cuBLAS handle), the products in f32, or with bf16 on
+ * bf16 copies of their inputs (tensor cores; f32 sums, results and storage): 0, or -1 with
+ * the reason in why (no device, or built without CUDA). */
+int gpt_ops_cuda_open(gpt_ops_t *ops, int device, int bf16, char *why, size_t size);
 void gpt_ops_close(gpt_ops_t *ops); /* the CPU's: nothing */
 int gpt_cuda_devices(void);         /* CUDA devices seen (0 without CUDA) */
 

@@ -1,9 +1,11 @@
-/* The GPT's CUDA back end, in f32: cuBLAS for the matrix products (attention's included, per
- * batch element with the heads as a strided batch), one small kernel for each other
- * operation, all on the back end's own stream. Same shapes and sums as ops_cpu.c (ops.h);
- * parameters' gradients from many rows are summed with atomics, so the order of a sum varies
- * from run to run. */
+/* The GPT's CUDA back end: cuBLAS for the matrix products (attention's included, per batch
+ * element with the heads as a strided batch), one small kernel for each other operation, all
+ * on the back end's own stream. Same shapes and sums as ops_cpu.c (ops.h); parameters'
+ * gradients from many rows are summed with atomics, so the order of a sum varies from run to
+ * run. Storage is f32; with bf16 the products read bf16 copies of their inputs (tensor cores,
+ * f32 accumulation and results). */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +26,9 @@ struct ctx_t {
   size_t scratch_n;
   double *loss; /* the mean loss */
   int oom;      /* an operation found no memory: the next finish fails */
+  int bf16;     /* products on bf16 copies of their inputs */
+  __nv_bfloat16 *half[4]; /* those copies, by slot */
+  size_t half_n[4];
 };
 
 ctx_t *C_(void *c) { return static_cast<ctx_t *>(c); }
@@ -239,6 +244,10 @@ __global__ void k_xent_bwd(float *dlogits, const float *probs, const int *tgt, i
   }
 }
 
+__global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, long n) {
+  GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(src[i]);
+}
+
 __global__ void k_adamw(float *p, const float *g, float *m, float *v, adamw_t o, float c1,
                         float c2, long n) {
   GRID_STRIDE(i, n) {
@@ -327,6 +336,8 @@ void cu_close(void *c) {
   if (!x) return;
   cudaStreamSynchronize(x->s);
   cudaFree(x->scratch), cudaFree(x->loss);
+  for (int i = 0; i < 4; i++)
+    cudaFree(x->half[i]);
   cublasDestroy(x->h);
   cudaEventDestroy(x->ev);
   cudaStreamDestroy(x->s);
@@ -334,8 +345,6 @@ void cu_close(void *c) {
 }
 
 /* ---- the model's operations ---- */
-
-const float one = 1.0f, zero_f = 0.0f;
 
 void cu_encoder_fwd(void *c, float *out, const int *tokens, const float *wte, const float *wpe,
                     int B, int T, int C) {
@@ -372,54 +381,100 @@ void cu_bias_bwd(void *c, float *dbias, const float *dout, int N, int OC) {
   k_bias_bwd<<<(OC + 31) / 32, dim3(32, 8), 0, C_(c)->s>>>(dbias, dout, N, OC);
 }
 
+/* A product's input in the math's type: src itself (f32), or its copy into bf16 slot `slot`
+ * (n floats). NULL when there is no memory for the copy (x->oom set: finish reports it). */
+const void *in_type(ctx_t *x, int slot, const float *src, size_t n) {
+  if (!x->bf16) return src;
+  if (n > x->half_n[slot]) {
+    cudaStreamSynchronize(x->s);
+    cudaFree(x->half[slot]);
+    x->half_n[slot] = 0;
+    if (cudaMalloc(&x->half[slot], n * sizeof(__nv_bfloat16)) != cudaSuccess) {
+      x->half[slot] = NULL, x->oom = 1;
+      return NULL;
+    }
+    x->half_n[slot] = n;
+  }
+  if (n) k_to_bf16<<<blocks((long)n), TPB, 0, x->s>>>(x->half[slot], src, (long)n);
+  return x->half[slot];
+}
+
+/* Element off of an in_type operand. */
+const void *at(const ctx_t *x, const void *p, long off) {
+  return static_cast<const char *>(p) + off * (x->bf16 ? 2 : 4);
+}
+
+/* cuBLAS's column-major C = alpha * op(A) . op(B) + beta * C, batch times at the strides; the
+ * inputs in_type operands, C f32. */
+void gemm(ctx_t *x, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+          const void *A, int lda, long long sa, const void *B, int ldb, long long sb, float beta,
+          float *C, int ldc, long long sc, int batch) {
+  if (!A || !B) return; /* no memory for a copy: x->oom is set */
+  if (x->bf16)
+    cublasGemmStridedBatchedEx(x->h, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, sa, B,
+                               CUDA_R_16BF, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  else if (batch == 1)
+    cublasSgemm(x->h, ta, tb, m, n, k, &alpha, static_cast<const float *>(A), lda,
+                static_cast<const float *>(B), ldb, &beta, C, ldc);
+  else
+    cublasSgemmStridedBatched(x->h, ta, tb, m, n, k, &alpha, static_cast<const float *>(A), lda,
+                              sa, static_cast<const float *>(B), ldb, sb, &beta, C, ldc, sc,
+                              batch);
+}
+
 /* row-major out[N][OC] = in[N][C] . w[OC][C]^T, as cuBLAS's column-major out^T = w . in^T */
 void cu_matmul_fwd(void *c, float *out, const float *in, const float *w, const float *bias, int N,
                    int C, int OC) {
-  cublasSgemm(C_(c)->h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, in, C, &zero_f, out, OC);
+  ctx_t *x = C_(c);
+  const void *W = in_type(x, 0, w, (size_t)OC * C), *I = in_type(x, 1, in, (size_t)N * C);
+  gemm(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, W, C, 0, I, C, 0, 0.0f, out, OC, 0, 1);
   if (bias) cu_bias_fwd(c, out, bias, N, OC);
 }
 
 void cu_matmul_bwd(void *c, float *din, float *dw, float *dbias, const float *dout,
                    const float *in, const float *w, int N, int C, int OC) {
+  ctx_t *x = C_(c);
+  const void *W = in_type(x, 0, w, (size_t)OC * C), *D = in_type(x, 1, dout, (size_t)N * OC);
+  const void *I = in_type(x, 2, in, (size_t)N * C);
   /* din[N][C] += dout[N][OC] . w[OC][C]; dw[OC][C] += dout^T . in */
-  cublasSgemm(C_(c)->h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout, OC, &one, din, C);
-  cublasSgemm(C_(c)->h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, in, C, dout, OC, &one, dw, C);
+  gemm(x, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, W, C, 0, D, OC, 0, 1.0f, din, C, 0, 1);
+  gemm(x, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, I, C, 0, D, OC, 0, 1.0f, dw, C, 0, 1);
   if (dbias) cu_bias_bwd(c, dbias, dout, N, OC);
 }
 
 /* Batched over the heads of one batch element: row-major S[t][u] = alpha * X[t] . Y[u] for
  * X, Y [T][hs] with row stride ld (S [NH][T][T], beta: S's share kept). */
-void scores(ctx_t *x, float *S, const float *X, int ldx, const float *Y, int ldy, int T, int hs,
+void scores(ctx_t *x, float *S, const void *X, int ldx, const void *Y, int ldy, int T, int hs,
             int NH, float alpha, float beta) {
-  cublasSgemmStridedBatched(x->h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &alpha, Y, ldy, hs, X, ldx,
-                            hs, &beta, S, T, (long long)T * T, NH);
+  gemm(x, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, alpha, Y, ldy, hs, X, ldx, hs, beta, S, T,
+       (long long)T * T, NH);
 }
 
 /* row-major Z[T][hs] (row stride ldz) = beta * Z + P[T][T] . Y[T][hs], or with transpose
  * set P^T . Y; batched over the heads */
-void apply(ctx_t *x, float *Z, int ldz, const float *P, const float *Y, int ldy, int T, int hs,
+void apply(ctx_t *x, float *Z, int ldz, const void *P, const void *Y, int ldy, int T, int hs,
            int NH, int transpose, float beta) {
-  cublasSgemmStridedBatched(x->h, CUBLAS_OP_N, transpose ? CUBLAS_OP_T : CUBLAS_OP_N, hs, T, T,
-                            &one, Y, ldy, hs, P, T, (long long)T * T, &beta, Z, ldz, hs, NH);
+  gemm(x, CUBLAS_OP_N, transpose ? CUBLAS_OP_T : CUBLAS_OP_N, hs, T, T, 1.0f, Y, ldy, hs, P, T,
+       (long long)T * T, beta, Z, ldz, hs, NH);
 }
 
 void cu_attention_fwd(void *c, float *out, float *att, const float *qkv, int B, int T, int C,
                       int NH) {
   ctx_t *x = C_(c);
   int hs = C / NH;
+  long q3 = (long)T * 3 * C, tt = (long)NH * T * T;
   float scale = 1.0f / sqrtf((float)hs);
-  for (int b = 0; b < B; b++) {
-    const float *q = qkv + (long)b * T * 3 * C;
-    float *a = att + (long)b * NH * T * T;
-    scores(x, a, q, 3 * C, q + C, 3 * C, T, hs, NH, scale, 0.0f);
-  }
+  const void *Q = in_type(x, 0, qkv, (size_t)B * q3);
+  for (int b = 0; b < B; b++)
+    scores(x, att + b * tt, at(x, Q, b * q3), 3 * C, at(x, Q, b * q3 + C), 3 * C, T, hs, NH,
+           scale, 0.0f);
   long rows = (long)B * NH * T;
   k_softmax_fwd<<<(int)((rows + 7) / 8), TPB, 0, x->s>>>(att, T, rows);
-  for (int b = 0; b < B; b++) {
-    const float *q = qkv + (long)b * T * 3 * C;
-    apply(x, out + (long)b * T * C, C, att + (long)b * NH * T * T, q + 2 * C, 3 * C, T, hs, NH, 0,
-          0.0f);
-  }
+  const void *P = in_type(x, 1, att, (size_t)B * tt);
+  for (int b = 0; b < B; b++)
+    apply(x, out + (long)b * T * C, C, at(x, P, b * tt), at(x, Q, b * q3 + 2 * C), 3 * C, T, hs,
+          NH, 0, 0.0f);
 }
 
 void cu_attention_bwd(void *c, float *dqkv, const float *dout, const float *qkv,
@@ -427,28 +482,31 @@ void cu_attention_bwd(void *c, float *dqkv, const float *dout, const float *qkv,
   (void)datt;
   ctx_t *x = C_(c);
   int hs = C / NH;
+  long q3 = (long)T * 3 * C, tt = (long)NH * T * T, tc = (long)T * C;
   float scale = 1.0f / sqrtf((float)hs);
-  size_t need = (size_t)NH * T * T;
-  if (need > x->scratch_n) {
+  if ((size_t)tt > x->scratch_n) {
     cudaStreamSynchronize(x->s);
     cudaFree(x->scratch);
     x->scratch_n = 0;
-    if (cudaMalloc(&x->scratch, need * sizeof(float)) != cudaSuccess) {
+    if (cudaMalloc(&x->scratch, (size_t)tt * sizeof(float)) != cudaSuccess) {
       x->scratch = NULL, x->oom = 1; /* the next finish reports it */
       return;
     }
-    x->scratch_n = need;
+    x->scratch_n = (size_t)tt;
   }
+  const void *Q = in_type(x, 0, qkv, (size_t)B * q3), *P = in_type(x, 1, att, (size_t)B * tt);
+  const void *DY = in_type(x, 2, dout, (size_t)B * tc);
   for (int b = 0; b < B; b++) {
-    const float *q = qkv + (long)b * T * 3 * C, *dy = dout + (long)b * T * C;
-    const float *a = att + (long)b * NH * T * T;
-    float *dq = dqkv + (long)b * T * 3 * C, *ds = x->scratch;
-    scores(x, ds, dy, C, q + 2 * C, 3 * C, T, hs, NH, 1.0f, 0.0f); /* dP = dY . V^T */
-    apply(x, dq + 2 * C, 3 * C, a, dy, C, T, hs, NH, 1, 1.0f);    /* dV += P^T . dY */
-    long rows = (long)NH * T;
-    k_softmax_bwd<<<(int)((rows + 7) / 8), TPB, 0, x->s>>>(ds, a, T, scale, rows);
-    apply(x, dq, 3 * C, ds, q + C, 3 * C, T, hs, NH, 0, 1.0f); /* dQ += dS . K */
-    apply(x, dq + C, 3 * C, ds, q, 3 * C, T, hs, NH, 1, 1.0f); /* dK += dS^T . Q */
+    const void *q = at(x, Q, b * q3), *k = at(x, Q, b * q3 + C), *v = at(x, Q, b * q3 + 2 * C);
+    const void *dy = at(x, DY, b * tc), *p = at(x, P, b * tt);
+    float *dq = dqkv + b * q3, *ds = x->scratch;
+    scores(x, ds, dy, C, v, 3 * C, T, hs, NH, 1.0f, 0.0f); /* dP = dY . V^T */
+    apply(x, dq + 2 * C, 3 * C, p, dy, C, T, hs, NH, 1, 1.0f); /* dV += P^T . dY */
+    k_softmax_bwd<<<(int)((NH * (long)T + 7) / 8), TPB, 0, x->s>>>(ds, att + b * tt, T, scale,
+                                                                  (long)NH * T);
+    const void *DS = in_type(x, 3, ds, (size_t)tt);
+    apply(x, dq, 3 * C, DS, k, 3 * C, T, hs, NH, 0, 1.0f);     /* dQ += dS . K */
+    apply(x, dq + C, 3 * C, DS, q, 3 * C, T, hs, NH, 1, 1.0f); /* dK += dS^T . Q */
   }
 }
 
@@ -523,7 +581,7 @@ const gpt_ops_vt_t cuda_vt = {.name = "cuda",
 
 } // namespace
 
-extern "C" int gpt_ops_cuda_open(gpt_ops_t *ops, int device, char *why, size_t size) {
+extern "C" int gpt_ops_cuda_open(gpt_ops_t *ops, int device, int bf16, char *why, size_t size) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || device < 0 || device >= n) {
@@ -532,7 +590,7 @@ extern "C" int gpt_ops_cuda_open(gpt_ops_t *ops, int device, char *why, size_t s
     return -1;
   }
   ctx_t *x = new ctx_t();
-  x->device = device;
+  x->device = device, x->bf16 = bf16;
   const char *step = "cudaSetDevice";
   if ((e = cudaSetDevice(device)) != cudaSuccess) goto fail;
   step = "cudaStreamCreate";

@@ -42,3 +42,14 @@ void *run_alloc(size_t floats, int *bad) {
   *bad |= !p;
   return p;
 }
+
+int run_backend(const char *name, int rank, int gpu, int bf16, gpt_ops_t *ops, weft_config_t *dev) {
+  char why[256];
+  int n = gpt_cuda_devices();
+  *ops = gpt_ops_cpu;
+  if (!gpu) return 0;
+  dev->device = n > 0 ? rank % n : 0;
+  if (!gpt_ops_cuda_open(ops, dev->device, bf16, why, sizeof why)) return 0;
+  fprintf(stderr, "%s: rank %d: %s\n", name, rank, why);
+  return -1;
+}

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "ops.h"
 #include "weft.h"
 
 /* Everything, the same math with no communication, or the same communication with no math. */
@@ -37,6 +38,11 @@ int run_step_end(weft_comm_t dc, int replicas, float loss, float *mean, run_cloc
                  double t0, double waited, FILE *log, int step, double tokens);
 /* The run's statistics from its clock and its state's floats. */
 void run_stats_fill(run_stats_t *stats, const run_clock_t *clock, size_t state_floats);
+
+/* A run's back end: the CPU's, or with gpu CUDA on device rank % devices (ranks sharing the
+ * devices there are; bf16: the products in bf16), *dev then set for the device communicators
+ * on its buffers. 0, or -1 with a message that names the example. */
+int run_backend(const char *name, int rank, int gpu, int bf16, gpt_ops_t *ops, weft_config_t *dev);
 
 /* floats zeroed floats (at least one), setting *bad when out of memory. */
 void *run_alloc(size_t floats, int *bad);

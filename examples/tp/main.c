@@ -44,8 +44,6 @@ int main(int argc, char **argv) {
   }
   if (o.tp < 0) return fprintf(stderr, "tp: --tp is at least 1\n"), 2;
   o.steps = c.steps, o.batch = c.batch, o.model = c.model, o.opt = c.opt, o.seed = c.seed;
-  o.overlap = c.overlap, o.save = c.save, o.load = c.load;
-  if (c.gpu) /* its hooks and the experts' layers run on host buffers */
-    return fprintf(stderr, "tp: --gpu: only zero has the CUDA back end so far\n"), 2;
+  o.overlap = c.overlap, o.save = c.save, o.load = c.load, o.gpu = c.gpu, o.bf16 = c.bf16;
   return cli_main("tp", &c, train, describe, &o);
 }

@@ -1,4 +1,4 @@
-/* Megatron-style tensor-parallel training of the example GPT on weft (host buffers), times
+/* Megatron-style tensor-parallel training of the example GPT on weft (CPU or GPU), times
  * data parallel. Groups of tp consecutive ranks each hold one shard of every layer
  * (gpt_init_tp) and meet inside the forward and the backward: allreduces, or with sequence
  * parallel reduce-scatters and allgathers, each allgather a ring whose next chunk arrives
@@ -23,6 +23,8 @@ typedef struct {
   unsigned long long seed;
   int overlap;         /* 1: ring allgathers under the products, gradients during the backward */
   int wrong_reduction; /* tests only: the shards' reductions keep each rank's own part */
+  int gpu, bf16;       /* the CUDA back end, rank r on device r % devices, bf16: products in
+                        bf16 (no checkpoints yet); else the CPU's */
   FILE *log;           /* rank 0's progress lines ("step N loss X ..."); NULL: none */
   const char *trace;   /* a Chrome-trace timeline of every rank's spans here; NULL: none */
   const char *save;    /* after the last step, the whole model's checkpoint here; NULL: none */

@@ -39,6 +39,6 @@ int main(int argc, char **argv) {
   }
   if (o.stage < 0 || o.stage > 3) return fprintf(stderr, "zero: the stage is 0-3\n"), 2;
   o.steps = c.steps, o.batch = c.batch, o.model = c.model, o.opt = c.opt, o.seed = c.seed;
-  o.overlap = c.overlap, o.save = c.save, o.load = c.load, o.gpu = c.gpu;
+  o.overlap = c.overlap, o.save = c.save, o.load = c.load, o.gpu = c.gpu, o.bf16 = c.bf16;
   return cli_main("zero", &c, train, describe, &o);
 }

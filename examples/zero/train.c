@@ -283,15 +283,11 @@ static void teardown(run_t *r) {
   if (r->gcomm && r->gcomm != r->comm) weft_comm_destroy(r->gcomm);
 }
 
-/* The back end (o->gpu: CUDA on this rank's device) and the communicators on its buffers. */
+/* The back end and the gradients' communicator on its buffers (o->gpu: a device one). */
 static int open_backend(run_t *r, gpt_ops_t *ops, weft_config_t *dev) {
-  char why[256];
-  int n = gpt_cuda_devices();
-  *ops = gpt_ops_cpu, r->gcomm = r->comm;
+  r->gcomm = r->comm;
+  if (run_backend("zero", r->rank, r->o->gpu, r->o->bf16, ops, dev)) return -1;
   if (!r->o->gpu) return 0;
-  dev->device = n > 0 ? r->rank % n : 0;
-  if (gpt_ops_cuda_open(ops, dev->device, why, sizeof why))
-    return fprintf(stderr, "zero: rank %d: %s\n", r->rank, why), -1;
   if (weft_comm_split(r->comm, 0, r->rank, &r->gcomm, dev) != WEFT_SUCCESS) {
     fprintf(stderr, "zero: rank %d: a device communicator: %s\n", r->rank,
             weft_get_last_error(r->comm));

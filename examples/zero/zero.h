@@ -23,7 +23,8 @@ typedef struct {
   unsigned long long seed;
   int overlap;         /* 1: start each layer's reduction when its backward is done */
   int wrong_reduction; /* tests only: skip the gradient reduction (parity must then fail) */
-  int gpu;             /* the CUDA back end, rank r on device r % devices (else the CPU's) */
+  int gpu, bf16;       /* the CUDA back end, rank r on device r % devices, bf16: products in
+                        bf16; else the CPU's */
   FILE *log;           /* rank 0's progress lines ("step N loss X ..."); NULL: none */
   const char *save;    /* after the last step, a checkpoint here (checkpoint.h); NULL: none */
   const char *load;    /* before the first, the checkpoint here (any rank count and stage) */

@@ -3,11 +3,12 @@
 
 The same model as examples/common (token and position embeddings, pre-norm blocks of causal
 self-attention and a tanh-GELU MLP, a tied head, cross-entropy, AdamW with betas 0.9/0.95),
-in f32 with TF32 off (as weft's CUDA back end computes), on random tokens. Attention either
-as the example computes it (scores, mask, softmax, product: "manual") or through
-scaled_dot_product_attention ("sdpa", PyTorch's fused kernels). Prints one line per
-variant: "torch attn=A tokens/s X step_ms Y" (median of the timed steps). Not a dependency
-of libweft.
+in f32 with TF32 off (as weft's CUDA back end computes), or with --amp bf16 under autocast
+(products in bf16, as weft's --bf16, though autocast also keeps their outputs in bf16), on
+random tokens. Attention either as the example computes it (scores, mask, softmax, product:
+"manual") or through scaled_dot_product_attention ("sdpa", PyTorch's fused kernels). Prints
+one line per variant: "torch attn=A amp=P tokens/s X step_ms Y" (median of the timed steps).
+Not a dependency of libweft.
 """
 import argparse
 import math
@@ -76,7 +77,8 @@ def run(a):
     for step in range(a.warmup + a.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        loss = model(tok[:, :-1], tok[:, 1:])
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.amp == "bf16"):
+            loss = model(tok[:, :-1], tok[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -85,7 +87,7 @@ def run(a):
         if step >= a.warmup:
             times.append(time.perf_counter() - t0)
     dt = statistics.median(times)
-    print(f"torch attn={a.attn} tokens/s {a.batch * a.seq / dt:.0f} step_ms {dt * 1e3:.2f} "
+    print(f"torch attn={a.attn} amp={a.amp} tokens/s {a.batch * a.seq / dt:.0f} step_ms {dt * 1e3:.2f} "
           f"loss {loss.item():.4f} params {sum(p.numel() for p in model.parameters())}",
           flush=True)
 
@@ -97,6 +99,7 @@ def main():
         ap.add_argument("--" + name, type=int, default=default)
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--attn", default="manual,sdpa")
+    ap.add_argument("--amp", default="f32", choices=["f32", "bf16"])
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -1,8 +1,10 @@
 /* The CUDA back end of the example GPT (examples/common/ops_cuda.cu) against the CPU's
  * (ops_cpu.c): every operation on random inputs, at sizes that are not multiples of a warp
  * or a tile, with the backward ones adding into non-zero gradients; each result must match
- * the CPU's to 1e-4 of the largest value (f32; only the order of sums differs). Exits 77
- * (skipped) where no CUDA device can be opened. usage: test_ops */
+ * the CPU's to 1e-4 of the largest value (f32; only the order of sums differs). Then the
+ * products again with bf16 inputs: to 1e-2 (bf16 keeps 8 significant bits, so each input
+ * moves by up to 2^-9 of itself). Exits 77 (skipped) where no CUDA device can be opened.
+ * usage: test_ops */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,15 +12,14 @@
 
 #include "ops.h"
 
-enum { MAXA = 8 };
-static const double TOL = 1e-4;
-
 typedef struct {
   gpt_ops_t g;
   unsigned long long seed;
   void *dev[64];
   int ndev;
   int bad;
+  double tol;  /* of the largest value */
+  double seen; /* the worst difference met */
 } ctx_t;
 
 static float rnd(ctx_t *x) {
@@ -58,7 +59,8 @@ static int same(ctx_t *x, const char *what, const float *d, const float *h, size
     worst = e > worst || e != e ? e : worst;
   }
   free(got);
-  if (worst <= TOL) return 0;
+  x->seen = worst > x->seen ? worst : x->seen;
+  if (worst <= x->tol) return 0;
   return printf("test_ops: %s: worst difference %.3g of the largest value\n", what, worst), 1;
 }
 
@@ -186,7 +188,7 @@ static int check_rest(ctx_t *x, int B, int T, int C, int V) {
         GPU(xent_bwd, d_dlog, d_probs, d_tok, (int)N, V, 0.5f);
     bad = bad || same(x, "xent_fwd losses", d_losses, losses, N) ||
           same(x, "xent_fwd probs", d_probs, probs, nv) || same(x, "xent_bwd", d_dlog, dlog, nv);
-    if (fabsf(lc - lg) > TOL * fabsf(lc))
+    if (fabsf(lc - lg) > x->tol * fabsf(lc))
       bad = 1, printf("test_ops: xent_fwd mean %g, want %g\n", lg, lc);
     adamw_t o = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     for (int s = 1; s <= 3; s++) /* the gradient: b */
@@ -201,26 +203,42 @@ static int check_rest(ctx_t *x, int B, int T, int C, int V) {
   return bad;
 }
 
-int main(void) {
-  ctx_t x = {.seed = 7};
-  char why[256];
-  if (gpt_ops_cuda_open(&x.g, 0, why, sizeof why))
-    return printf("test_ops: skipped: %s\n", why), 77;
-  int bad = 0, n = 0;
+/* The cases of one back end: all of them, or (products) the matrix products only. */
+static int cases(ctx_t *x, int products, int *n) {
+  int bad = 0;
   /* odd sizes: partial warps, tiles and blocks; and a model-sized case */
   int norms[][2] = {{1, 5}, {37, 67}, {64, 256}, {300, 1000}};
-  for (int i = 0; i < 4; i++, n++)
-    bad += check_norm(&x, norms[i][0], norms[i][1]);
+  for (int i = 0; i < 4 && !products; i++, ++*n)
+    bad += check_norm(x, norms[i][0], norms[i][1]);
   int mats[][4] = {{1, 3, 5, 1}, {37, 67, 45, 1}, {37, 67, 45, 0}, {256, 192, 576, 1}};
-  for (int i = 0; i < 4; i++, n++)
-    bad += check_matmul(&x, mats[i][0], mats[i][1], mats[i][2], mats[i][3]);
+  for (int i = 0; i < 4; i++, ++*n)
+    bad += check_matmul(x, mats[i][0], mats[i][1], mats[i][2], mats[i][3]);
   int atts[][4] = {{1, 1, 4, 1}, {2, 13, 24, 3}, {3, 64, 64, 4}, {2, 100, 96, 2}};
-  for (int i = 0; i < 4; i++, n++)
-    bad += check_attention(&x, atts[i][0], atts[i][1], atts[i][2], atts[i][3]);
+  for (int i = 0; i < 4; i++, ++*n)
+    bad += check_attention(x, atts[i][0], atts[i][1], atts[i][2], atts[i][3]);
   int rest[][4] = {{1, 1, 3, 2}, {2, 13, 37, 13}, {4, 64, 128, 1000}};
-  for (int i = 0; i < 3; i++, n++)
-    bad += check_rest(&x, rest[i][0], rest[i][1], rest[i][2], rest[i][3]);
-  gpt_ops_close(&x.g);
-  printf("test_ops: %d of %d cases match the CPU within %.0e\n", n - bad, n, TOL);
-  return bad ? 1 : 0;
+  for (int i = 0; i < 3 && !products; i++, ++*n)
+    bad += check_rest(x, rest[i][0], rest[i][1], rest[i][2], rest[i][3]);
+  return bad;
+}
+
+int main(void) {
+  char why[256];
+  int bad = 0, n = 0, nb = 0, badb = 0;
+  for (int bf16 = 0; bf16 < 2; bf16++) {
+    ctx_t x = {.seed = 7, .tol = bf16 ? 1e-2 : 1e-4};
+    if (gpt_ops_cuda_open(&x.g, 0, bf16, why, sizeof why))
+      return printf("test_ops: skipped: %s\n", why), 77;
+    if (bf16) {
+      badb = cases(&x, 1, &nb);
+      if (x.seen < 1e-5) /* f32 products would match to about 1e-7 */
+        badb++, printf("test_ops: the bf16 products match f32 too well (%.2g)\n", x.seen);
+    } else
+      bad = cases(&x, 0, &n);
+    gpt_ops_close(&x.g);
+  }
+  printf("test_ops: %d of %d cases match the CPU within 1e-4; with bf16 products %d of %d "
+         "within 1e-2\n",
+         n - bad, n, nb - badb, nb);
+  return bad || badb ? 1 : 0;
 }

@@ -1,10 +1,12 @@
 /* The model and optimizer every training test trains (test_zero.c, test_checkpoint.c,
- * test_tp.c): small enough for CI, large enough that a wrong reduction shows; and how far a
- * run's losses are from the reference's. */
+ * test_tp.c): small enough for CI, large enough that a wrong reduction shows; how far a
+ * run's losses are from the reference's; whether a GPU run can start. */
 #ifndef WEFT_TESTS_ZERO_OPTS_H
 #define WEFT_TESTS_ZERO_OPTS_H
 
 #include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "data.h"
 #include "zero.h"
@@ -29,6 +31,15 @@ static inline double parity_worst(const float *a, const float *ref, int steps) {
     w = d > w ? d : w;
   }
   return w;
+}
+
+/* Whether a CUDA device is there, asked in a child: a process that touched CUDA cannot fork
+ * ranks that use it. */
+static inline int cuda_here(void) {
+  int st = 0;
+  pid_t p = fork();
+  if (p == 0) _exit(gpt_cuda_devices() > 0 ? 0 : 1);
+  return p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 #endif
