@@ -24,7 +24,7 @@ typedef struct {
   int overlap;         /* 1: ring allgathers under the products, gradients during the backward */
   int wrong_reduction; /* tests only: the shards' reductions keep each rank's own part */
   int gpu, bf16;       /* the CUDA back end, rank r on device r % devices, bf16: products in
-                        bf16 (no checkpoints yet); else the CPU's */
+                        bf16; else the CPU's */
   FILE *log;           /* rank 0's progress lines ("step N loss X ..."); NULL: none */
   const char *trace;   /* a Chrome-trace timeline of every rank's spans here; NULL: none */
   const char *save;    /* after the last step, the whole model's checkpoint here; NULL: none */

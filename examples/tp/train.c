@@ -176,6 +176,27 @@ static float *alloc_f(run_t *r, size_t n, int *bad) {
   return p;
 }
 
+/* The whole model's checkpoint from one replica's shards (state: parameters and moments).
+ * On the GPU they are copied to the host arrays hs first, and summed over a host
+ * communicator of the replica's ranks split from comm for the purpose. */
+static int save(run_t *r, weft_comm_t comm, int step, float *const state[3], float *hs[3]) {
+  weft_config_t host = WEFT_CONFIG_INIT;
+  weft_comm_t group = r->tc;
+  int bad = 0;
+  if (r->o->gpu) {
+    for (int i = 0; i < 3; i++)
+      bad |= BE(get, hs[i], state[i], r->m->nparams * sizeof *hs[i]);
+    if (weft_comm_split(comm, r->dr, r->tr, &group, &host) != WEFT_SUCCESS)
+      return fail(r, "the checkpoint's group", comm), -1;
+    if (run_any_rank(group, bad)) bad = 1;
+  }
+  if (!bad)
+    bad = ckpt_save_split(r->o->save, step, r->m, r->o->gpu ? hs : state, group, r->tr == 0,
+                          r->rank == 0);
+  if (group != r->tc) weft_comm_destroy(group);
+  return bad ? -1 : 0;
+}
+
 /* What is wrong with the run's shape, or NULL. */
 static const char *shape_error(const tp_opts_t *o, int nranks) {
   const gpt_config_t *c = &o->model;
@@ -185,7 +206,6 @@ static const char *shape_error(const tp_opts_t *o, int nranks) {
     return "the model or batch does not fit the data";
   if (o->sp && (size_t)o->batch * c->seq % (size_t)o->tp)
     return "sequence parallel needs batch x seq to be a multiple of the ranks per model";
-  if (o->gpu && (o->save || o->load)) return "checkpoints are not written from the GPU yet";
   return NULL;
 }
 
@@ -197,7 +217,7 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
   int nranks = 1, T = o->model.seq, B = o->batch, rc = -1, bad = 0;
   weft_comm_rank(comm, &r->rank);
   weft_comm_count(comm, &nranks);
-  float *am = NULL, *av = NULL, *init = NULL;
+  float *am = NULL, *av = NULL, *init = NULL, *hs[3] = {NULL, NULL, NULL};
   int *tok = malloc(sizeof(int) * (size_t)B * T), *tgt = malloc(sizeof(int) * (size_t)B * T);
   weft_config_t host = WEFT_CONFIG_INIT, dev = WEFT_CONFIG_INIT, *gc = o->gpu ? &dev : &host;
   r->m = &m, r->ops = &ops;
@@ -226,7 +246,11 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
   float *const state[3] = {r->params, am, av};
   if (!bad) bad = gpt_init_shard_params(&m, o->seed, init);
   if (!bad) BE(put, r->params, init, m.nparams * sizeof *init);
-  if (!bad && o->load) bad = ckpt_load_split(o->load, &m, state, &first);
+  for (int i = 0; i < 3 && o->gpu && (o->save || o->load); i++) /* checkpoints' host copies */
+    hs[i] = run_alloc(m.nparams, &bad);
+  if (!bad && o->load) bad = ckpt_load_split(o->load, &m, o->gpu ? hs : state, &first);
+  for (int i = 0; i < 3 && !bad && o->load && o->gpu; i++)
+    BE(put, state[i], hs[i], m.nparams * sizeof *hs[i]);
   if (!bad && o->trace) bad = !(r->tr_ = trace_new(run_now_s()));
   if (run_any_rank(comm, bad)) goto out;
   gpt_io_t io = {.params = params_of,
@@ -275,16 +299,14 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
   run_stats_fill(stats, &clock, 4 * m.nparams); /* parameters, gradients, 2 moments */
   rc = run_any_rank(comm, r->failed) ? -1 : 0;  /* all save, or none waits for the others */
   /* one replica's shards make the whole model; its first rank writes it */
-  if (!rc && o->save &&
-      ckpt_save_split(o->save, first + o->steps, &m, state, r->tc, r->tr == 0, r->rank == 0))
-    rc = -1;
+  if (!rc && o->save && save(r, comm, first + o->steps, state, hs)) rc = -1;
   if (run_any_rank(comm, rc != 0)) rc = -1; /* every file is written before any rank returns */
   if (!rc && r->tr_ && trace_write(r->tr_, o->trace, comm, r->rank, nranks)) rc = -1;
 out:
   trace_free(r->tr_);
   BE(release, am), BE(release, av);
   teardown(r);
-  free(init), free(tok), free(tgt);
+  free(init), free(tok), free(tgt), free(hs[0]), free(hs[1]), free(hs[2]);
   gpt_free(&m);
   gpt_ops_close(&ops);
   data_free(&data);

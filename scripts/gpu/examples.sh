@@ -1,14 +1,15 @@
 #!/bin/bash
 # The training examples on one GPU. First the CUDA back end's tests: its operations against
 # the CPU's, then ZeRO stages and tensor parallel on ranks sharing the GPU against one CPU
-# rank (f32, and ZeRO with bf16 products). Then examples/zero on one rank beside PyTorch eager
-# training the same model shape in the same run (gpt_torch.py), in f32 and with bf16 products
-# (torch: autocast), for each SHAPES entry "batch seq channels layers heads". Writes
-# OUT/examples-tests.txt, OUT/gpt-SHAPE-MATH-{weft,torch}.txt and OUT/gpt-speed.txt (a line
-# per shape and math: median tokens/s of the steps after the first 5, weft's over torch's).
+# rank (f32, and ZeRO with bf16 products), and tensor parallel's checkpoints. Then
+# examples/zero on one rank beside PyTorch eager training the same model shape in the same
+# run (gpt_torch.py), in f32 and with bf16 products (torch: autocast), for each SHAPES entry
+# "batch seq channels layers heads". Writes OUT/examples-tests.txt,
+# OUT/gpt-SHAPE-MATH-{weft,torch}.txt and OUT/gpt-speed.txt (a line per shape and math:
+# median tokens/s of the steps after the first 5, weft's over torch's).
 # usage: scripts/gpu/examples.sh OUT [BUILD]    (from the repository root, BUILD built first:
 #   ninja -C BUILD examples/zero tests/examples/test_ops tests/examples/test_zero
-#   tests/examples/test_tp)
+#   tests/examples/test_tp tests/examples/test_checkpoint)
 source "$(dirname "$0")/common.sh"
 fail=0
 t="$b/tests/examples"
@@ -23,6 +24,7 @@ t="$b/tests/examples"
     # shellcheck disable=SC2086
     "$t/test_tp" $c gpu || fail=1
   done
+  "$t/test_checkpoint" "$out/ckpt" 4 tp gpu || fail=1
 } > "$out/examples-tests.txt" 2>&1
 SHAPES=${SHAPES:-"8 256 384 6 6;8 1024 768 12 12"}
 steps=${STEPS:-25}
