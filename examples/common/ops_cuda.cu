@@ -25,8 +25,10 @@ struct ctx_t {
   float *scratch; /* attention's backward: one batch element's scores [NH][T][T] */
   size_t scratch_n;
   double *loss; /* the mean loss */
-  int oom;      /* an operation found no memory: the next finish fails */
+  int oom;      /* 1: an operation found no memory, 2: a norm too wide for shared memory; the next
+                   finish fails */
   int bf16;     /* products on bf16 copies of their inputs */
+  int smem;     /* bytes of shared memory a block may have (a norm's backward needs 8 C) */
   __nv_bfloat16 *half[4]; /* those copies, by slot */
   size_t half_n[4];
 };
@@ -57,8 +59,8 @@ __device__ float warp_max(float v) {
 
 /* ---- kernels ---- */
 
-__global__ void k_encoder_fwd(float *out, const int *tok, const float *wte, const float *wpe,
-                              int T, int C, long n) {
+__global__ void k_encoder_fwd(float *out, const int *tok, const float *wte, const float *wpe, int T,
+                              int C, long n) {
   GRID_STRIDE(i, n) {
     long row = i / C;
     int c = (int)(i % C), t = (int)(row % T);
@@ -203,8 +205,8 @@ __global__ void k_accumulate(float *dst, const float *src, long n) {
 }
 
 /* a warp a row */
-__global__ void k_xent_fwd(float *losses, float *probs, const float *logits, const int *tgt,
-                           int N, int V) {
+__global__ void k_xent_fwd(float *losses, float *probs, const float *logits, const int *tgt, int N,
+                           int V) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const float *z = logits + (long)row * V;
@@ -248,8 +250,8 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, long n) {
   GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(src[i]);
 }
 
-__global__ void k_adamw(float *p, const float *g, float *m, float *v, adamw_t o, float c1,
-                        float c2, long n) {
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, adamw_t o, float c1, float c2,
+                        long n) {
   GRID_STRIDE(i, n) {
     m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * g[i];
     v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * g[i] * g[i];
@@ -287,6 +289,13 @@ void cu_copy(void *c, void *dst, const void *src, size_t bytes) {
 int cu_finish(void *c) {
   cudaError_t e = cudaStreamSynchronize(C_(c)->s);
   if (e == cudaSuccess) e = cudaGetLastError();
+  if (e == cudaSuccess && C_(c)->oom == 2) {
+    fprintf(stderr,
+            "gpt (cuda): the channels are too many for a norm's backward (%d bytes of "
+            "shared memory a block here)\n",
+            C_(c)->smem);
+    return -1;
+  }
   if (e == cudaSuccess && C_(c)->oom) e = cudaErrorMemoryAllocation;
   if (e == cudaSuccess) return 0;
   fprintf(stderr, "gpt (cuda): %s\n", cudaGetErrorString(e));
@@ -363,11 +372,14 @@ void cu_layernorm_fwd(void *c, float *out, float *mean, float *rstd, const float
   k_layernorm_fwd<<<(N + 7) / 8, TPB, 0, C_(c)->s>>>(out, mean, rstd, in, w, b, N, C);
 }
 
-void cu_layernorm_bwd(void *c, float *din, float *dw, float *db, const float *dout,
-                      const float *in, const float *w, const float *mean, const float *rstd, int N,
-                      int C) {
+void cu_layernorm_bwd(void *c, float *din, float *dw, float *db, const float *dout, const float *in,
+                      const float *w, const float *mean, const float *rstd, int N, int C) {
   int g = (N + 7) / 8;
   g = g > 264 ? 264 : g < 1 ? 1 : g;
+  if (2 * (size_t)C * sizeof(float) > (size_t)C_(c)->smem) { /* the next finish reports it */
+    C_(c)->oom = 2;
+    return;
+  }
   k_layernorm_bwd<<<g, TPB, 2 * (size_t)C * sizeof(float), C_(c)->s>>>(din, dw, db, dout, in, w,
                                                                        mean, rstd, N, C);
 }
@@ -401,6 +413,7 @@ const void *in_type(ctx_t *x, int slot, const float *src, size_t n) {
 
 /* Element off of an in_type operand. */
 const void *at(const ctx_t *x, const void *p, long off) {
+  if (!p) return NULL; /* a copy that found no memory: gemm skips it */
   return static_cast<const char *>(p) + off * (x->bf16 ? 2 : 4);
 }
 
@@ -418,9 +431,8 @@ void gemm(ctx_t *x, cublasOperation_t ta, cublasOperation_t tb, int m, int n, in
     cublasSgemm(x->h, ta, tb, m, n, k, &alpha, static_cast<const float *>(A), lda,
                 static_cast<const float *>(B), ldb, &beta, C, ldc);
   else
-    cublasSgemmStridedBatched(x->h, ta, tb, m, n, k, &alpha, static_cast<const float *>(A), lda,
-                              sa, static_cast<const float *>(B), ldb, sb, &beta, C, ldc, sc,
-                              batch);
+    cublasSgemmStridedBatched(x->h, ta, tb, m, n, k, &alpha, static_cast<const float *>(A), lda, sa,
+                              static_cast<const float *>(B), ldb, sb, &beta, C, ldc, sc, batch);
 }
 
 /* row-major out[N][OC] = in[N][C] . w[OC][C]^T, as cuBLAS's column-major out^T = w . in^T */
@@ -432,8 +444,8 @@ void cu_matmul_fwd(void *c, float *out, const float *in, const float *w, const f
   if (bias) cu_bias_fwd(c, out, bias, N, OC);
 }
 
-void cu_matmul_bwd(void *c, float *din, float *dw, float *dbias, const float *dout,
-                   const float *in, const float *w, int N, int C, int OC) {
+void cu_matmul_bwd(void *c, float *din, float *dw, float *dbias, const float *dout, const float *in,
+                   const float *w, int N, int C, int OC) {
   ctx_t *x = C_(c);
   const void *W = in_type(x, 0, w, (size_t)OC * C), *D = in_type(x, 1, dout, (size_t)N * OC);
   const void *I = in_type(x, 2, in, (size_t)N * C);
@@ -467,18 +479,18 @@ void cu_attention_fwd(void *c, float *out, float *att, const float *qkv, int B, 
   float scale = 1.0f / sqrtf((float)hs);
   const void *Q = in_type(x, 0, qkv, (size_t)B * q3);
   for (int b = 0; b < B; b++)
-    scores(x, att + b * tt, at(x, Q, b * q3), 3 * C, at(x, Q, b * q3 + C), 3 * C, T, hs, NH,
-           scale, 0.0f);
+    scores(x, att + b * tt, at(x, Q, b * q3), 3 * C, at(x, Q, b * q3 + C), 3 * C, T, hs, NH, scale,
+           0.0f);
   long rows = (long)B * NH * T;
   k_softmax_fwd<<<(int)((rows + 7) / 8), TPB, 0, x->s>>>(att, T, rows);
   const void *P = in_type(x, 1, att, (size_t)B * tt);
   for (int b = 0; b < B; b++)
-    apply(x, out + (long)b * T * C, C, at(x, P, b * tt), at(x, Q, b * q3 + 2 * C), 3 * C, T, hs,
-          NH, 0, 0.0f);
+    apply(x, out + (long)b * T * C, C, at(x, P, b * tt), at(x, Q, b * q3 + 2 * C), 3 * C, T, hs, NH,
+          0, 0.0f);
 }
 
-void cu_attention_bwd(void *c, float *dqkv, const float *dout, const float *qkv,
-                      const float *att, int B, int T, int C, int NH, float *datt) {
+void cu_attention_bwd(void *c, float *dqkv, const float *dout, const float *qkv, const float *att,
+                      int B, int T, int C, int NH, float *datt) {
   (void)datt;
   ctx_t *x = C_(c);
   int hs = C / NH;
@@ -500,10 +512,10 @@ void cu_attention_bwd(void *c, float *dqkv, const float *dout, const float *qkv,
     const void *q = at(x, Q, b * q3), *k = at(x, Q, b * q3 + C), *v = at(x, Q, b * q3 + 2 * C);
     const void *dy = at(x, DY, b * tc), *p = at(x, P, b * tt);
     float *dq = dqkv + b * q3, *ds = x->scratch;
-    scores(x, ds, dy, C, v, 3 * C, T, hs, NH, 1.0f, 0.0f); /* dP = dY . V^T */
+    scores(x, ds, dy, C, v, 3 * C, T, hs, NH, 1.0f, 0.0f);     /* dP = dY . V^T */
     apply(x, dq + 2 * C, 3 * C, p, dy, C, T, hs, NH, 1, 1.0f); /* dV += P^T . dY */
     k_softmax_bwd<<<(int)((NH * (long)T + 7) / 8), TPB, 0, x->s>>>(ds, att + b * tt, T, scale,
-                                                                  (long)NH * T);
+                                                                   (long)NH * T);
     const void *DS = in_type(x, 3, ds, (size_t)tt);
     apply(x, dq, 3 * C, DS, k, 3 * C, T, hs, NH, 0, 1.0f);     /* dQ += dS . K */
     apply(x, dq + C, 3 * C, DS, q, 3 * C, T, hs, NH, 1, 1.0f); /* dK += dS^T . Q */
@@ -599,14 +611,19 @@ extern "C" int gpt_ops_cuda_open(gpt_ops_t *ops, int device, int bf16, char *why
   if ((e = cudaEventCreateWithFlags(&x->ev, cudaEventDisableTiming)) != cudaSuccess) goto fail;
   step = "cudaMalloc";
   if ((e = cudaMalloc(&x->loss, sizeof(double))) != cudaSuccess) goto fail;
-  /* a norm's backward keeps two rows of C floats in shared memory: up to 25k channels */
+  /* a norm's backward keeps two rows of C floats in shared memory: as much as the GPU allows
+   * a block (227 KiB on an H100: 29k channels) */
+  step = "cudaDeviceGetAttribute";
+  if ((e = cudaDeviceGetAttribute(&x->smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
+      cudaSuccess)
+    goto fail;
   step = "cudaFuncSetAttribute";
   if ((e = cudaFuncSetAttribute(k_layernorm_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                200 * 1024)) != cudaSuccess)
+                                x->smem)) != cudaSuccess)
     goto fail;
-  if (cublasCreate(&x->h) != CUBLAS_STATUS_SUCCESS || cublasSetStream(x->h, x->s)) {
-    snprintf(why, size, "cublasCreate failed on device %d", device);
-    x->h = NULL;
+  if (cublasCreate(&x->h) != CUBLAS_STATUS_SUCCESS) x->h = NULL;
+  if (!x->h || cublasSetStream(x->h, x->s) != CUBLAS_STATUS_SUCCESS) {
+    snprintf(why, size, "cuBLAS could not start on device %d", device);
     cu_close(x);
     return -1;
   }

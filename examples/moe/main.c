@@ -50,6 +50,6 @@ int main(int argc, char **argv) {
   o.steps = c.steps, o.batch = c.batch, o.model = m, o.opt = c.opt, o.seed = c.seed;
   o.overlap = c.overlap, o.save = c.save, o.load = c.load;
   if (c.gpu) /* its hooks and the experts' layers run on host buffers */
-    return fprintf(stderr, "moe: --gpu: only zero has the CUDA back end so far\n"), 2;
+    return fprintf(stderr, "moe: --gpu: the experts' layers run on the CPU only so far\n"), 2;
   return cli_main("moe", &c, train, describe, &o);
 }

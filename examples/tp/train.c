@@ -42,7 +42,9 @@ static int comm_on(const run_t *r) { return r->o->mode != RUN_COMPUTE_ONLY; }
 /* Waits for a stream, counting the time as the step's waiting (and the trace's). */
 static void wait_for(run_t *r, void *s, weft_comm_t c, const char *what) {
   double t0 = run_now_s();
-  if (BE(stream_wait, s)) fail(r, what, c);
+  weft_result_t e = WEFT_SUCCESS; /* a device communicator's kernels report failure to it */
+  if (BE(stream_wait, s) || weft_comm_get_async_error(c, &e) != WEFT_SUCCESS || e != WEFT_SUCCESS)
+    fail(r, what, c);
   r->waited += run_now_s() - t0;
   trace_span(r->tr_, TRACE_WAIT, what, t0, run_now_s());
   trace_settle(r->tr_, s == r->ds, run_now_s());
@@ -162,10 +164,12 @@ static void block_done(void *arg, int block) {
 
 static void teardown(run_t *r) {
   r->ops->vt->finish(r->ops->ctx); /* nothing queued may still use what is freed below */
-  if (r->ts) BE(stream_close, r->ts);
-  if (r->ds) BE(stream_close, r->ds);
+  if (r->ts) BE(stream_wait, r->ts);
+  if (r->ds && r->ds != r->ts) BE(stream_wait, r->ds);
   if (r->tc) weft_comm_destroy(r->tc);
   if (r->dc) weft_comm_destroy(r->dc);
+  if (r->ts) BE(stream_close, r->ts);
+  if (r->ds && r->ds != r->ts) BE(stream_close, r->ds);
   BE(release, r->params), BE(release, r->grads), BE(release, r->summed);
 }
 
@@ -232,12 +236,16 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
         data_init(&data, 1u << 16, o->seed);
   if (bad) fprintf(stderr, "tp: rank %d: bad options, no device or out of memory\n", r->rank);
   if (run_any_rank(comm, bad)) goto out;
-  if (weft_comm_split(comm, r->dr, r->tr, &r->tc, gc) != WEFT_SUCCESS ||
-      weft_comm_split(comm, r->tr, r->dr, &r->dc, gc) != WEFT_SUCCESS || BE(stream_open, &r->ts) ||
-      BE(stream_open, &r->ds)) {
-    fail(r, "the tensor and data groups", comm);
-    goto out;
-  }
+  /* on the GPU both groups' operations go on one stream: two device communicators whose
+   * kernels do not fit on the GPU together (ranks sharing it) must not run at once
+   * (docs/gpu.md, Ordering) */
+  bad = weft_comm_split(comm, r->dr, r->tr, &r->tc, gc) != WEFT_SUCCESS ||
+        weft_comm_split(comm, r->tr, r->dr, &r->dc, gc) != WEFT_SUCCESS || BE(stream_open, &r->ts);
+  if (!bad) bad = o->gpu ? (r->ds = r->ts, 0) : BE(stream_open, &r->ds);
+  if (bad)
+    fprintf(stderr, "tp: rank %d: the tensor and data groups: %s\n", r->rank,
+            weft_get_last_error(comm));
+  if (run_any_rank(comm, bad)) goto out;
   r->params = alloc_f(r, m.nparams, &bad), r->grads = alloc_f(r, m.nparams, &bad);
   r->summed = alloc_f(r, m.layer_size, &bad);
   am = alloc_f(r, m.nparams, &bad), av = alloc_f(r, m.nparams, &bad);
@@ -286,7 +294,7 @@ int tp_train(weft_comm_t comm, const tp_opts_t *o, float *losses, run_stats_t *s
     for (int i = 0; i < m.c.layers + 2 && !o->overlap; i++)
       reduce_block(r, gpt_block_at(&m, i < m.c.layers ? m.c.layers - 1 - i : i));
     wait_for(r, r->ds, r->dc, "reducing gradients");
-    if (r->failed) break;
+    if (run_any_rank(comm, r->failed)) break; /* a rank that failed alone stops them all */
     tf = run_now_s();
     if (math) BE(adamw, &o->opt, first + s + 1, r->params, r->grads, am, av, m.nparams);
     trace_span(r->tr_, TRACE_COMPUTE, "update", tf, run_now_s());

@@ -85,7 +85,9 @@ static void gather(run_t *r, int block) {
  * wait, and every operation it saw finish). */
 static void wait_for(run_t *r, void *s, weft_comm_t c, const char *what) {
   double t0 = run_now_s();
-  if (BE(stream_wait, s)) fail(r, what, c);
+  weft_result_t e = WEFT_SUCCESS; /* a device communicator's kernels report failure to it */
+  if (BE(stream_wait, s) || weft_comm_get_async_error(c, &e) != WEFT_SUCCESS || e != WEFT_SUCCESS)
+    fail(r, what, c);
   r->waited += run_now_s() - t0;
   trace_span(r->tr, TRACE_WAIT, what, t0, run_now_s());
   trace_settle(r->tr, s == r->ps, run_now_s());
@@ -115,7 +117,7 @@ static float *grads_of(void *arg, int block) {
   if (r->o->stage < 2) return r->grads + b->first;
   int s = slot_of(block);
   if (s < 2 && r->busy[s]) { /* the slot's last reduce-scatter must be done with it */
-    wait_for(r, r->gs, r->comm, "reducing gradients");
+    wait_for(r, r->gs, r->gcomm, "reducing gradients");
     r->busy[0] = r->busy[1] = 0;
   }
   BE(zero, r->work[s], b->shard * (size_t)r->nranks * sizeof(float));
@@ -146,7 +148,7 @@ static void reduce(run_t *r, int block) {
   }
   if (rc != WEFT_SUCCESS) fail(r, "reducing gradients", r->gcomm);
   if (r->o->stage >= 2 && slot_of(block) < 2) r->busy[slot_of(block)] = 1;
-  if (r->o->stage >= 2 && !r->o->overlap) wait_for(r, r->gs, r->comm, "reducing gradients");
+  if (r->o->stage >= 2 && !r->o->overlap) wait_for(r, r->gs, r->gcomm, "reducing gradients");
 }
 
 static void block_done(void *arg, int block) {
@@ -268,33 +270,23 @@ static int setup(run_t *r, size_t *opt_n, size_t *state) {
   return bad ? -1 : 0;
 }
 
+/* The communicators and streams first (their queued work may use the arrays), then the
+ * arrays. */
 static void teardown(run_t *r) {
   if (!r->ops) return;
-  finish(r); /* nothing queued may still use what is freed below */
+  finish(r);
+  if (r->gs) BE(stream_wait, r->gs);
+  if (r->ps && r->ps != r->gs) BE(stream_wait, r->ps);
+  if (r->pcomm) weft_comm_destroy(r->pcomm);
+  if (r->gcomm && r->gcomm != r->comm) weft_comm_destroy(r->gcomm);
+  if (r->ps && r->ps != r->gs) BE(stream_close, r->ps);
+  if (r->gs) BE(stream_close, r->gs);
   for (int i = 0; r->b && i < r->nb; i++)
     BE(release, r->b[i].stage);
   for (int s = 0; s < 4; s++)
     BE(release, r->work[s]), BE(release, r->full[s]);
   BE(release, r->params), BE(release, r->grads), BE(release, r->pshard), BE(release, r->gshard);
   free(r->b);
-  if (r->gs) BE(stream_close, r->gs);
-  if (r->ps) BE(stream_close, r->ps);
-  if (r->pcomm) weft_comm_destroy(r->pcomm);
-  if (r->gcomm && r->gcomm != r->comm) weft_comm_destroy(r->gcomm);
-}
-
-/* The back end and the gradients' communicator on its buffers (o->gpu: a device one). */
-static int open_backend(run_t *r, gpt_ops_t *ops, weft_config_t *dev) {
-  r->gcomm = r->comm;
-  if (run_backend("zero", r->rank, r->o->gpu, r->o->bf16, ops, dev)) return -1;
-  if (!r->o->gpu) return 0;
-  if (weft_comm_split(r->comm, 0, r->rank, &r->gcomm, dev) != WEFT_SUCCESS) {
-    fprintf(stderr, "zero: rank %d: a device communicator: %s\n", r->rank,
-            weft_get_last_error(r->comm));
-    r->gcomm = NULL;
-    return -1;
-  }
-  return 0;
 }
 
 int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_t *stats) {
@@ -310,18 +302,25 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_
   int *tok = malloc(sizeof(int) * (size_t)B * T), *tgt = malloc(sizeof(int) * (size_t)B * T);
   weft_config_t host = WEFT_CONFIG_INIT, dev = WEFT_CONFIG_INIT;
   r->m = &m, r->ops = &ops;
-  int bad = open_backend(r, &ops, &dev);
+  int bad = run_backend("zero", r->rank, o->gpu, o->bf16, &ops, &dev);
   bad = bad || o->stage < 0 || o->stage > 3 || o->model.vocab < DATA_VOCAB || T < 1 || T > 4096 ||
         !tok || !tgt || gpt_init_on(&m, &ops, &o->model, B, 1, 0, 0) ||
         data_init(&data, 1u << 16, o->seed) || setup(r, &opt_n, &state) || BE(stream_open, &r->gs);
   if (bad) fprintf(stderr, "zero: rank %d: bad options, no device or out of memory\n", r->rank);
   if (run_any_rank(comm, bad)) goto out;
-  if (o->stage == 3 &&
-      (weft_comm_split(comm, 0, r->rank, &r->pcomm, o->gpu ? &dev : &host) != WEFT_SUCCESS ||
-       BE(stream_open, &r->ps))) {
-    fail(r, "the parameter communicator", comm);
-    goto out;
-  }
+  /* the GPU's gradients and gathers: device communicators, issued on one stream, since two
+   * device communicators whose kernels do not fit on the GPU together (ranks sharing it)
+   * must not run at once (docs/gpu.md, Ordering) */
+  r->gcomm = comm;
+  if (o->gpu && weft_comm_split(comm, 0, r->rank, &r->gcomm, &dev) != WEFT_SUCCESS)
+    r->gcomm = NULL, bad = 1;
+  if (!bad && o->stage == 3 &&
+      weft_comm_split(comm, 0, r->rank, &r->pcomm, o->gpu ? &dev : &host) != WEFT_SUCCESS)
+    bad = 1;
+  if (!bad && o->stage == 3) bad = o->gpu ? (r->ps = r->gs, 0) : BE(stream_open, &r->ps);
+  if (bad)
+    fprintf(stderr, "zero: rank %d: the communicators: %s\n", r->rank, weft_get_last_error(comm));
+  if (run_any_rank(comm, bad)) goto out;
   for (int i = 0; i < r->nb; i++)
     maxblock =
         r->b[i].shard * (size_t)r->nranks > maxblock ? r->b[i].shard * (size_t)r->nranks : maxblock;
@@ -367,7 +366,7 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_
     wait_for(r, r->gs, r->gcomm, "reducing gradients");
     r->busy[0] = r->busy[1] = 0, r->held[0] = r->held[1] = -1; /* parameters change below */
     double tw = run_now_s(), wait = r->waited;
-    if (r->failed) break;
+    if (run_any_rank(comm, r->failed)) break; /* a rank that failed alone stops them all */
     if (o->stage == 0 && math)
       BE(adamw, &o->opt, first + s + 1, r->params, r->grads, am, av, m.nparams);
     else if (o->stage > 0 && update(r, am, av, first + s + 1, scratch))
@@ -399,8 +398,8 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_
   if (!rc && r->tr && trace_write(r->tr, o->trace, comm, r->rank, r->nranks)) rc = -1;
 out:
   trace_free(r->tr);
-  BE(release, am), BE(release, av), BE(release, scratch);
   teardown(r);
+  BE(release, am), BE(release, av), BE(release, scratch);
   free(init), free(tok), free(tgt);
   gpt_free(&m);
   gpt_ops_close(&ops);
