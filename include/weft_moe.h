@@ -91,6 +91,26 @@ WEFT_API weft_result_t weft_moe_dispatch(weft_moe_handle_t handle, const void *x
 WEFT_API weft_result_t weft_moe_combine(weft_moe_handle_t handle, const void *rows,
                                         const float *row_weights, void *y, weft_stream_t stream);
 
+/* Split halves, so that compute runs while the data travels. weft_moe_dispatch_start and
+ * weft_moe_combine_start take the arguments, checks and agreement of weft_moe_dispatch and
+ * weft_moe_combine and return once the exchange is under way: on a host communicator their
+ * inputs (x and topk_weights, or rows and row_weights) may be reused at once, and their
+ * outputs are written by the time weft_moe_finish(handle) returns, which also returns the
+ * exchange's error; until then the outputs must not be touched. A handle holds one call at a
+ * time: any other call on it first fails on every rank (WEFT_ERR_INVALID_ARG) and changes
+ * nothing; finishing with nothing started succeeds. Calls on several handles may be in
+ * flight together, started in the same order on every rank (as every collective); destroying
+ * a handle finishes its call first. On a device communicator every call is stream-ordered
+ * already: the start is the plain call, the stream orders its inputs and outputs, and
+ * weft_moe_finish only ends the split. */
+WEFT_API weft_result_t weft_moe_dispatch_start(weft_moe_handle_t handle, const void *x,
+                                               const float *topk_weights, void *recv_x,
+                                               float *recv_weights, weft_stream_t stream);
+WEFT_API weft_result_t weft_moe_combine_start(weft_moe_handle_t handle, const void *rows,
+                                              const float *row_weights, void *y,
+                                              weft_stream_t stream);
+WEFT_API weft_result_t weft_moe_finish(weft_moe_handle_t handle);
+
 #ifdef __cplusplus
 }
 #endif

@@ -60,6 +60,11 @@ weft_result_t weft_moe_judge(weft_moe_t m, const char *fn, const void *all, size
                           "%s: rank %d: %lld tokens exceed the low-latency bound of %lld "
                           "(config.max_tokens)",
                           fn, r, (long long)v.a, (long long)v.b);
+  case MOE_BUSY:
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "%s: rank %d: the handle's split call is not finished "
+                          "(weft_moe_finish first)",
+                          fn, r);
   case MOE_FAILED:
     return weft_set_error(WEFT_ERR_SYSTEM,
                           "%s: rank %d: an earlier operation on its stream, or a CUDA call, failed "
@@ -260,11 +265,12 @@ done:
 
 weft_result_t weft_moe_handle_destroy(weft_moe_handle_t handle) {
   if (!handle) return WEFT_SUCCESS;
+  weft_result_t rc = weft_moe_host_finish(handle); /* a split call's exchange may still run */
   handle->moe->handles--;
   weft_moe_dev_free(handle);
   weft_moe_plan_free(&handle->plan);
   free(handle);
-  return WEFT_SUCCESS;
+  return rc;
 }
 
 weft_result_t weft_moe_recv_rows(weft_moe_handle_t handle, size_t *rows) {
@@ -309,9 +315,17 @@ static weft_moe_verdict_t check_bufs(weft_moe_t m, const buf_t *b, int nb) {
   return v;
 }
 
-weft_result_t weft_moe_dispatch(weft_moe_handle_t handle, const void *x, const float *topk_weights,
-                                void *recv_x, float *recv_weights, weft_stream_t stream) {
-  const char *fn = "weft_moe_dispatch";
+/* A checked and agreed call's end: started (split), or finished here. */
+static weft_result_t run_call(weft_moe_handle_t h, weft_result_t started, int split) {
+  if (started != WEFT_SUCCESS) return started;
+  if (split) return h->busy = 1, WEFT_SUCCESS;
+  return h->moe->device ? WEFT_SUCCESS : weft_moe_host_finish(h);
+}
+
+static weft_result_t dispatch_call(weft_moe_handle_t handle, const void *x,
+                                   const float *topk_weights, void *recv_x, float *recv_weights,
+                                   weft_stream_t stream, int split) {
+  const char *fn = split ? "weft_moe_dispatch_start" : "weft_moe_dispatch";
   if (!handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: NULL handle", fn);
   weft_moe_handle_t h = handle;
   weft_moe_t m = h->moe;
@@ -321,15 +335,20 @@ weft_result_t weft_moe_dispatch(weft_moe_handle_t handle, const void *x, const f
                      {topk_weights, B_W, 0, h->plan.tokens, k * sizeof(float), sizeof(float)},
                      {recv_weights, B_RECV_W, 0, h->plan.rows, sizeof(float), sizeof(float)}};
   weft_moe_verdict_t v = check_bufs(m, b, 4);
+  if (v.code == MOE_OK && h->busy) v.code = MOE_BUSY;
   if (v.code == MOE_OK && order_after(m, stream)) v.code = MOE_FAILED;
   CHECK(weft_moe_agree(m, fn, v));
-  return m->device ? weft_moe_dev_dispatch(h, x, topk_weights, recv_x, recv_weights, stream)
-                   : weft_moe_host_dispatch(h, x, topk_weights, recv_x, recv_weights);
+  return run_call(h,
+                  m->device
+                      ? weft_moe_dev_dispatch(h, x, topk_weights, recv_x, recv_weights, stream)
+                      : weft_moe_host_dispatch(h, x, topk_weights, recv_x, recv_weights),
+                  split);
 }
 
-weft_result_t weft_moe_combine(weft_moe_handle_t handle, const void *rows, const float *row_weights,
-                               void *y, weft_stream_t stream) {
-  const char *fn = "weft_moe_combine";
+static weft_result_t combine_call(weft_moe_handle_t handle, const void *rows,
+                                  const float *row_weights, void *y, weft_stream_t stream,
+                                  int split) {
+  const char *fn = split ? "weft_moe_combine_start" : "weft_moe_combine";
   if (!handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: NULL handle", fn);
   weft_moe_handle_t h = handle;
   weft_moe_t m = h->moe;
@@ -338,8 +357,38 @@ weft_result_t weft_moe_combine(weft_moe_handle_t handle, const void *rows, const
                      {y, B_Y, 1, h->plan.tokens, row, es},
                      {row_weights, B_ROW_W, 0, h->plan.rows, sizeof(float), sizeof(float)}};
   weft_moe_verdict_t v = check_bufs(m, b, 3);
+  if (v.code == MOE_OK && h->busy) v.code = MOE_BUSY;
   if (v.code == MOE_OK && order_after(m, stream)) v.code = MOE_FAILED;
   CHECK(weft_moe_agree(m, fn, v));
-  return m->device ? weft_moe_dev_combine(h, rows, row_weights, y, stream)
-                   : weft_moe_host_combine(h, rows, row_weights, y);
+  return run_call(h,
+                  m->device ? weft_moe_dev_combine(h, rows, row_weights, y, stream)
+                            : weft_moe_host_combine(h, rows, row_weights, y),
+                  split);
+}
+
+weft_result_t weft_moe_dispatch(weft_moe_handle_t handle, const void *x, const float *topk_weights,
+                                void *recv_x, float *recv_weights, weft_stream_t stream) {
+  return dispatch_call(handle, x, topk_weights, recv_x, recv_weights, stream, 0);
+}
+
+weft_result_t weft_moe_dispatch_start(weft_moe_handle_t handle, const void *x,
+                                      const float *topk_weights, void *recv_x, float *recv_weights,
+                                      weft_stream_t stream) {
+  return dispatch_call(handle, x, topk_weights, recv_x, recv_weights, stream, 1);
+}
+
+weft_result_t weft_moe_combine(weft_moe_handle_t handle, const void *rows, const float *row_weights,
+                               void *y, weft_stream_t stream) {
+  return combine_call(handle, rows, row_weights, y, stream, 0);
+}
+
+weft_result_t weft_moe_combine_start(weft_moe_handle_t handle, const void *rows,
+                                     const float *row_weights, void *y, weft_stream_t stream) {
+  return combine_call(handle, rows, row_weights, y, stream, 1);
+}
+
+weft_result_t weft_moe_finish(weft_moe_handle_t handle) {
+  if (!handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_moe_finish: NULL handle");
+  handle->busy = 0;
+  return weft_moe_host_finish(handle); /* device calls: the stream orders their outputs */
 }

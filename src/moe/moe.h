@@ -57,7 +57,9 @@ typedef struct {
 struct weft_moe_handle {
   weft_moe_t moe;
   weft_moe_plan_t plan;
-  void *dev; /* device.c's copy of the plan, device communicators only */
+  void *dev;     /* device.c's copy of the plan, device communicators only */
+  int busy;      /* a split call started and not finished (weft_moe_finish) */
+  void *pending; /* host.c's state of that call (host communicators) */
 };
 
 /* Why a rank refuses a call (a, b, c: what the message names), shared with every rank so
@@ -72,7 +74,8 @@ enum {
   MOE_TOO_BIG,
   MOE_NO_MEM,
   MOE_OVER_BOUND, /* more tokens than the low-latency bound */
-  MOE_FAILED      /* a CUDA call failed there: its own error says which */
+  MOE_FAILED,     /* a CUDA call failed there: its own error says which */
+  MOE_BUSY        /* the handle's split call is not finished */
 };
 typedef struct weft_moe_verdict {
   int64_t code, a, b, c;
@@ -138,9 +141,13 @@ weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const 
                                    weft_stream_t s);
 void weft_moe_dev_free(weft_moe_handle_t h);
 
-/* host.c: the host path's data movement (buffers checked by moe.c). */
+/* host.c: the host path's data movement (buffers checked by moe.c), in halves: a start packs
+ * the inputs and queues the exchange on the handle's own host stream (h->pending holds the
+ * rest), and weft_moe_host_finish waits for it and writes the outputs (nothing pending:
+ * WEFT_SUCCESS at once). The starts are collective; a failed one leaves nothing pending. */
 weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const float *w,
                                      void *recv_x, float *recv_w);
 weft_result_t weft_moe_host_combine(weft_moe_handle_t h, const void *rows, const float *w, void *y);
+weft_result_t weft_moe_host_finish(weft_moe_handle_t h);
 
 #endif

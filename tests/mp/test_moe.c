@@ -1,7 +1,8 @@
 /* MoE dispatch and combine on forked ranks with host buffers: every rank can compute every
  * rank's ids and tokens, so each checks its own rows, counts and combined tokens exactly
  * against a model; the adjoint identities; and refusals that reach every rank and change
- * nothing. With --device (CUDA builds) every rank works on GPU 0 with device buffers.
+ * nothing; the split halves (host buffers). With --device (CUDA builds) every rank works on
+ * GPU 0 with device buffers.
  * usage: test_moe RANKS [shm|tcp] [--device] */
 #include <math.h>
 #include <stdio.h>
@@ -164,6 +165,9 @@ static int identity_wrong(const shape_t *sh, int rank, int n, const void *y, siz
 
 /* One shape: layout, queries, dispatch against the model, identity combine, an expert-scaled
  * combine, and the two adjoint identities. */
+static int run_split(weft_moe_t moe, weft_moe_handle_t h, const shape_t *sh, int rank,
+                     const void *ids, const char *x, const float *w, size_t rows);
+
 static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
   weft_moe_config_t cfg = WEFT_MOE_CONFIG_INIT;
   cfg.num_experts = sh->experts, cfg.topk = sh->k, cfg.hidden = sh->hidden, cfg.dtype = sh->t;
@@ -328,6 +332,7 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
     if (fabs(g[0] - g[1]) > 1e-9 * fabs(g[0]) || fabs(g[2] - g[3]) > 1e-9 * fabs(g[2]) || g[0] == 0)
       FAIL("%s: adjoint identities: %.17g vs %.17g, %.17g vs %.17g", pn, g[0], g[1], g[2], g[3]);
   }
+  if (!g_dev && run_split(moe, h, sh, rank, bids.h, x, w, rows)) return 1;
   weft_moe_handle_destroy(h);
   if (weft_moe_destroy(moe) != WEFT_SUCCESS) FAIL("destroy");
   mb_free(&bids), mb_free(&bx), mb_free(&by), mb_free(&bw), mb_free(&brx), mb_free(&bro);
@@ -343,6 +348,55 @@ static int expect_fail(int rank, weft_result_t rc, weft_result_t want, const cha
   if (rc != want || !strstr(msg, needle))
     FAIL("%s: got %s \"%s\", want %s with \"%s\"", what, weft_result_string(rc), msg,
          weft_result_string(want), needle);
+  return 0;
+}
+
+/* Split halves (host buffers): dispatch started on two handles of the same ids with the
+ * inputs overwritten meanwhile, finished in the other order: each equals the plain
+ * dispatch; a start on a busy handle fails on every rank and writes nothing; a started
+ * combine equals the plain one; finishing nothing succeeds; destroying a handle finishes its
+ * call. */
+static int run_split(weft_moe_t moe, weft_moe_handle_t h, const shape_t *sh, int rank,
+                     const void *ids, const char *x, const float *w, size_t rows) {
+  const char *pn = PATTERN_NAME[sh->pattern];
+  size_t T = tokens_of(sh, rank), k = sh->k, rb = rows * sh->hidden * weft_dtype_size(sh->t);
+  size_t tb = T * sh->hidden * weft_dtype_size(sh->t);
+  weft_moe_handle_t h2 = NULL;
+  char *want = malloc(rb + 1), *r1 = malloc(rb + 1), *r2 = malloc(rb + 1), *xc = malloc(tb + 1);
+  char *y = malloc(tb + 1), *yw = malloc(tb + 1);
+  float *ww = malloc(rows * 4 + 4), *w1 = malloc(rows * 4 + 4), *wc = malloc(T * k * 4 + 4);
+  if (!want || !r1 || !r2 || !xc || !y || !yw || !ww || !w1 || !wc) FAIL("split buffers");
+  memcpy(xc, x, tb), memcpy(wc, w, T * k * 4);
+  memset(want, 0x5a, rb), memset(r1, 0x5a, rb), memset(r2, 0x5a, rb);
+  memset(ww, 0x5a, rows * 4), memset(w1, 0x5a, rows * 4); /* low latency: unused rows kept */
+  if (weft_moe_layout(moe, T ? ids : NULL, T, &h2, NULL) != WEFT_SUCCESS ||
+      weft_moe_dispatch(h, xc, wc, want, ww, NULL) != WEFT_SUCCESS ||
+      weft_moe_combine(h, want, ww, yw, NULL) != WEFT_SUCCESS)
+    FAIL("split %s: the plain calls", pn);
+  if (weft_moe_dispatch_start(h, xc, wc, r1, w1, NULL) != WEFT_SUCCESS) FAIL("split: start 1");
+  memset(xc, 0x77, tb), memset(wc, 0x77, T * k * 4); /* inputs may be reused at once */
+  if (expect_fail(rank, weft_moe_combine_start(h, r1, w1, y, NULL), WEFT_ERR_INVALID_ARG,
+                  "not finished", "a start on a busy handle") ||
+      expect_fail(rank, weft_moe_dispatch(h, xc, wc, r1, w1, NULL), WEFT_ERR_INVALID_ARG,
+                  "not finished", "a plain call on a busy handle"))
+    return 1;
+  memcpy(xc, x, tb), memcpy(wc, w, T * k * 4);
+  if (weft_moe_dispatch_start(h2, xc, wc, r2, NULL, NULL) != WEFT_SUCCESS) FAIL("split: start 2");
+  memset(xc, 0x77, tb);
+  if (weft_moe_finish(h2) != WEFT_SUCCESS || weft_moe_finish(h) != WEFT_SUCCESS)
+    FAIL("split %s: finishing", pn);
+  if (memcmp(r1, want, rb) || memcmp(r2, want, rb) || memcmp(w1, ww, rows * 4))
+    FAIL("split %s: a started dispatch differs from the plain one", pn);
+  memset(y, 0x5a, tb);
+  if (weft_moe_combine_start(h, r1, w1, y, NULL) != WEFT_SUCCESS) FAIL("split: combine start");
+  memset(r1, 0x77, rb); /* so may the rows */
+  if (weft_moe_finish(h) != WEFT_SUCCESS || weft_moe_finish(h) != WEFT_SUCCESS)
+    FAIL("split %s: finishing the combine, then nothing", pn);
+  if (memcmp(y, yw, tb)) FAIL("split %s: a started combine differs from the plain one", pn);
+  if (weft_moe_combine_start(h2, r2, NULL, y, NULL) != WEFT_SUCCESS ||
+      weft_moe_handle_destroy(h2) != WEFT_SUCCESS)
+    FAIL("split %s: destroying a handle with a call started", pn);
+  free(want), free(r1), free(r2), free(xc), free(y), free(yw), free(ww), free(w1), free(wc);
   return 0;
 }
 
