@@ -19,7 +19,8 @@ typedef struct {
   gpt_config_t model; /* experts a multiple of the ranks, topk at most channels */
   adamw_t opt;
   unsigned long long seed;
-  int overlap;         /* 1: reduce each block's gradients while the backward goes on */
+  int overlap; /* 1: exchanges in halves (experts compute while the next micro-batch's tokens
+                  travel), each block's gradients reduced while the backward goes on */
   int wrong_reduction; /* tests only: leave the data-parallel gradients unreduced */
   FILE *log;           /* rank 0's progress lines ("step N loss X ..."); NULL: none */
   const char *trace;   /* a Chrome-trace timeline of every rank's spans here; NULL: none */

@@ -1,13 +1,11 @@
 /* Expert parallel over weft: see ep.h. The MoE layers' exchanges run on one communicator
  * (split from the caller's), each micro-batch's layout kept from its forward for its
- * backward; dispatches and combines on a worker thread in the order issued, so that a
- * micro-batch's experts compute while the next one's tokens travel (weft's host MoE calls
- * return when done). The data-parallel gradients go on a second communicator with its own
- * host stream, a block's allreduce running while the backward goes on below it. */
-#include <pthread.h>
+ * backward. With overlap, each dispatch and combine is started (weft_moe_*_start) and
+ * finished only when its output is needed, so that a micro-batch's experts compute while the
+ * next one's tokens travel. The data-parallel gradients go on a second communicator with its
+ * own host stream, a block's allreduce running while the backward goes on below it. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "checkpoint.h"
 #include "data.h"
@@ -16,39 +14,18 @@
 #include "moe_layer.h"
 #include "weft_moe.h"
 
-enum { QUEUE = 16, WAIT_S = 600 };
-
-/* An exchange for the worker: a dispatch (w: topk weights, rw: out) or a combine (w: row
- * weights). */
-typedef struct {
-  int combine, key;
-  const float *x, *w;
-  float *out, *rw;
-} xchg_t;
-
-typedef struct {
-  pthread_t th;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  xchg_t q[QUEUE];
-  long issued, done; /* exchanges queued and finished since the start */
-  long *last;        /* per key: the number of its last exchange */
-  char bad[600];     /* the first failed exchange's words, for the main thread to report */
-  int stop, started;
-} worker_t;
-
 typedef struct {
   const ep_opts_t *o;
   const gpt_t *m;
   weft_comm_t mc, dc; /* the experts' exchanges, the data-parallel gradients */
   weft_stream_t ds;
   weft_moe_t moe;
-  weft_moe_handle_t *h; /* each layer's layout */
+  weft_moe_handle_t *h; /* each layer's layouts, a micro-batch a key */
   int rank, nranks, failed;
+  int split;     /* exchanges in halves: started, finished when needed */
   double waited; /* seconds this step waited for communication */
   trace_t *tr;
   float *params, *grads;
-  worker_t wk;
 } run_t;
 
 static void fail(run_t *r, const char *what, weft_comm_t c) {
@@ -79,7 +56,7 @@ static float *grads_of(void *arg, int block) {
 static long route(void *arg, int l, const int *ids, int N, int64_t *counts, int64_t *offsets) {
   run_t *r = arg;
   size_t rows = 0;
-  if (r->failed) return -1; /* a worker may still be in an exchange: no more calls on mc */
+  if (r->failed) return -1; /* the ranks' exchanges are out of step: no more calls on mc */
   double t0 = run_now_s();
   if (r->h[l]) weft_moe_handle_destroy(r->h[l]), r->h[l] = NULL;
   if (weft_moe_layout(r->moe, ids, (size_t)N, &r->h[l], NULL) != WEFT_SUCCESS ||
@@ -92,94 +69,46 @@ static long route(void *arg, int l, const int *ids, int N, int64_t *counts, int6
   return (long)rows;
 }
 
-/* One exchange, on whichever thread: 0, or -1 with what failed in why (weft's words are the
- * calling thread's). */
-static int exchange(run_t *r, const xchg_t *x, char *why, size_t size) {
-  weft_moe_handle_t h = r->h[x->key];
-  weft_result_t rc = !h           ? WEFT_ERR_INVALID_ARG
-                     : x->combine ? weft_moe_combine(h, x->x, x->w, x->out, NULL)
-                                  : weft_moe_dispatch(h, x->x, x->w, x->out, x->rw, NULL);
-  if (rc == WEFT_SUCCESS) return 0;
-  snprintf(why, size, "%s: %s", x->combine ? "combining the experts' rows" : "dispatching tokens",
-           h ? weft_get_last_error(NULL) : "no layout");
-  return -1;
-}
-
-/* The run failed with why (already worded). */
-static void failed(run_t *r, const char *why) {
-  if (!r->failed) fprintf(stderr, "moe: rank %d: %s\n", r->rank, why);
-  r->failed = 1;
-}
-
-static void *work(void *arg) {
-  run_t *r = arg;
-  worker_t *w = &r->wk;
-  pthread_mutex_lock(&w->mu);
-  for (;;) {
-    while (!w->stop && w->done == w->issued)
-      pthread_cond_wait(&w->cv, &w->mu);
-    if (w->done == w->issued) break; /* stopping, nothing left */
-    xchg_t x = w->q[w->done % QUEUE];
-    pthread_mutex_unlock(&w->mu);
-    char why[sizeof w->bad];
-    int bad = exchange(r, &x, why, sizeof why);
-    pthread_mutex_lock(&w->mu);
-    if (bad && !w->bad[0]) snprintf(w->bad, sizeof w->bad, "%s", why);
-    w->done++;
-    pthread_cond_broadcast(&w->cv);
-  }
-  pthread_mutex_unlock(&w->mu);
-  return NULL;
-}
-
-/* Queues an exchange for the worker, or runs it here (no worker: --no-overlap). */
-static void submit(run_t *r, xchg_t x) {
-  worker_t *w = &r->wk;
-  const char *what = x.combine ? "combine" : "dispatch";
-  if (r->failed) return; /* a worker may still be in an exchange: no more calls on mc */
-  if (!w->started) {
-    char why[sizeof w->bad];
-    double t0 = run_now_s();
-    if (exchange(r, &x, why, sizeof why)) failed(r, why);
-    return waited(r, what, t0);
-  }
-  trace_issue(r->tr, 1, what, x.key / MOE_MICRO, run_now_s());
-  pthread_mutex_lock(&w->mu);
-  while (w->issued - w->done == QUEUE) /* full: never with one layer's few exchanges */
-    pthread_cond_wait(&w->cv, &w->mu);
-  w->q[w->issued % QUEUE] = x, w->last[x.key] = ++w->issued;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-}
-
-static void dispatch(void *arg, int key, const float *x, const float *w, float *rows, float *rw) {
-  submit(arg, (xchg_t){.key = key, .x = x, .w = w, .out = rows, .rw = rw});
-}
-
-static void combine(void *arg, int key, const float *rows, const float *rw, float *y) {
-  submit(arg, (xchg_t){.combine = 1, .key = key, .x = rows, .w = rw, .out = y});
-}
-
-/* Waits until key's exchanges are done (a failure is then the run's; the worker's wait has a
- * bound, past which the run fails rather than hang). */
+/* Waits until key's exchange is done, its outputs written (a failure is then the run's). */
 static void wait_key(void *arg, int key) {
   run_t *r = arg;
-  worker_t *w = &r->wk;
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += WAIT_S;
   double t0 = run_now_s();
-  int late = 0;
-  pthread_mutex_lock(&w->mu);
-  while (w->done < w->last[key] && !late)
-    late = pthread_cond_timedwait(&w->cv, &w->mu, &until) != 0;
-  char bad[sizeof w->bad];
-  snprintf(bad, sizeof bad, "%s", late ? "an exchange did not finish in time" : w->bad);
-  pthread_mutex_unlock(&w->mu);
-  if (bad[0]) failed(r, bad);
+  if (r->h[key] && weft_moe_finish(r->h[key]) != WEFT_SUCCESS) fail(r, "an exchange", r->mc);
   r->waited += run_now_s() - t0;
   trace_span(r->tr, TRACE_WAIT, "exchange", t0, run_now_s());
   trace_settle(r->tr, 1, run_now_s());
+}
+
+/* A dispatch (w: topk weights, rw: out) or a combine (w: row weights) on key's layout:
+ * started after the key's last one is finished, or (no overlap) run whole. */
+static void exchange(run_t *r, int combine, int key, const float *x, const float *w, float *out,
+                     float *rw) {
+  const char *what = combine ? "combine" : "dispatch";
+  weft_moe_handle_t h = r->h[key];
+  weft_result_t rc;
+  if (r->failed || !h) return; /* the ranks' exchanges are out of step: no more calls on mc */
+  if (r->split) {
+    double t0 = run_now_s(); /* a key's two combines in the backward: the first is done by now */
+    if (weft_moe_finish(h) != WEFT_SUCCESS) return fail(r, "an exchange", r->mc);
+    r->waited += run_now_s() - t0;
+    trace_issue(r->tr, 1, what, key / MOE_MICRO, run_now_s());
+    rc = combine ? weft_moe_combine_start(h, x, w, out, NULL)
+                 : weft_moe_dispatch_start(h, x, w, out, rw, NULL);
+  } else {
+    double t0 = run_now_s();
+    rc = combine ? weft_moe_combine(h, x, w, out, NULL) : weft_moe_dispatch(h, x, w, out, rw, NULL);
+    waited(r, what, t0);
+  }
+  if (rc != WEFT_SUCCESS)
+    fail(r, combine ? "combining the experts' rows" : "dispatching tokens", r->mc);
+}
+
+static void dispatch(void *arg, int key, const float *x, const float *w, float *rows, float *rw) {
+  exchange(arg, 0, key, x, w, rows, rw);
+}
+
+static void combine(void *arg, int key, const float *rows, const float *rw, float *y) {
+  exchange(arg, 1, key, rows, rw, y, NULL);
 }
 
 /* A block's gradients are final: the data-parallel part of it (a layer's all but its
@@ -202,16 +131,6 @@ static void block_done(void *arg, int block) {
 /* ---- setup and the loop ---- */
 
 static void teardown(run_t *r) {
-  worker_t *w = &r->wk;
-  if (w->started) {
-    pthread_mutex_lock(&w->mu);
-    w->stop = 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->th, NULL);
-    pthread_cond_destroy(&w->cv), pthread_mutex_destroy(&w->mu);
-  }
-  free(w->last);
   for (int k = 0; r->h && k < r->m->c.layers * MOE_MICRO; k++)
     if (r->h[k]) weft_moe_handle_destroy(r->h[k]);
   if (r->moe) weft_moe_destroy(r->moe);
@@ -242,14 +161,7 @@ static int setup(run_t *r, weft_comm_t comm, gpt_t *m) {
       weft_stream_create(&r->ds) != WEFT_SUCCESS ||
       weft_moe_create(r->mc, &mc, &r->moe) != WEFT_SUCCESS)
     return fail(r, "the experts' and gradients' communicators", comm), -1;
-  if (!r->o->overlap || r->o->mode == RUN_COMPUTE_ONLY) return 0;
-  worker_t *w = &r->wk;
-  if (!(w->last = calloc((size_t)m->c.layers * MOE_MICRO, sizeof *w->last))) return -1;
-  if (pthread_mutex_init(&w->mu, NULL)) return -1;
-  if (pthread_cond_init(&w->cv, NULL)) return pthread_mutex_destroy(&w->mu), -1;
-  if (pthread_create(&w->th, NULL, work, r))
-    return pthread_cond_destroy(&w->cv), pthread_mutex_destroy(&w->mu), -1;
-  w->started = 1;
+  r->split = r->o->overlap && r->o->mode != RUN_COMPUTE_ONLY;
   return 0;
 }
 
@@ -283,7 +195,7 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
   if (run_any_rank(comm, bad)) goto out;
   gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = &r};
   if (o->mode != RUN_COMPUTE_ONLY) io.route = route, io.dispatch = dispatch, io.combine = combine;
-  if (r.wk.started) io.wait = wait_key;
+  if (r.split) io.wait = wait_key;
   run_clock_t clock = {0};
   int math = o->mode != RUN_COMM_ONLY, L = m.c.layers;
   for (int s = 0; s < o->steps && !r.failed; s++) {
