@@ -26,7 +26,7 @@ t="$b/tests/examples"
   done
   "$t/test_checkpoint" "$out/ckpt" 4 tp gpu || fail=1
 } > "$out/examples-tests.txt" 2>&1
-SHAPES=${SHAPES:-"8 256 384 6 6;8 1024 768 12 12"}
+SHAPES=${SHAPES-"8 256 384 6 6;8 1024 768 12 12"} # SHAPES="": the tests only
 steps=${STEPS:-25}
 IFS=';' read -ra shapes <<< "$SHAPES"
 for s in "${shapes[@]}"; do
