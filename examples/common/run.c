@@ -53,3 +53,15 @@ int run_backend(const char *name, int rank, int gpu, int bf16, gpt_ops_t *ops, w
   fprintf(stderr, "%s: rank %d: %s\n", name, rank, why);
   return -1;
 }
+
+int run_wait(const gpt_ops_t *ops, void *stream, weft_comm_t c, trace_t *tr, int row,
+             const char *what, double *waited) {
+  double t0 = run_now_s();
+  weft_result_t e = WEFT_SUCCESS;
+  int bad = ops->vt->stream_wait(ops->ctx, stream) ||
+            weft_comm_get_async_error(c, &e) != WEFT_SUCCESS || e != WEFT_SUCCESS;
+  *waited += run_now_s() - t0;
+  trace_span(tr, TRACE_WAIT, what, t0, run_now_s());
+  trace_settle(tr, row, run_now_s());
+  return bad ? -1 : 0;
+}

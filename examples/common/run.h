@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "ops.h"
+#include "trace.h"
 #include "weft.h"
 
 /* Everything, the same math with no communication, or the same communication with no math. */
@@ -43,6 +44,13 @@ void run_stats_fill(run_stats_t *stats, const run_clock_t *clock, size_t state_f
  * devices there are; bf16: the products in bf16), *dev then set for the device communicators
  * on its buffers. 0, or -1 with a message that names the example. */
 int run_backend(const char *name, int rank, int gpu, int bf16, gpt_ops_t *ops, weft_config_t *dev);
+
+/* Waits for a stream of ops' (ops.h), adding the time to *waited and to tr as a wait span
+ * named what, whose end settles trace row `row`'s operations; then asks c whether its
+ * kernels failed (a device communicator's report there, not to the stream). 0, or -1: the
+ * caller says what failed. */
+int run_wait(const gpt_ops_t *ops, void *stream, weft_comm_t c, trace_t *tr, int row,
+             const char *what, double *waited);
 
 /* floats zeroed floats (at least one), setting *bad when out of memory. */
 void *run_alloc(size_t floats, int *bad);

@@ -216,11 +216,8 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
     trace_span(r.tr, TRACE_COMPUTE, "backward", tf, run_now_s());
     for (int i = 0; i < L + 2 && !o->overlap; i++)
       reduce_block(&r, gpt_block_at(&m, i < L ? L - 1 - i : i));
-    double tw = run_now_s();
-    if (weft_stream_synchronize(r.ds) != WEFT_SUCCESS) fail(&r, "reducing gradients", r.dc);
-    r.waited += run_now_s() - tw;
-    trace_span(r.tr, TRACE_WAIT, "reducing gradients", tw, run_now_s());
-    trace_settle(r.tr, 0, run_now_s());
+    if (run_wait(&gpt_ops_cpu, r.ds, r.dc, r.tr, 0, "reducing gradients", &r.waited))
+      fail(&r, "reducing gradients", r.dc);
     if (r.failed) break;
     tf = run_now_s();
     if (math) adamw_step(&o->opt, first + s + 1, r.params, r.grads, am, av, m.nparams);

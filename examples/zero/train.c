@@ -81,16 +81,9 @@ static void gather(run_t *r, int block) {
     fail(r, "gathering parameters", r->pcomm);
 }
 
-/* Waits for a stream, adding the time to the step's waiting (and the trace's spans: the
- * wait, and every operation it saw finish). */
+/* Waits for a stream, counting the time as the step's waiting (and the trace's). */
 static void wait_for(run_t *r, void *s, weft_comm_t c, const char *what) {
-  double t0 = run_now_s();
-  weft_result_t e = WEFT_SUCCESS; /* a device communicator's kernels report failure to it */
-  if (BE(stream_wait, s) || weft_comm_get_async_error(c, &e) != WEFT_SUCCESS || e != WEFT_SUCCESS)
-    fail(r, what, c);
-  r->waited += run_now_s() - t0;
-  trace_span(r->tr, TRACE_WAIT, what, t0, run_now_s());
-  trace_settle(r->tr, s == r->ps, run_now_s());
+  if (run_wait(r->ops, s, c, r->tr, s == r->ps, what, &r->waited)) fail(r, what, c);
 }
 
 static const float *params_of(void *arg, int block) {
