@@ -60,3 +60,28 @@ int moe_mem_copy(void *dst, const void *src, size_t bytes, int up, void *stream)
 int moe_mem_sync(void *stream) {
   return ok(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize") ? 0 : -1;
 }
+
+int moe_mem_capture(void *stream) {
+  return ok(cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeGlobal),
+            "cudaStreamBeginCapture")
+             ? 0
+             : -1;
+}
+
+void *moe_mem_captured(void *stream) {
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t x = NULL;
+  if (!ok(cudaStreamEndCapture((cudaStream_t)stream, &g), "cudaStreamEndCapture")) return NULL;
+  int made = ok(cudaGraphInstantiate(&x, g, 0), "cudaGraphInstantiate");
+  cudaGraphDestroy(g);
+  return made ? x : NULL;
+}
+
+int moe_mem_replay(void *graph, void *stream) {
+  return ok(cudaGraphLaunch((cudaGraphExec_t)graph, (cudaStream_t)stream), "cudaGraphLaunch") ? 0
+                                                                                              : -1;
+}
+
+void moe_mem_graph_free(void *graph) {
+  if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}

@@ -16,5 +16,11 @@ void moe_mem_free(void *p);
 /* bytes from host to device (up) or back, finished on return; 0 or -1 with a message. */
 int moe_mem_copy(void *dst, const void *src, size_t bytes, int up, void *stream);
 int moe_mem_sync(void *stream); /* 0 once the stream's work is done */
+/* A CUDA graph of what the stream gets between begin and end (global capture mode): end
+ * returns it instantiated, or NULL with a message; launch replays it on the stream. */
+int moe_mem_capture(void *stream);
+void *moe_mem_captured(void *stream);
+int moe_mem_replay(void *graph, void *stream);
+void moe_mem_graph_free(void *graph);
 
 #endif

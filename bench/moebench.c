@@ -22,7 +22,7 @@
 
 typedef struct {
   size_t tokens, hidden, align;
-  int topk, experts, iters, warmup, check, ranks, gpu, torch, ll;
+  int topk, experts, iters, warmup, check, ranks, gpu, torch, ll, graph;
   weft_dtype_t t;
   const char *json;
 } mopts_t;
@@ -105,7 +105,8 @@ static int report(const mopts_t *o, int n, const double *tmax, double bmax, cons
          n, o->gpu ? "device buffers, GPUs shared round-robin" : "host buffers", o->tokens,
          o->hidden, o->topk, o->experts, weft_dtype_name(o->t), o->ll ? "low-latency" : "normal",
          o->align, o->iters, o->warmup);
-  printf("# time: the call until its stream is done (host clock), after a barrier\n");
+  printf("# time: the call%s until its stream is done (host clock), after a barrier\n",
+         o->graph ? " (dispatch or combine captured once in a CUDA graph, replayed)" : "");
   printf("# GB/s: the most bytes of tokens a rank receives (each once per rank) over the "
          "slowest rank's mean time, as DeepEP counts them\n");
   printf("%-10s %12s %10s %8s\n", "phase", "time_us", "GB/s", "#wrong");
@@ -113,9 +114,9 @@ static int report(const mopts_t *o, int n, const double *tmax, double bmax, cons
     fprintf(js,
             "{\n  \"bench\": \"moebench\", \"nranks\": %d, \"tokens\": %zu, \"hidden\": %zu, "
             "\"topk\": %d, \"experts\": %d, \"dtype\": \"%s\", \"mode\": \"%s\", "
-            "\"buffers\": \"%s\", \"align\": %zu, \"check\": %d,\n  \"rows\": [",
+            "\"buffers\": \"%s\", \"align\": %zu, \"check\": %d, \"graph\": %d,\n  \"rows\": [",
             n, o->tokens, o->hidden, o->topk, o->experts, weft_dtype_name(o->t),
-            o->ll ? "ll" : "normal", o->gpu ? "device" : "host", o->align, o->check);
+            o->ll ? "ll" : "normal", o->gpu ? "device" : "host", o->align, o->check, o->graph);
   for (int ph = 0; ph < NPHASE; ph++) {
     char gbs[32] = "-", jgbs[32] = "null", wtxt[32] = "n/a", jw[32] = "null";
     if (ph != LAYOUT) {
@@ -184,6 +185,12 @@ static int mb_move(const mopts_t *o, mbuf_t *b, int up, void *st) {
 enum { IDS, W, X, Y, RX, RW, NBUF };
 
 /* The rank's layer over comm (host buffers) or a device communicator split from it. */
+/* Phase ph's call (dispatch or combine) on h. */
+static weft_result_t issue(int ph, weft_moe_handle_t h, mbuf_t *b, void *st) {
+  return ph == DISPATCH ? weft_moe_dispatch(h, b[X].d, b[W].d, b[RX].d, b[RW].d, st)
+                        : weft_moe_combine(h, b[RX].d, b[RW].d, b[Y].d, st);
+}
+
 static int run_rank(int rank, int n, weft_unique_id_t id, void *arg) {
   const mopts_t *o = arg;
   weft_comm_t host = NULL, comm = NULL;
@@ -228,6 +235,8 @@ static int run_rank(int rank, int n, weft_unique_id_t id, void *arg) {
     double t0 = now_s();
     if (bad || weft_moe_layout(moe, b[IDS].d, T, &h, st) != WEFT_SUCCESS)
       return fail(rank, "weft_moe_layout", NULL);
+    /* low-latency mode on windows returns before the GPU is done */
+    if (o->gpu && moe_mem_sync(st)) return fail(rank, "weft_moe_layout", comm);
     if (timed) t[LAYOUT] += now_s() - t0;
     if (!b[RX].h) { /* the routing is the same every time: one allocation */
       size_t rows = 0;
@@ -237,16 +246,22 @@ static int run_rank(int rank, int n, weft_unique_id_t id, void *arg) {
         return fail(rank, "allocating the rows", NULL);
     }
   }
-  for (int ph = DISPATCH; ph <= COMBINE && !bad; ph++)
+  for (int ph = DISPATCH; ph <= COMBINE && !bad; ph++) {
+    void *graph = NULL; /* --graph: the call captured once, then replayed */
+    if (o->graph && (moe_mem_capture(st) || issue(ph, h, b, st) != WEFT_SUCCESS ||
+                     !(graph = moe_mem_captured(st))))
+      return fail(rank, PHASE[ph], NULL);
     for (int i = 0; i < o->warmup + o->iters; i++) {
       if (weft_barrier(host, NULL) != WEFT_SUCCESS) return fail(rank, "barrier", host);
       double t0 = now_s();
-      weft_result_t rc = ph == DISPATCH ? weft_moe_dispatch(h, b[X].d, b[W].d, b[RX].d, b[RW].d, st)
-                                        : weft_moe_combine(h, b[RX].d, b[RW].d, b[Y].d, st);
+      weft_result_t rc = graph ? (moe_mem_replay(graph, st) ? WEFT_ERR_SYSTEM : WEFT_SUCCESS)
+                               : issue(ph, h, b, st);
       if (rc != WEFT_SUCCESS) return fail(rank, PHASE[ph], NULL);
       if (o->gpu && moe_mem_sync(st)) return fail(rank, PHASE[ph], comm);
       if (i >= o->warmup) t[ph] += now_s() - t0;
     }
+    moe_mem_graph_free(graph);
+  }
   if (bad || mb_move(o, &b[RX], 0, st) || mb_move(o, &b[Y], 0, st))
     return fail(rank, "setting up or reading back", NULL);
   size_t recv_tokens = 0;
@@ -284,6 +299,8 @@ static void usage(FILE *f) {
              "                        local expert\n"
              "      --cpu | --gpu     host or device buffers (default: GPUs when present; ranks\n"
              "                        share them round-robin, and default to one per GPU)\n"
+             "      --graph           ll on GPUs: time each call captured once in a CUDA\n"
+             "                        graph and replayed\n"
              "      --compare torch   PyTorch's permute + all_to_all_single in the same run\n"
              "                        (scripts/gpu/moe_torch.py; one rank per GPU)\n"
              "  -n, --iters N         timed iterations (default 20)\n"
@@ -321,6 +338,7 @@ int main(int argc, char **argv) {
                                         {"gpu", no_argument, 0, 9},
                                         {"compare", required_argument, 0, 10},
                                         {"json", required_argument, 0, 11},
+                                        {"graph", no_argument, 0, 12},
                                         {"datatype", required_argument, 0, 'd'},
                                         {"iters", required_argument, 0, 'n'},
                                         {"warmup_iters", required_argument, 0, 'w'},
@@ -353,6 +371,7 @@ int main(int argc, char **argv) {
       o.torch = 1;
       break;
     case 11: o.json = optarg; break;
+    case 12: o.graph = 1; break;
     case 'd':
       if (parse_type(optarg, &o.t)) {
         fprintf(stderr, "moebench: -d takes bf16, f16 or f32\n");
@@ -382,6 +401,10 @@ int main(int argc, char **argv) {
             "moebench: --compare torch needs device buffers and a GPU per rank "
             "(PyTorch's NCCL does not share one): %d ranks, %d GPUs\n",
             o.ranks, ngpu);
+    return 2;
+  }
+  if (o.graph && (!o.gpu || !o.ll)) {
+    fprintf(stderr, "moebench: --graph needs --mode ll and GPUs\n");
     return 2;
   }
   if (o.ranks < 1 || o.iters < 1 || o.warmup < 0 || o.topk < 1 || o.topk > WEFT_MOE_MAX_TOPK ||

@@ -14,8 +14,10 @@ extern "C" {
 typedef enum {
   WEFT_MOE_NORMAL = 0,     /* counts exchanged at layout, outputs of the exact size */
   WEFT_MOE_LOW_LATENCY = 1 /* fixed shapes from a token bound (config.max_tokens): each local
-                              expert's block is max_tokens * nranks rows (the layout still
-                              waits for the counts, as normal mode's does) */
+                              expert's block is max_tokens * nranks rows. On device
+                              communicators whose GPUs map each other, no call waits for the
+                              host, so CUDA graphs can capture them (see "Low-latency mode on
+                              device communicators" below) */
 } weft_moe_mode_t;
 
 /* Experts are spread evenly: expert e lives on rank e / (num_experts / nranks), as local
@@ -72,6 +74,11 @@ WEFT_API weft_result_t weft_moe_recv_rows(weft_moe_handle_t handle, size_t *rows
  * may be NULL; each holds num_experts / nranks entries. */
 WEFT_API weft_result_t weft_moe_expert_counts(weft_moe_handle_t handle, int64_t *counts,
                                               int64_t *offsets);
+/* Device communicators: *counts = the same counts in device memory (int64, num_experts /
+ * nranks of them), for kernels that must not wait for the host (a grouped GEMM in a CUDA
+ * graph); valid until the handle is destroyed. Normal mode: written by the layout. Low-latency
+ * mode: written by each dispatch, in its stream's order. */
+WEFT_API weft_result_t weft_moe_device_counts(weft_moe_handle_t handle, const int64_t **counts);
 
 /* Collective: each token goes once to every rank holding one of its experts, and lands in
  * one row per such expert. x is [tokens][hidden]; topk_weights ([tokens][topk] f32, may be
@@ -110,6 +117,20 @@ WEFT_API weft_result_t weft_moe_combine_start(weft_moe_handle_t handle, const vo
                                               const float *row_weights, void *y,
                                               weft_stream_t stream);
 WEFT_API weft_result_t weft_moe_finish(weft_moe_handle_t handle);
+
+/* Low-latency mode on device communicators whose GPUs map each other: the layer holds a
+ * window every peer writes into (the tokens go straight there from the senders' kernels) and
+ * four handle slots (a fifth live handle is refused); layout, dispatch and combine are kernels
+ * on the stream alone, with no host wait and no allocation, and can be captured in a CUDA
+ * graph. The layout is local: the counts travel with the dispatch, so weft_moe_expert_counts
+ * answers (waiting for the GPU) once a dispatch was issued, and weft_moe_device_counts at
+ * once. A refusal (an id out of range or repeated, more tokens than max_tokens, a bad buffer)
+ * fails the refusing rank's call at once, where the host can see it; it reaches every other
+ * rank through the GPU: their dispatch (or combine) writes nothing, a combine after a refused
+ * dispatch does nothing, and weft_moe_finish, which then waits for the handle's calls, returns
+ * the refusal with the refusing rank's reason. Every rank issues its dispatches and combines
+ * in the same order (a refused layout counts as that rank's dispatch), each handle's dispatch
+ * before its combines. weft_moe_destroy is collective for such a layer. */
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,10 @@ weft_dev_op_t weft_dev_op_from_report(uint32_t kind) {
       WEFT_COLL_BROADCAST, WEFT_COLL_REDUCE,    WEFT_COLL_ALLTOALL,       WEFT_COLL_ALLTOALLV,
       WEFT_COLL_SEND,      WEFT_COLL_RECV};
   weft_dev_op_t op = {.algo = WEFT_ALGO_DIRECT, .proto = WEFT_PROTO_SIMPLE};
+  if (kind & WEFT_DEV_MOE_KIND) {
+    op.moe = (int)(kind & 3u), op.coll = WEFT_COLL_COUNT;
+    return op;
+  }
   op.windows = (kind & WEFT_DEV_DIRECT_KIND) != 0;
   int ring = (kind & WEFT_DEV_RING_KIND) != 0;
   kind &= ~(WEFT_DEV_DIRECT_KIND | WEFT_DEV_RING_KIND);
@@ -54,6 +58,7 @@ weft_dev_op_t weft_dev_op_from_report(uint32_t kind) {
 }
 
 const char *weft_dev_op_name(weft_dev_op_t op) {
+  if (op.moe) return op.moe == 1 ? "MoE dispatch" : "MoE combine";
   if (op.algo == WEFT_ALGO_RING)
     return op.coll == WEFT_COLL_ALLREDUCE        ? "ring allreduce"
            : op.coll == WEFT_COLL_REDUCE_SCATTER ? "ring reduce_scatter"

@@ -25,6 +25,7 @@ typedef struct {
   weft_algo_t algo;
   weft_proto_t proto;
   int windows; /* between the peers' registered buffers (weft_dev_item_t.direct) */
+  int moe;     /* 1, 2: MoE dispatch or combine in low-latency mode (src/moe/ll.cu) */
 } weft_dev_op_t;
 
 /* What t (tuned: t->algo is set) runs as under proto. */

@@ -213,6 +213,10 @@ out:
   return rc;
 }
 
+char *weft_window_peer(weft_window_t w, int r) {
+  return r >= 0 && r < WEFT_DEV_MAX_RANKS ? w->peer[r] : NULL;
+}
+
 weft_result_t weft_window_deregister(weft_comm_t c, weft_window_t win) {
   if (!c || !win)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_deregister: NULL argument");

@@ -21,6 +21,8 @@ int weft_window_split_allreduce(struct weft_comm *c, const weft_task_t *t, weft_
  * WEFT_DIRECT_MIN_BYTES per block: then the kernel writes straight into the peers' recvbufs
  * (reads straight from their sendbufs), and L's direct table is filled for it. */
 int weft_window_direct(struct weft_comm *c, const weft_task_t *t, weft_dev_launch_t *L);
+/* Rank r's buffer of w as mapped here (w's own for this rank). */
+char *weft_window_peer(weft_window_t w, int r);
 /* At destroy: this rank's mappings of its peers' windows go (local, like destroy). */
 void weft_window_free_all(struct weft_comm *c);
 

@@ -50,6 +50,10 @@ void weft_moe_dev_free(weft_moe_handle_t h) {
   h->dev = NULL;
 }
 
+const int64_t *weft_moe_dev_counts(weft_moe_handle_t h) {
+  return h->dev ? ((moe_dev_t *)h->dev)->counts : NULL;
+}
+
 static int kcode(weft_dtype_t t) {
   return t == WEFT_F32 ? WEFT_MOE_K_F32 : t == WEFT_F16 ? WEFT_MOE_K_F16 : WEFT_MOE_K_BF16;
 }

@@ -131,7 +131,7 @@ static weft_moe_verdict_t receive_side(weft_moe_handle_t h, moe_dev_t *d, size_t
   for (size_t l = 0; l < L && !pl->fixed; l++) /* low-latency blocks' unused rows: left alone */
     npad += weft_moe_block_end(pl, (int)l) - (size_t)(pl->offset[l] + pl->count[l]);
   if (!weft_mul_fits(nr, k, &choices) || choices > SIZE_MAX / 8 ||
-      !weft_add_fits(n * L + n + 1, npad, &cells) || cells > SIZE_MAX / 8)
+      !weft_add_fits(n * L + n + 1 + L, npad, &cells) || cells > SIZE_MAX / 8)
     return too_big;
   bytes[0] = cells * 8, bytes[1] = choices * 8, bytes[2] = choices * 8; /* meta: 2 int32 */
   if (!weft_moe_dev_staged(bytes, 3, &total)) return too_big;
@@ -145,6 +145,8 @@ static weft_moe_verdict_t receive_side(weft_moe_handle_t h, moe_dev_t *d, size_t
     for (size_t row = (size_t)(pl->offset[l] + pl->count[l]), end = weft_moe_block_end(pl, (int)l);
          row < end; row++)
       pad[used++] = row;
+  for (size_t l = 0; l < L; l++) /* the counts, for kernels that must not ask the host */
+    pad[npad + l] = (uint64_t)pl->count[l];
   d->npad = npad;
   if (cudaMallocFromPoolAsync(&d->block2, total, m->pool, st) != cudaSuccess) {
     d->block2 = NULL, cudaGetLastError();
@@ -185,6 +187,7 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
   weft_moe_plan_t *pl = &h->plan;
   uint64_t *tables = p[0];
   d->row_of = p[2], d->pad = tables + n * L + n + 1;
+  d->counts = (const int64_t *)(d->pad + d->npad);
   /* a rank's own entries' meta is copied, not sent */
   int me = m->rank;
   weft_moe_plan_counts(pl, 0, 2 * k, cnt, cnt + n);

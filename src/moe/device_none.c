@@ -32,3 +32,41 @@ weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const 
   return none();
 }
 void weft_moe_dev_free(weft_moe_handle_t h) { (void)h; }
+const int64_t *weft_moe_dev_counts(weft_moe_handle_t h) {
+  (void)h;
+  return NULL;
+}
+weft_result_t weft_moe_ll_create(weft_moe_t m) {
+  m->ll = NULL;
+  return WEFT_SUCCESS;
+}
+void weft_moe_ll_destroy(weft_moe_t m) { (void)m; }
+weft_result_t weft_moe_ll_layout(weft_moe_t m, weft_moe_handle_t h, const void *ids, size_t tokens,
+                                 weft_moe_verdict_t v, weft_stream_t s) {
+  (void)m, (void)h, (void)ids, (void)tokens, (void)v, (void)s;
+  return none();
+}
+weft_result_t weft_moe_ll_dispatch(weft_moe_handle_t h, weft_moe_verdict_t v, const char *fn,
+                                   const void *x, const float *w, void *recv_x, float *recv_w,
+                                   weft_stream_t s) {
+  (void)h, (void)v, (void)fn, (void)x, (void)w, (void)recv_x, (void)recv_w, (void)s;
+  return none();
+}
+weft_result_t weft_moe_ll_combine(weft_moe_handle_t h, weft_moe_verdict_t v, const char *fn,
+                                  const void *rows, const float *w, void *y, weft_stream_t s) {
+  (void)h, (void)v, (void)fn, (void)rows, (void)w, (void)y, (void)s;
+  return none();
+}
+weft_result_t weft_moe_ll_finish(weft_moe_handle_t h) {
+  (void)h;
+  return none();
+}
+weft_result_t weft_moe_ll_counts(weft_moe_handle_t h, int64_t *counts, int64_t *offsets) {
+  (void)h, (void)counts, (void)offsets;
+  return none();
+}
+const int64_t *weft_moe_ll_device_counts(weft_moe_handle_t h) {
+  (void)h;
+  return NULL;
+}
+void weft_moe_ll_free(weft_moe_handle_t h) { (void)h; }

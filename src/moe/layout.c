@@ -6,6 +6,7 @@
 
 #include "checked.h"
 #include "moe.h"
+#include "moe_kernels.h"
 
 void weft_moe_plan_free(weft_moe_plan_t *p) {
   free(p->send_tok);
@@ -199,4 +200,34 @@ void weft_moe_plan_counts(const weft_moe_plan_t *p, int recv, size_t per, size_t
   const size_t *tok = recv ? p->recv_tok : p->send_tok, *off = recv ? p->recv_off : p->send_off;
   for (int r = 0; r < p->nranks; r++)
     counts[r] = tok[r] * per, displs[r] = off[r] * per;
+}
+
+/* x rounded up to a multiple of a (a power of two); 0 when that overflows */
+static size_t up_to(size_t x, size_t a) {
+  return x > SIZE_MAX - (a - 1) ? 0 : (x + a - 1) & ~(a - 1);
+}
+
+int weft_moe_ll_geometry(int nranks, int local, int k, size_t row_bytes, size_t bound,
+                         struct weft_moe_k_geom_s *g) {
+  memset(g, 0, sizeof *g);
+  size_t n = (size_t)nranks, slots, stage, cstage, at;
+  if (nranks < 1 || local < 1 || k < 1 || !row_bytes || !bound || bound > INT32_MAX) return -1;
+  g->sig_bytes = up_to(sizeof(weft_moe_k_rec_t) + 4 * (size_t)local, 64);
+  g->hdr_bytes = up_to(12 * (size_t)k, 16);
+  g->row_bytes = row_bytes;
+  g->row_pad = up_to(row_bytes, 16);
+  if (!g->row_pad || !weft_add_fits(g->hdr_bytes, g->row_pad, &at)) return -1;
+  g->slot_bytes = at;
+  g->csig = n * g->sig_bytes;
+  g->dack = g->csig + n * WEFT_MOE_K_FLAG_STRIDE;
+  g->cack = g->dack + n * WEFT_MOE_K_FLAG_STRIDE;
+  g->dstage = up_to(g->cack + n * WEFT_MOE_K_FLAG_STRIDE, 256);
+  if (!weft_mul_fits(n, bound, &slots) || !weft_mul_fits(slots, g->slot_bytes, &stage) ||
+      !weft_mul_fits(slots, g->row_pad, &cstage) || !weft_add_fits(g->dstage, stage, &at))
+    return -1;
+  if (slots > INT32_MAX / (size_t)(k < nranks ? k : nranks)) return -1; /* a block a row */
+  g->cstage = at;
+  if (!weft_add_fits(at, cstage, &at)) return -1;
+  g->total = at;
+  return 0;
 }

@@ -60,6 +60,11 @@ weft_result_t weft_moe_judge(weft_moe_t m, const char *fn, const void *all, size
                           "%s: rank %d: %lld tokens exceed the low-latency bound of %lld "
                           "(config.max_tokens)",
                           fn, r, (long long)v.a, (long long)v.b);
+  case MOE_NO_SLOT:
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "%s: rank %d: %lld low-latency handles are live already (destroy one "
+                          "first)",
+                          fn, r, (long long)v.a);
   case MOE_BUSY:
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "%s: rank %d: the handle's split call is not finished "
@@ -175,6 +180,8 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
   m->device = device;
   m->cfg.size = sizeof m->cfg, m->local = c.num_experts / n;
   if (!m->cfg.align) m->cfg.align = 1;
+  /* low-latency mode on device buffers: a window, so that no call waits on the host */
+  if (device && c.mode == WEFT_MOE_LOW_LATENCY) CHECK_GOTO(weft_moe_ll_create(m), rc, out);
   *moe = m, m = NULL;
 out:
   if (m) weft_moe_dev_pool_free(m->pool), free(m->verdicts), free(m->routes);
@@ -188,6 +195,7 @@ weft_result_t weft_moe_destroy(weft_moe_t moe) {
   if (moe->handles)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "weft_moe_destroy: %d handle(s) made from it still live", moe->handles);
+  weft_moe_ll_destroy(moe);
   weft_moe_dev_pool_free(moe->pool);
   free(moe->verdicts);
   free(moe->routes);
@@ -228,6 +236,11 @@ weft_result_t weft_moe_layout(weft_moe_t moe, const void *topk_ids, size_t token
     v.code = MOE_MISALIGNED, v.a = B_IDS, v.b = (int64_t)es;
   else if (m->device && tokens && !weft_moe_dev_owns(m, topk_ids, bytes))
     v.code = MOE_NOT_DEVICE, v.a = B_IDS;
+  if (m->ll) {
+    if (h) h->moe = m;
+    rc = weft_moe_ll_layout(m, h, topk_ids, tokens, v, stream);
+    goto done;
+  }
   if (m->device) {
     if (h) h->moe = m;
     /* the GPU reads the ids; the ranks then agree once, on verdicts and counts together */
@@ -267,6 +280,7 @@ weft_result_t weft_moe_handle_destroy(weft_moe_handle_t handle) {
   if (!handle) return WEFT_SUCCESS;
   weft_result_t rc = weft_moe_host_finish(handle); /* a split call's exchange may still run */
   handle->moe->handles--;
+  weft_moe_ll_free(handle);
   weft_moe_dev_free(handle);
   weft_moe_plan_free(&handle->plan);
   free(handle);
@@ -282,9 +296,22 @@ weft_result_t weft_moe_recv_rows(weft_moe_handle_t handle, size_t *rows) {
 
 weft_result_t weft_moe_expert_counts(weft_moe_handle_t handle, int64_t *counts, int64_t *offsets) {
   if (!handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_moe_expert_counts: NULL handle");
+  if (handle->ll) return weft_moe_ll_counts(handle, counts, offsets);
   size_t bytes = (size_t)handle->plan.local * sizeof(int64_t);
   if (counts) memcpy(counts, handle->plan.count, bytes);
   if (offsets) memcpy(offsets, handle->plan.offset, bytes);
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_moe_device_counts(weft_moe_handle_t handle, const int64_t **counts) {
+  if (!handle || !counts)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_moe_device_counts: NULL argument");
+  *counts = NULL;
+  if (!handle->moe->device)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "weft_moe_device_counts: a host communicator's counts are on the host "
+                          "(weft_moe_expert_counts)");
+  *counts = handle->ll ? weft_moe_ll_device_counts(handle) : weft_moe_dev_counts(handle);
   return WEFT_SUCCESS;
 }
 
@@ -336,6 +363,9 @@ static weft_result_t dispatch_call(weft_moe_handle_t handle, const void *x,
                      {recv_weights, B_RECV_W, 0, h->plan.rows, sizeof(float), sizeof(float)}};
   weft_moe_verdict_t v = check_bufs(m, b, 4);
   if (v.code == MOE_OK && h->busy) v.code = MOE_BUSY;
+  if (h->ll) /* no agreement on the host: a refusal travels with the data */
+    return run_call(
+        h, weft_moe_ll_dispatch(h, v, fn, x, topk_weights, recv_x, recv_weights, stream), split);
   if (v.code == MOE_OK && order_after(m, stream)) v.code = MOE_FAILED;
   CHECK(weft_moe_agree(m, fn, v));
   return run_call(h,
@@ -358,6 +388,11 @@ static weft_result_t combine_call(weft_moe_handle_t handle, const void *rows,
                      {row_weights, B_ROW_W, 0, h->plan.rows, sizeof(float), sizeof(float)}};
   weft_moe_verdict_t v = check_bufs(m, b, 3);
   if (v.code == MOE_OK && h->busy) v.code = MOE_BUSY;
+  if (h->ll) {
+    if (!h->dispatched) /* every rank's program makes the same mistake: nothing to tell them */
+      return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: the handle's dispatch has not run", fn);
+    return run_call(h, weft_moe_ll_combine(h, v, fn, rows, row_weights, y, stream), split);
+  }
   if (v.code == MOE_OK && order_after(m, stream)) v.code = MOE_FAILED;
   CHECK(weft_moe_agree(m, fn, v));
   return run_call(h,
@@ -390,5 +425,6 @@ weft_result_t weft_moe_combine_start(weft_moe_handle_t handle, const void *rows,
 weft_result_t weft_moe_finish(weft_moe_handle_t handle) {
   if (!handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_moe_finish: NULL handle");
   handle->busy = 0;
+  if (handle->ll) return weft_moe_ll_finish(handle);
   return weft_moe_host_finish(handle); /* device calls: the stream orders their outputs */
 }

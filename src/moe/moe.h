@@ -20,7 +20,8 @@ struct weft_moe {
   int handles;                       /* live handles (destroy refuses while any is) */
   struct weft_moe_verdict *verdicts; /* [nranks] weft_moe_agree's scratch */
   int64_t *routes;                   /* device layouts' scratch: [nranks][moe_route_stride] */
-  void *pool; /* device layers: the CUDA memory pool their staging comes from */
+  void *pool;             /* device layers: the CUDA memory pool their staging comes from */
+  struct weft_moe_ll *ll; /* low-latency mode on windows (ll.c), else NULL */
 };
 /* A rank's record in a device layout's exchange: its verdict (4 values), its counts of
  * choices per expert and tokens per rank, then the lowest bad choice the GPU found. */
@@ -57,9 +58,11 @@ typedef struct {
 struct weft_moe_handle {
   weft_moe_t moe;
   weft_moe_plan_t plan;
-  void *dev;     /* device.c's copy of the plan, device communicators only */
-  int busy;      /* a split call started and not finished (weft_moe_finish) */
-  void *pending; /* host.c's state of that call (host communicators) */
+  void *dev;      /* device.c's copy of the plan, device communicators only */
+  int busy;       /* a split call started and not finished (weft_moe_finish) */
+  void *pending;  /* host.c's state of that call (host communicators) */
+  int ll;         /* low-latency mode on windows: 1 + its slot (ll.c), else 0 */
+  int dispatched; /* ... and a dispatch was issued (its counts exist on the GPU) */
 };
 
 /* Why a rank refuses a call (a, b, c: what the message names), shared with every rank so
@@ -75,7 +78,8 @@ enum {
   MOE_NO_MEM,
   MOE_OVER_BOUND, /* more tokens than the low-latency bound */
   MOE_FAILED,     /* a CUDA call failed there: its own error says which */
-  MOE_BUSY        /* the handle's split call is not finished */
+  MOE_BUSY,       /* the handle's split call is not finished */
+  MOE_NO_SLOT     /* low-latency mode on windows: every handle slot is taken */
 };
 typedef struct weft_moe_verdict {
   int64_t code, a, b, c;
@@ -118,6 +122,12 @@ int weft_moe_plan_from_counts(weft_moe_plan_t *p, int nranks, int experts, int k
                               int rank, const int64_t *all, size_t stride, size_t align,
                               size_t block, uint64_t *base);
 void weft_moe_plan_free(weft_moe_plan_t *p);
+/* Where a low-latency layer's window keeps what (moe_kernels.h's weft_moe_k_geom_t), for
+ * nranks ranks of `local` experts, k choices, tokens of row_bytes and at most bound tokens a
+ * rank; 0, or -1 when an argument is out of range or a size overflows. */
+struct weft_moe_k_geom_s;
+int weft_moe_ll_geometry(int nranks, int local, int k, size_t row_bytes, size_t bound,
+                         struct weft_moe_k_geom_s *g);
 /* The row after local expert l's block (its padding included). */
 size_t weft_moe_block_end(const weft_moe_plan_t *p, int l);
 /* The alltoallv counts and displacements of the send (recv = 0) or receive side, in units of
@@ -140,6 +150,27 @@ weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const fl
 weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const float *w, void *y,
                                    weft_stream_t s);
 void weft_moe_dev_free(weft_moe_handle_t h);
+/* [local] rows of each local expert, on the GPU. */
+const int64_t *weft_moe_dev_counts(weft_moe_handle_t h);
+
+/* ll.c in CUDA builds (device_none.c otherwise): low-latency mode on device communicators
+ * whose GPUs map each other, every call kernels alone on the caller's stream. A rank's
+ * refusal (v, or one the GPU finds) travels to every rank with the data, which then writes
+ * nothing; the refusing rank returns it at once, the others from weft_moe_finish. */
+weft_result_t weft_moe_ll_create(weft_moe_t m); /* collective; m->ll NULL without windows */
+void weft_moe_ll_destroy(weft_moe_t m);         /* collective */
+weft_result_t weft_moe_ll_layout(weft_moe_t m, weft_moe_handle_t h, const void *ids, size_t tokens,
+                                 weft_moe_verdict_t v, weft_stream_t s);
+weft_result_t weft_moe_ll_dispatch(weft_moe_handle_t h, weft_moe_verdict_t v, const char *fn,
+                                   const void *x, const float *w, void *recv_x, float *recv_w,
+                                   weft_stream_t s);
+weft_result_t weft_moe_ll_combine(weft_moe_handle_t h, weft_moe_verdict_t v, const char *fn,
+                                  const void *rows, const float *w, void *y, weft_stream_t s);
+/* Waits for the handle's calls; their refusal or failure, if any rank met one. */
+weft_result_t weft_moe_ll_finish(weft_moe_handle_t h);
+weft_result_t weft_moe_ll_counts(weft_moe_handle_t h, int64_t *counts, int64_t *offsets);
+const int64_t *weft_moe_ll_device_counts(weft_moe_handle_t h);
+void weft_moe_ll_free(weft_moe_handle_t h);
 
 /* host.c: the host path's data movement (buffers checked by moe.c), in halves: a start packs
  * the inputs and queues the exchange on the handle's own host stream (h->pending holds the

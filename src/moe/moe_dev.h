@@ -19,6 +19,7 @@ typedef struct {
   uint64_t *row_of; /* [entries received][k] */
   uint64_t *pad;    /* [npad] */
   uint64_t npad;
+  const int64_t *counts; /* [local] rows of each local expert, after the padding rows */
   void *block, *block2;
   uint64_t *tables; /* host copy of what went up to block2 (kept until the copy is surely done) */
   /* the handle's calls run in the order made, whatever their streams: each waits for the

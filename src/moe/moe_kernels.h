@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dev.h"
+
 #define WEFT_MOE_K_NO_ROW   UINT64_MAX
 #define WEFT_MOE_K_MAX_TOPK 32 /* WEFT_MOE_MAX_TOPK; width <= topk */
 enum { WEFT_MOE_K_F32, WEFT_MOE_K_F16, WEFT_MOE_K_BF16 };
@@ -65,6 +67,90 @@ int weft_moe_k_partials(int dtype, const void *rows, const float *w, const uint6
 /* y[t] = sum of back[e] over t's entries (width each, NO_ROW-terminated), in f32. */
 int weft_moe_k_home(int dtype, const void *back, const uint64_t *entries, int width,
                     uint64_t tokens, size_t hidden, void *y, void *stream);
+
+/* ---- low-latency mode on windows (ll.cu, driven by ll.c) ----
+ * Each rank's window, mapped by every peer, holds at these offsets: a dispatch record from
+ * every source (a rec_t, then its count for each of our local experts), a combine record
+ * from every source, the acks every peer gives back for our writes into it (dispatch, then
+ * combine: the last round it read), and the staging the peers write into: dispatch slots
+ * [source][max_tokens] (a header of k choices, then the token) and combine rows
+ * [source][max_tokens]. A record's round is stored last, with release. */
+typedef struct {
+  uint64_t round;
+  int32_t code, ntok; /* a refusal (the caller's MOE_* code) or 0; tokens sent here */
+  int64_t a, b, c;    /* what a refusal's message names */
+} weft_moe_k_rec_t;
+
+typedef struct weft_moe_k_geom_s {
+  uint64_t dsig, csig, dack, cack, dstage, cstage, total; /* offsets in a window, its size */
+  uint64_t sig_bytes; /* stride of the dispatch records (rec_t and int32 counts) */
+  uint64_t hdr_bytes; /* a slot's header: k x (int32 local expert or -1, int32 index, f32 weight) */
+  uint64_t row_bytes; /* hidden x element size */
+  uint64_t row_pad;   /* ... rounded up to 16 */
+  uint64_t slot_bytes; /* hdr_bytes + row_pad */
+} weft_moe_k_geom_t;
+#define WEFT_MOE_K_FLAG_STRIDE 64 /* combine records and acks: one per cache line */
+
+/* A handle's state on the GPU, written by the kernels alone (so that graphs replay it). */
+typedef struct {
+  uint64_t round;   /* its last dispatch's round */
+  uint64_t cround;  /* its last combine's round, 0 when that combine was skipped */
+  int32_t refused;  /* the last dispatch: 1 a rank refused it (nothing written), 2 a wait failed */
+  int32_t cfailed;  /* the last combine's wait failed */
+  uint32_t ticket;  /* blocks done in the running kernel; the last one posts */
+  int32_t own_code; /* this rank's layout: a bad id (MOE code) found on the GPU, or 0 */
+  int64_t own_a, own_b, own_c;
+  int32_t ntok_from[WEFT_DEV_MAX_RANKS]; /* tokens each source sent in the last dispatch */
+} weft_moe_k_llh_t;
+
+/* Rounds so far, every rank counting the same calls. */
+typedef struct {
+  uint64_t round, cround;
+} weft_moe_k_llstate_t;
+
+/* A handle slot's outcome, in host-mapped memory: the last call's refusal (lowest refusing
+ * rank) or failure, read by weft_moe_finish. phase: 1 dispatch, 2 combine. */
+typedef struct {
+  int64_t code, rank, a, b, c, phase;
+} weft_moe_k_status_t;
+
+typedef struct {
+  char *win[WEFT_DEV_MAX_RANKS]; /* every rank's window as mapped here */
+  weft_moe_k_geom_t g;
+  int32_t rank, nranks, local, k, experts, dtype; /* dtype: WEFT_MOE_K_* */
+  uint64_t bound;                                 /* max_tokens */
+  uint64_t hidden, tokens;
+  weft_moe_k_llstate_t *state;
+  weft_moe_k_llh_t *h;
+  weft_moe_k_status_t *status; /* host-mapped */
+  int32_t failed_code;         /* MOE_FAILED, for a wait that ran out */
+  /* the slot's layout (route.cu) and receive side */
+  const int64_t *counts;
+  const int32_t *pos, *meta;
+  const uint64_t *send_off, *send_list;
+  int64_t *row_of;     /* [nranks][bound][k] row of each received choice, -1 if none */
+  int64_t *counts_out; /* [local] rows of each local expert in the last dispatch */
+  /* the call */
+  const void *in;    /* dispatch: x; combine: rows */
+  const float *in_w; /* topk_weights, row_weights */
+  void *out;         /* recv_x, y */
+  float *out_w;      /* recv_weights */
+  int32_t code;      /* this rank refuses the call (a MOE code), else 0 */
+  int64_t a, b, c;
+  volatile int32_t *abort_flag;
+  weft_dev_error_t *error;
+  uint64_t timeout_ns;
+} weft_moe_k_ll_t;
+
+/* After a layout's route: the handle's own verdict from route's bad choice (bad_code for an
+ * id out of range, repeated_code for one repeated). */
+int weft_moe_k_ll_stamp(weft_moe_k_llh_t *h, const unsigned long long *bad, const void *ids,
+                        int id_bytes, int k, int experts, int bad_code, int repeated_code,
+                        void *stream);
+/* The four kernels of each phase: wait for the acks of the last round, write into the peers
+ * and post the records, wait for every source's record, read (and ack). */
+int weft_moe_k_ll_dispatch(const weft_moe_k_ll_t *a, void *stream);
+int weft_moe_k_ll_combine(const weft_moe_k_ll_t *a, void *stream);
 
 #ifdef __cplusplus
 }

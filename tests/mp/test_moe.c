@@ -163,6 +163,27 @@ static int identity_wrong(const shape_t *sh, int rank, int n, const void *y, siz
   return 0;
 }
 
+/* The handle's counts and offsets against the model's, on the host and (device runs) on the
+ * GPU. */
+static int check_counts(int rank, weft_moe_handle_t h, int local, const int64_t *count,
+                        const int64_t *off, const char *pn) {
+  int64_t got_c[64], got_o[64], dev_c[64] = {0};
+  if (weft_moe_expert_counts(h, got_c, got_o) != WEFT_SUCCESS) FAIL("%s: counts", pn);
+  const int64_t *dc = NULL;
+  if (weft_moe_device_counts(h, &dc) != (g_dev ? WEFT_SUCCESS : WEFT_ERR_INVALID_ARG))
+    FAIL("%s: device counts", pn);
+#ifdef WEFT_HAVE_CUDA
+  if (g_dev && cudaMemcpy(dev_c, dc, (size_t)local * 8, cudaMemcpyDeviceToHost) != cudaSuccess)
+    FAIL("%s: reading the device counts", pn);
+#endif
+  for (int l = 0; l < local; l++)
+    if (got_c[l] != count[l] || got_o[l] != off[l] || (g_dev && dev_c[l] != count[l]))
+      FAIL("%s: expert %d: count %lld (device %lld) at %lld, want %lld at %lld", pn, l,
+           (long long)got_c[l], g_dev ? (long long)dev_c[l] : -1LL, (long long)got_o[l],
+           (long long)count[l], (long long)off[l]);
+  return 0;
+}
+
 /* One shape: layout, queries, dispatch against the model, identity combine, an expert-scaled
  * combine, and the two adjoint identities. */
 static int run_split(weft_moe_t moe, weft_moe_handle_t h, const shape_t *sh, int rank,
@@ -202,7 +223,6 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
     FAIL("layout %s", pn);
   /* the model: rows of local expert l from source s, token t in order */
   int64_t *count = calloc((size_t)local, 8), *off = calloc((size_t)local, 8);
-  int64_t *got_c = calloc((size_t)local, 8), *got_o = calloc((size_t)local, 8);
   size_t rows = 0, want_rows = 0;
   for (int l = 0; l < local; l++) {
     off[l] = (int64_t)want_rows;
@@ -216,12 +236,10 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
       off[l] = (int64_t)((size_t)l * n * LL_BOUND), want_rows = (size_t)(l + 1) * n * LL_BOUND;
   }
   weft_moe_recv_rows(h, &rows);
-  weft_moe_expert_counts(h, got_c, got_o);
   if (rows != want_rows) FAIL("%s: %zu rows, want %zu", pn, rows, want_rows);
-  for (int l = 0; l < local; l++)
-    if (got_c[l] != count[l] || got_o[l] != off[l])
-      FAIL("%s: expert %d: count %lld at %lld, want %lld at %lld", pn, l, (long long)got_c[l],
-           (long long)got_o[l], (long long)count[l], (long long)off[l]);
+  /* low-latency mode on a device communicator: the counts come with the dispatch */
+  int counts_later = g_dev && sh->ll;
+  if (!counts_later && check_counts(rank, h, local, count, off, pn)) return 1;
   mb_t brx, bro, brw, brws;
   if (mb_new(&brx, rows * H * es) || mb_new(&bro, rows * H * es) || mb_new(&brw, rows * 4) ||
       mb_new(&brws, rows * 4))
@@ -234,6 +252,7 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
   if (weft_moe_dispatch(h, mb(&bx), mb(&bw), mb(&brx), mb(&brw), g_st) != WEFT_SUCCESS)
     FAIL("dispatch %s", pn);
   if (mb_down(&brx) || mb_down(&brw)) FAIL("copying out");
+  if (counts_later && check_counts(rank, h, local, count, off, pn)) return 1;
   for (int l = 0; l < local && !bad; l++) {
     size_t r = (size_t)off[l];
     for (int s = 0; s < n; s++)
@@ -337,7 +356,7 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
   if (weft_moe_destroy(moe) != WEFT_SUCCESS) FAIL("destroy");
   mb_free(&bids), mb_free(&bx), mb_free(&by), mb_free(&bw), mb_free(&brx), mb_free(&bro);
   mb_free(&brw), mb_free(&brws);
-  free(count), free(off), free(got_c), free(got_o);
+  free(count), free(off);
   return 0;
 }
 
@@ -472,9 +491,18 @@ static int run_errors(weft_comm_t comm, int rank, int n) {
     c2.max_tokens = 11;
     if (weft_moe_create(comm, &c2, &ll) != WEFT_SUCCESS) FAIL("low-latency create");
     snprintf(who, sizeof who, "rank %d: 12 tokens exceed the low-latency bound of 11", n - 1);
-    if (expect_fail(rank, weft_moe_layout(ll, mb(&bids), rank == n - 1 ? 12 : 11, &h, g_st),
-                    WEFT_ERR_INVALID_ARG, who, "over the bound"))
-      return 1;
+    weft_result_t rc = weft_moe_layout(ll, mb(&bids), rank == n - 1 ? 12 : 11, &h, g_st);
+    if (g_dev && rank != n - 1) { /* device buffers: the refusal comes with the dispatch */
+      size_t lrows = 0;
+      mb_t blx;
+      if (rc != WEFT_SUCCESS || weft_moe_recv_rows(h, &lrows) || mb_new(&blx, lrows * 8 * 2) ||
+          weft_moe_dispatch(h, mb(&bx), NULL, mb(&blx), NULL, g_st) != WEFT_SUCCESS)
+        FAIL("over the bound: a peer's dispatch");
+      rc = weft_moe_finish(h);
+      weft_moe_handle_destroy(h), h = NULL;
+      mb_free(&blx);
+    }
+    if (expect_fail(rank, rc, WEFT_ERR_INVALID_ARG, who, "over the bound")) return 1;
     if (h) FAIL("a refused layout left a handle");
     weft_moe_destroy(ll);
     snprintf(who, sizeof who, "rank %d", n - 1);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "moe.h"
+#include "moe_kernels.h"
 
 /* 2 ranks, 4 experts (2 each), k 2; token 1 goes to rank 0 twice (experts 0 and 1) */
 static const int32_t IDS[] = {3, 0, 1, 0, -1, -1, 2, -1};
@@ -183,9 +184,45 @@ static void from_counts_matches(void **st) {
   weft_moe_plan_free(&bad_plan);
 }
 
+/* The low-latency window: regions in order, none overlapping, each where the kernels need
+ * it aligned (records and acks on their own cache lines, staging rows on 16 bytes), and
+ * sizes that overflow refused. */
+static void ll_window(void **st) {
+  (void)st;
+  weft_moe_k_geom_t g;
+  /* 3 ranks, 5 local experts, k 3, rows of 13 elements of 2 bytes, 7 tokens */
+  assert_int_equal(weft_moe_ll_geometry(3, 5, 3, 26, 7, &g), 0);
+  assert_int_equal(g.sig_bytes, 64); /* 40 bytes of record and 20 of counts */
+  assert_int_equal(g.hdr_bytes, 48); /* 3 x 12 bytes, to 16 */
+  assert_int_equal(g.row_bytes, 26);
+  assert_int_equal(g.row_pad, 32);
+  assert_int_equal(g.slot_bytes, 80);
+  assert_int_equal(g.dsig, 0);
+  assert_int_equal(g.csig, 3 * 64);
+  assert_int_equal(g.dack, g.csig + 3 * WEFT_MOE_K_FLAG_STRIDE);
+  assert_int_equal(g.cack, g.dack + 3 * WEFT_MOE_K_FLAG_STRIDE);
+  assert_true(g.dstage >= g.cack + 3 * WEFT_MOE_K_FLAG_STRIDE && g.dstage % 256 == 0);
+  assert_int_equal(g.cstage, g.dstage + 3 * 7 * 80);
+  assert_int_equal(g.total, g.cstage + 3 * 7 * 32);
+  /* 64 local experts: the counts take the record past one line */
+  assert_int_equal(weft_moe_ll_geometry(2, 64, 8, 14336, 128, &g), 0);
+  assert_int_equal(g.sig_bytes, 320);
+  assert_int_equal(g.hdr_bytes, 96);
+  assert_int_equal(g.slot_bytes, 96 + 14336);
+  /* out of range or overflowing */
+  assert_int_equal(weft_moe_ll_geometry(2, 4, 2, 16, 0, &g), -1);
+  assert_int_equal(weft_moe_ll_geometry(2, 4, 2, 0, 8, &g), -1);
+  assert_int_equal(weft_moe_ll_geometry(2, 4, 2, 16, (size_t)INT32_MAX + 1, &g), -1);
+  assert_int_equal(weft_moe_ll_geometry(8, 4, 2, SIZE_MAX - 8, 8, &g), -1);
+  assert_int_equal(weft_moe_ll_geometry(8, 4, 2, 16, (size_t)1 << 28, &g), -1); /* grids */
+  assert_int_equal(weft_moe_ll_geometry(8, 4, 1, 16, ((size_t)1 << 28) - 1, &g), 0);
+  assert_int_equal(weft_moe_ll_geometry(8, 4, 2, SIZE_MAX / 16, 1 << 20, &g), -1);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(send_side), cmocka_unit_test(rows_padded),
-                                     cmocka_unit_test(rows_fixed), cmocka_unit_test(bad_ids),
-                                     cmocka_unit_test(from_counts_matches)};
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(send_side),           cmocka_unit_test(rows_padded),
+      cmocka_unit_test(rows_fixed),          cmocka_unit_test(bad_ids),
+      cmocka_unit_test(from_counts_matches), cmocka_unit_test(ll_window)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -67,6 +67,12 @@ static void reports_decode(void **st) {
       }
   weft_dev_op_t bad = weft_dev_op_from_report(3 * WEFT_DEV_KIND_COUNT + 1);
   assert_string_equal(weft_dev_op_name(bad), "?");
+  /* the MoE low-latency kernels' reports */
+  assert_string_equal(weft_dev_op_name(weft_dev_op_from_report(WEFT_DEV_MOE_KIND | 1)),
+                      "MoE dispatch");
+  assert_string_equal(weft_dev_op_name(weft_dev_op_from_report(WEFT_DEV_MOE_KIND | 2)),
+                      "MoE combine");
+  assert_int_equal(weft_dev_op_from_report(WEFT_DEV_MOE_KIND | 2).proto, WEFT_PROTO_SIMPLE);
   assert_string_equal(weft_dev_proto_prefix(WEFT_PROTO_SIMPLE), "");
   assert_string_equal(weft_dev_proto_prefix(WEFT_PROTO_LL), "low-latency ");
   assert_string_equal(weft_dev_proto_prefix(WEFT_PROTO_LL128), "128-byte low-latency ");

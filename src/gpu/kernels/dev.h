@@ -161,6 +161,9 @@ typedef struct {
 /* ... and a ring item (weft_dev_item_t.ring). */
 #define WEFT_DEV_RING_KIND 0x200u
 
+/* ... and the MoE low-latency kernels (src/moe/ll.cu), or'd with 1 (dispatch) or 2 (combine). */
+#define WEFT_DEV_MOE_KIND 0x400u
+
 /* What a low-latency kernel records as weft_dev_error_t.kind. */
 #define WEFT_DEV_LL_KIND(k) (WEFT_DEV_KIND_COUNT + (k))
 

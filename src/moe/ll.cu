@@ -1,0 +1,430 @@
+/* MoE low-latency mode on windows: dispatch and combine as kernels alone (no host wait, so
+ * a CUDA graph can hold them). Senders write each token straight into the receiver's window
+ * and post a record with their counts; the receiver waits for every record, then places the
+ * rows. One block waits for flags while the grids that move data never spin, so that ranks
+ * sharing a GPU cannot starve each other's kernels. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "moe_kernels.h"
+
+namespace {
+
+constexpr int THREADS = 256;
+
+typedef weft_moe_k_ll_t P;
+
+/* A block per row: slots and tokens are bounded by max_tokens (int32), so this fits. */
+unsigned blocks(uint64_t rows) { return (unsigned)(rows < 1 ? 1 : rows); }
+
+__device__ inline uint64_t ld_acquire(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ inline void st_release(uint64_t *p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ inline uint64_t now_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ inline weft_moe_k_rec_t *drec(const P &a, int owner, int src) {
+  return (weft_moe_k_rec_t *)(a.win[owner] + a.g.dsig + (uint64_t)src * a.g.sig_bytes);
+}
+__device__ inline weft_moe_k_rec_t *crec(const P &a, int owner, int src) {
+  return (weft_moe_k_rec_t *)(a.win[owner] + a.g.csig + (uint64_t)src * WEFT_MOE_K_FLAG_STRIDE);
+}
+__device__ inline uint64_t *ack(const P &a, int owner, uint64_t off, int from) {
+  return (uint64_t *)(a.win[owner] + off + (uint64_t)from * WEFT_MOE_K_FLAG_STRIDE);
+}
+__device__ inline const int32_t *rec_counts(const weft_moe_k_rec_t *r) {
+  return (const int32_t *)(r + 1);
+}
+
+__device__ void fail(const P &a, int phase) {
+  a.status->code = a.failed_code, a.status->rank = a.rank, a.status->phase = phase;
+  a.status->a = a.status->b = a.status->c = 0;
+}
+
+/* Thread 0 of a lone block: waits until the flag at off + r * stride of our window reaches
+ * target for every rank r; false (the comm's error written, its kernels told to stop) when
+ * the communicator aborts or the timeout passes. */
+__device__ bool wait_all(const P &a, uint64_t off, uint64_t stride, uint64_t target, int phase) {
+  for (int r = 0; r < a.nranks; r++) {
+    const uint64_t *f = (const uint64_t *)(a.win[a.rank] + off + (uint64_t)r * stride);
+    uint64_t start = 0;
+    for (uint32_t spins = 0; ld_acquire(f) < target; spins++) {
+      if ((spins & 255) != 255) continue;
+      uint64_t t = now_ns();
+      if (!start) start = t;
+      bool aborted = *a.abort_flag != 0;
+      if (!aborted && t - start <= a.timeout_ns) continue;
+      if (!aborted && a.error->code == 0) {
+        a.error->peer = r, a.error->channel = -1;
+        a.error->kind = WEFT_DEV_MOE_KIND | (uint32_t)phase;
+        __threadfence_system();
+        a.error->code = WEFT_DEV_ERR_TIMEOUT;
+      }
+      *a.abort_flag = 1;
+      fail(a, phase);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The block's writes are done and fenced; true in the grid's last block (which then posts and
+ * resets the ticket). */
+__device__ bool last_block(uint32_t *ticket) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    if (last) *ticket = 0;
+  }
+  __syncthreads();
+  return last;
+}
+
+/* The block copies a row of `bytes` from src into each of the nd rows dst[] (one read, nd
+ * writes), in the widest unit all allow (16, 4 or 2 bytes), four loads in flight a thread;
+ * src through L2 only, since peers write it. */
+template <typename U>
+__device__ void fan_rows(char *const *dst, int nd, const char *src, uint64_t bytes) {
+  const uint64_t units = bytes / sizeof(U), step = blockDim.x;
+  for (uint64_t c0 = threadIdx.x; c0 < units; c0 += 4 * step) {
+    U v[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+      if (c0 + u * step < units) v[u] = __ldcg((const U *)src + c0 + u * step);
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+      if (c0 + u * step < units)
+        for (int d = 0; d < nd; d++)
+          ((U *)dst[d])[c0 + u * step] = v[u];
+  }
+}
+
+__device__ void copy_rows(char *const *dst, int nd, const char *src, uint64_t bytes) {
+  uintptr_t al = (uintptr_t)src | bytes;
+  for (int d = 0; d < nd; d++)
+    al |= (uintptr_t)dst[d];
+  if (al % 16 == 0)
+    fan_rows<uint4>(dst, nd, src, bytes);
+  else if (al % 4 == 0)
+    fan_rows<unsigned int>(dst, nd, src, bytes);
+  else
+    fan_rows<unsigned short>(dst, nd, src, bytes);
+}
+
+template <typename T> __device__ float tof(T v);
+template <> __device__ float tof<float>(float v) { return v; }
+template <> __device__ float tof<__half>(__half v) { return __half2float(v); }
+template <> __device__ float tof<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ T fromf(float v);
+template <> __device__ float fromf<float>(float v) { return v; }
+template <> __device__ __half fromf<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __nv_bfloat16 fromf<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+/* The block writes dst = sum over the n sources src[i] (each scaled by w[i], 1 when w is NULL;
+ * NULL sources skipped), accumulated in f32; 16 bytes a thread at a time where all are
+ * aligned. Sources through L2 only. */
+template <typename T>
+__device__ void sum_rows(T *dst, const T *const *src, const float *w, int n, uint64_t hidden) {
+  constexpr int V = 16 / sizeof(T);
+  uintptr_t al = (uintptr_t)dst | (hidden * sizeof(T));
+  for (int i = 0; i < n; i++)
+    al |= (uintptr_t)src[i];
+  if (al % 16 == 0) {
+    for (uint64_t c = threadIdx.x; c < hidden / V; c += blockDim.x) {
+      float acc[V];
+#pragma unroll
+      for (int q = 0; q < V; q++)
+        acc[q] = 0.0f;
+      for (int i = 0; i < n; i++) {
+        if (!src[i]) continue;
+        uint4 u = __ldcg((const uint4 *)src[i] + c);
+        const T *e = (const T *)&u;
+        float wi = w ? w[i] : 1.0f;
+#pragma unroll
+        for (int q = 0; q < V; q++)
+          acc[q] += wi * tof<T>(e[q]);
+      }
+      uint4 o;
+      T *oe = (T *)&o;
+#pragma unroll
+      for (int q = 0; q < V; q++)
+        oe[q] = fromf<T>(acc[q]);
+      ((uint4 *)dst)[c] = o;
+    }
+    return;
+  }
+  for (uint64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++)
+      if (src[i]) acc += (w ? w[i] : 1.0f) * tof<T>(src[i][c]);
+    dst[c] = fromf<T>(acc);
+  }
+}
+
+/* ---- dispatch ---- */
+
+__global__ void d_open(P a) {
+  if (threadIdx.x) return;
+  weft_moe_k_llh_t *h = a.h;
+  uint64_t R = ++a.state->round;
+  h->round = R, h->refused = 0, h->ticket = 0;
+  /* every rank read what we wrote into it last round */
+  if (!wait_all(a, a.g.dack, WEFT_MOE_K_FLAG_STRIDE, R - 1, 1)) h->refused = 2;
+}
+
+__global__ void d_send(P a) {
+  weft_moe_k_llh_t *h = a.h;
+  const bool go = h->refused == 0;
+  const int32_t code = a.code ? a.code : h->own_code;
+  const int k = a.k, n = a.nranks;
+  const uint64_t e = blockIdx.x; /* a block an entry: a token for one rank */
+  if (go && code == 0 && e < a.send_off[n]) {
+    int r = 0;
+    while (r + 1 < n && a.send_off[r + 1] <= e)
+      r++;
+    uint64_t p = e - a.send_off[r], t = a.send_list[e];
+    char *slot = a.win[r] + a.g.dstage + ((uint64_t)a.rank * a.bound + p) * a.g.slot_bytes;
+    if (threadIdx.x < (unsigned)k) {
+      int j = threadIdx.x;
+      int32_t *hd = (int32_t *)slot + 3 * j;
+      hd[0] = a.meta[(e * k + j) * 2];
+      hd[1] = a.meta[(e * k + j) * 2 + 1];
+      ((float *)hd)[2] = a.in_w ? a.in_w[t * k + j] : 1.0f;
+    }
+    char *dst = slot + a.g.hdr_bytes;
+    copy_rows(&dst, 1, (const char *)a.in + t * a.g.row_bytes, a.g.row_bytes);
+  }
+  if (!last_block(&h->ticket) || !go) return;
+  const bool ok = code == 0;
+  for (int r = 0; r < n; r++) {
+    weft_moe_k_rec_t *rec = drec(a, r, a.rank);
+    int32_t *cnt = (int32_t *)(rec + 1);
+    for (int l = threadIdx.x; l < a.local; l += blockDim.x)
+      cnt[l] = ok ? (int32_t)a.counts[(int64_t)r * a.local + l] : 0;
+    if (threadIdx.x == 0) {
+      rec->code = code, rec->ntok = ok ? (int32_t)a.counts[a.experts + r] : 0;
+      rec->a = a.code ? a.a : h->own_a, rec->b = a.code ? a.b : h->own_b;
+      rec->c = a.code ? a.c : h->own_c;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    for (int r = 0; r < n; r++)
+      st_release(&drec(a, r, a.rank)->round, h->round);
+  }
+}
+
+__global__ void d_wait(P a) {
+  if (threadIdx.x || a.h->refused == 2) return;
+  if (!wait_all(a, a.g.dsig, a.g.sig_bytes, a.h->round, 1)) a.h->refused = 2;
+}
+
+/* Rows of local expert l that sources below s sent. */
+__device__ uint64_t before(const P &a, int l, int s) {
+  uint64_t at = 0;
+  for (int q = 0; q < s; q++)
+    at += (uint64_t)rec_counts(drec(a, a.rank, q))[l];
+  return at;
+}
+
+__global__ void d_recv(P a) {
+  weft_moe_k_llh_t *h = a.h;
+  const bool failed = h->refused == 2;
+  const int k = a.k, n = a.nranks, me = a.rank;
+  const uint64_t B = a.bound;
+  int bad = -1;
+  for (int s = 0; s < n && !failed && bad < 0; s++)
+    if (drec(a, me, s)->code) bad = s;
+  const uint64_t q = blockIdx.x; /* a block a slot: source q / B's token q % B */
+  const int src = (int)(q / B);
+  if (!failed && bad < 0 && q % B < (uint64_t)drec(a, me, src)->ntok) {
+    const weft_moe_k_rec_t *rec = drec(a, me, src);
+    const char *slot = a.win[me] + a.g.dstage + q * a.g.slot_bytes;
+    __shared__ char *dst[WEFT_MOE_K_MAX_TOPK];
+    __shared__ int nd;
+    if (threadIdx.x == 0) {
+      nd = 0;
+      for (int j = 0; j < k; j++) {
+        const int32_t *hd = (const int32_t *)slot + 3 * j;
+        int32_t l = __ldcg(hd), idx = __ldcg(hd + 1);
+        int64_t row = -1;
+        if (l >= 0 && l < a.local && idx >= 0 && idx < rec_counts(rec)[l]) {
+          row = (int64_t)((uint64_t)l * n * B + before(a, l, src) + (uint64_t)idx);
+          dst[nd++] = (char *)a.out + (uint64_t)row * a.g.row_bytes;
+          if (a.out_w) a.out_w[row] = __ldcg((const float *)hd + 2);
+        }
+        a.row_of[q * k + j] = row;
+      }
+    }
+    __syncthreads();
+    copy_rows(dst, nd, slot + a.g.hdr_bytes, a.g.row_bytes);
+  }
+  if (blockIdx.x == 0 && !failed) {
+    for (int l = threadIdx.x; l < a.local && bad < 0; l += blockDim.x)
+      a.counts_out[l] = (int64_t)before(a, l, n);
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < n; s++)
+        h->ntok_from[s] = bad < 0 ? drec(a, me, s)->ntok : 0;
+      const weft_moe_k_rec_t *rec = bad >= 0 ? drec(a, me, bad) : NULL;
+      a.status->code = rec ? rec->code : 0, a.status->rank = bad, a.status->phase = 1;
+      a.status->a = rec ? rec->a : 0, a.status->b = rec ? rec->b : 0;
+      a.status->c = rec ? rec->c : 0;
+      if (bad >= 0) h->refused = 1;
+    }
+  }
+  if (!last_block(&h->ticket) || failed || threadIdx.x) return;
+  for (int s = 0; s < n; s++) /* we are done with what each source wrote this round */
+    st_release(ack(a, s, a.g.dack, me), h->round);
+}
+
+/* ---- combine ---- */
+
+__global__ void c_open(P a) {
+  if (threadIdx.x) return;
+  weft_moe_k_llh_t *h = a.h;
+  h->cfailed = 0, h->ticket = 0;
+  if (h->refused) { /* every rank saw the same refusal of the dispatch: no round */
+    h->cround = 0;
+    return;
+  }
+  uint64_t C = ++a.state->cround;
+  h->cround = C;
+  if (!wait_all(a, a.g.cack, WEFT_MOE_K_FLAG_STRIDE, C - 1, 2)) h->cfailed = 1;
+}
+
+template <typename T> __global__ void c_back(P a) {
+  weft_moe_k_llh_t *h = a.h;
+  const bool go = h->cround != 0 && !h->cfailed;
+  const int k = a.k, n = a.nranks;
+  const uint64_t B = a.bound;
+  const uint64_t q = blockIdx.x; /* a block a slot: source q / B's token q % B */
+  const int home = (int)(q / B);
+  if (go && a.code == 0 && q % B < (uint64_t)h->ntok_from[home]) {
+    const T *src[WEFT_MOE_K_MAX_TOPK];
+    float w[WEFT_MOE_K_MAX_TOPK];
+    for (int j = 0; j < k; j++) {
+      int64_t r = a.row_of[q * k + j];
+      src[j] = r >= 0 ? (const T *)a.in + (uint64_t)r * a.hidden : NULL;
+      w[j] = r >= 0 && a.in_w ? a.in_w[r] : 1.0f;
+    }
+    T *dst = (T *)(a.win[home] + a.g.cstage + ((uint64_t)a.rank * B + q % B) * a.g.row_pad);
+    sum_rows<T>(dst, src, w, k, a.hidden);
+  }
+  if (!last_block(&h->ticket) || !go || threadIdx.x) return;
+  for (int s = 0; s < n; s++) {
+    weft_moe_k_rec_t *rec = crec(a, s, a.rank);
+    rec->code = a.code, rec->ntok = 0, rec->a = a.a, rec->b = a.b, rec->c = a.c;
+  }
+  __threadfence_system();
+  for (int s = 0; s < n; s++)
+    st_release(&crec(a, s, a.rank)->round, h->cround);
+}
+
+__global__ void c_wait(P a) {
+  weft_moe_k_llh_t *h = a.h;
+  if (threadIdx.x || h->cround == 0 || h->cfailed) return;
+  if (!wait_all(a, a.g.csig, WEFT_MOE_K_FLAG_STRIDE, h->cround, 2)) h->cfailed = 1;
+}
+
+template <typename T> __global__ void c_home(P a) {
+  weft_moe_k_llh_t *h = a.h;
+  const bool go = h->cround != 0 && !h->cfailed;
+  const int n = a.nranks, me = a.rank;
+  int bad = -1;
+  for (int r = 0; r < n && go && bad < 0; r++)
+    if (crec(a, me, r)->code) bad = r;
+  const uint64_t t = blockIdx.x; /* a block a token */
+  if (go && bad < 0 && t < a.tokens) {
+    const T *src[WEFT_DEV_MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+      int32_t p = a.pos[t * n + r];
+      src[r] = p >= 0 ? (const T *)(a.win[me] + a.g.cstage +
+                                    ((uint64_t)r * a.bound + (uint64_t)p) * a.g.row_pad)
+                      : NULL;
+    }
+    sum_rows<T>((T *)a.out + t * a.hidden, src, NULL, n, a.hidden);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0 && go) {
+    const weft_moe_k_rec_t *rec = bad >= 0 ? crec(a, me, bad) : NULL;
+    a.status->code = rec ? rec->code : 0, a.status->rank = bad, a.status->phase = 2;
+    a.status->a = rec ? rec->a : 0, a.status->b = rec ? rec->b : 0;
+    a.status->c = rec ? rec->c : 0;
+  }
+  if (!last_block(&h->ticket) || !go || threadIdx.x) return;
+  for (int r = 0; r < n; r++)
+    st_release(ack(a, r, a.g.cack, me), h->cround);
+}
+
+template <typename I>
+__global__ void stamp(weft_moe_k_llh_t *h, const unsigned long long *bad, const I *ids, int k,
+                      int experts, int bad_code, int repeated_code) {
+  unsigned long long b = *bad;
+  h->own_code = 0, h->own_a = h->own_b = h->own_c = 0;
+  h->refused = 0, h->cround = 0, h->cfailed = 0, h->ticket = 0;
+  for (int r = 0; r < WEFT_DEV_MAX_RANKS; r++)
+    h->ntok_from[r] = 0;
+  if (b == ~0ull) return;
+  int64_t id = (int64_t)ids[b];
+  h->own_code = id < -1 || id >= experts ? bad_code : repeated_code;
+  h->own_a = (int64_t)(b / k), h->own_b = (int64_t)(b % k), h->own_c = id;
+}
+
+template <typename T> void combine_kernels(const P &a, cudaStream_t s) {
+  c_back<T><<<blocks((uint64_t)a.nranks * a.bound), THREADS, 0, s>>>(a);
+  c_wait<<<1, 32, 0, s>>>(a);
+  c_home<T><<<blocks(a.tokens), THREADS, 0, s>>>(a);
+}
+
+} // namespace
+
+extern "C" int weft_moe_k_ll_stamp(weft_moe_k_llh_t *h, const unsigned long long *bad,
+                                   const void *ids, int id_bytes, int k, int experts, int bad_code,
+                                   int repeated_code, void *stream) {
+  (void)cudaGetLastError();
+  cudaStream_t s = (cudaStream_t)stream;
+  if (id_bytes == 4)
+    stamp<<<1, 1, 0, s>>>(h, bad, (const int32_t *)ids, k, experts, bad_code, repeated_code);
+  else
+    stamp<<<1, 1, 0, s>>>(h, bad, (const int64_t *)ids, k, experts, bad_code, repeated_code);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int weft_moe_k_ll_dispatch(const weft_moe_k_ll_t *a, void *stream) {
+  (void)cudaGetLastError();
+  cudaStream_t s = (cudaStream_t)stream;
+  int width = a->k < a->nranks ? a->k : a->nranks;
+  d_open<<<1, 32, 0, s>>>(*a);
+  d_send<<<blocks(a->bound * (uint64_t)width), THREADS, 0, s>>>(*a);
+  d_wait<<<1, 32, 0, s>>>(*a);
+  d_recv<<<blocks((uint64_t)a->nranks * a->bound), THREADS, 0, s>>>(*a);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int weft_moe_k_ll_combine(const weft_moe_k_ll_t *a, void *stream) {
+  (void)cudaGetLastError();
+  cudaStream_t s = (cudaStream_t)stream;
+  c_open<<<1, 32, 0, s>>>(*a);
+  if (a->dtype == WEFT_MOE_K_F32)
+    combine_kernels<float>(*a, s);
+  else if (a->dtype == WEFT_MOE_K_F16)
+    combine_kernels<__half>(*a, s);
+  else
+    combine_kernels<__nv_bfloat16>(*a, s);
+  return (int)cudaGetLastError();
+}
