@@ -22,7 +22,7 @@
 
 typedef struct {
   size_t tokens, hidden, align;
-  int topk, experts, iters, warmup, check, ranks, gpu, torch, ll, graph;
+  int topk, experts, iters, warmup, check, ranks, gpu, torch, ll, graph, fp8;
   weft_dtype_t t;
   const char *json;
 } mopts_t;
@@ -90,13 +90,40 @@ static void check_rank(const mopts_t *o, int rank, int n, const void *rx, const 
   free(next);
 }
 
+/* fp8 dispatch's rows (e4m3 q, scales s): elements whose value q * s is further from the
+ * routed token's than e4m3's precision allows (half a unit of 3 mantissa bits, or of the
+ * smallest normal). */
+static uint64_t check_fp8(const mopts_t *o, int rank, int n, const uint8_t *q, const float *sc,
+                          const int64_t *off) {
+  int local = o->experts / n, k = o->topk;
+  size_t H = o->hidden, nb = WEFT_MOE_FP8_BLOCKS(H), *next = calloc((size_t)local, sizeof *next);
+  int64_t ids[WEFT_MOE_MAX_TOPK];
+  uint64_t wrong = next ? 0 : 1;
+  for (int s = 0; s < n && next; s++)
+    for (size_t t = 0; t < o->tokens; t++) {
+      route(o, s, t, ids);
+      for (int j = 0; j < k; j++) {
+        if (ids[j] / local != rank) continue;
+        size_t r = (size_t)off[ids[j] % local] + next[ids[j] % local]++;
+        for (size_t c = 0; c < H; c++) {
+          float x = x_of(s, t, c), sb = sc[r * nb + c / WEFT_MOE_FP8_BLOCK];
+          wrong += fabsf(weft_e4m3_to_f32(q[r * H + c]) * sb - x) >
+                   fmaxf(fabsf(x) * 0x1p-4f, sb * 0x1p-10f);
+        }
+      }
+    }
+  free(next);
+  return wrong;
+}
+
 static int fail(int rank, const char *what, weft_comm_t comm) {
   fprintf(stderr, "moebench: rank %d: %s failed: %s\n", rank, what, weft_get_last_error(comm));
   return 1;
 }
 
 /* Rank 0's rows and JSON; 1 when a result was wrong or the JSON could not be written. */
-static int report(const mopts_t *o, int n, const double *tmax, double bmax, const uint64_t *wrong) {
+static int report(const mopts_t *o, int n, const double *tmax, const double *bmax,
+                  const uint64_t *wrong) {
   int rc = 0, any = 0;
   FILE *js = o->json ? fopen(o->json, "w") : NULL;
   if (o->json && !js) fprintf(stderr, "moebench: cannot write %s\n", o->json), rc = 1;
@@ -109,19 +136,25 @@ static int report(const mopts_t *o, int n, const double *tmax, double bmax, cons
          o->graph ? " (dispatch or combine captured once in a CUDA graph, replayed)" : "");
   printf("# GB/s: the most bytes of tokens a rank receives (each once per rank) over the "
          "slowest rank's mean time, as DeepEP counts them\n");
+  if (o->fp8)
+    printf("# dispatch in fp8: e4m3 rows and a scale per %d elements (its GB/s counts those "
+           "bytes); combine's rows come from a plain dispatch\n",
+           WEFT_MOE_FP8_BLOCK);
   printf("%-10s %12s %10s %8s\n", "phase", "time_us", "GB/s", "#wrong");
   if (js)
     fprintf(js,
             "{\n  \"bench\": \"moebench\", \"nranks\": %d, \"tokens\": %zu, \"hidden\": %zu, "
             "\"topk\": %d, \"experts\": %d, \"dtype\": \"%s\", \"mode\": \"%s\", "
-            "\"buffers\": \"%s\", \"align\": %zu, \"check\": %d, \"graph\": %d,\n  \"rows\": [",
+            "\"buffers\": \"%s\", \"align\": %zu, \"check\": %d, \"graph\": %d, \"fp8\": %d,\n  "
+            "\"rows\": [",
             n, o->tokens, o->hidden, o->topk, o->experts, weft_dtype_name(o->t),
-            o->ll ? "ll" : "normal", o->gpu ? "device" : "host", o->align, o->check, o->graph);
+            o->ll ? "ll" : "normal", o->gpu ? "device" : "host", o->align, o->check, o->graph,
+            o->fp8);
   for (int ph = 0; ph < NPHASE; ph++) {
     char gbs[32] = "-", jgbs[32] = "null", wtxt[32] = "n/a", jw[32] = "null";
     if (ph != LAYOUT) {
-      snprintf(gbs, sizeof gbs, "%.2f", bmax / tmax[ph] / 1e9);
-      snprintf(jgbs, sizeof jgbs, "%.4f", bmax / tmax[ph] / 1e9);
+      snprintf(gbs, sizeof gbs, "%.2f", bmax[ph] / tmax[ph] / 1e9);
+      snprintf(jgbs, sizeof jgbs, "%.4f", bmax[ph] / tmax[ph] / 1e9);
     }
     if (o->check && ph != LAYOUT) {
       snprintf(wtxt, sizeof wtxt, "%llu", (unsigned long long)wrong[ph]);
@@ -182,14 +215,17 @@ static int mb_move(const mopts_t *o, mbuf_t *b, int up, void *st) {
   return up ? moe_mem_copy(b->d, b->h, b->bytes, 1, st) : moe_mem_copy(b->h, b->d, b->bytes, 0, st);
 }
 
-enum { IDS, W, X, Y, RX, RW, NBUF };
+enum { IDS, W, X, Y, RX, RW, RX8, RS, NBUF }; /* RX8, RS: fp8 dispatch's rows and scales */
 
-/* The rank's layer over comm (host buffers) or a device communicator split from it. */
-/* Phase ph's call (dispatch or combine) on h. */
-static weft_result_t issue(int ph, weft_moe_handle_t h, mbuf_t *b, void *st) {
+/* Phase ph's call (dispatch, in fp8 when fp8 is set, or combine) on h. */
+static weft_result_t issue(int ph, int fp8, weft_moe_handle_t h, mbuf_t *b, void *st) {
+  if (ph == DISPATCH && fp8)
+    return weft_moe_dispatch_fp8(h, b[X].d, b[W].d, b[RX8].d, b[RS].d, b[RW].d, st);
   return ph == DISPATCH ? weft_moe_dispatch(h, b[X].d, b[W].d, b[RX].d, b[RW].d, st)
                         : weft_moe_combine(h, b[RX].d, b[RW].d, b[Y].d, st);
 }
+
+/* The rank's layer over comm (host buffers) or a device communicator split from it. */
 
 static int run_rank(int rank, int n, weft_unique_id_t id, void *arg) {
   const mopts_t *o = arg;
@@ -242,36 +278,47 @@ static int run_rank(int rank, int n, weft_unique_id_t id, void *arg) {
       size_t rows = 0;
       weft_moe_recv_rows(h, &rows);
       weft_moe_expert_counts(h, NULL, off);
-      if (mb_make(o, &b[RX], rows * H * es) || mb_make(o, &b[RW], rows * 4))
+      if (mb_make(o, &b[RX], rows * H * es) || mb_make(o, &b[RW], rows * 4) ||
+          (o->fp8 && (mb_make(o, &b[RX8], rows * H) ||
+                      mb_make(o, &b[RS], rows * WEFT_MOE_FP8_BLOCKS(H) * 4))))
         return fail(rank, "allocating the rows", NULL);
     }
   }
   for (int ph = DISPATCH; ph <= COMBINE && !bad; ph++) {
     void *graph = NULL; /* --graph: the call captured once, then replayed */
-    if (o->graph && (moe_mem_capture(st) || issue(ph, h, b, st) != WEFT_SUCCESS ||
+    if (o->graph && (moe_mem_capture(st) || issue(ph, o->fp8, h, b, st) != WEFT_SUCCESS ||
                      !(graph = moe_mem_captured(st))))
       return fail(rank, PHASE[ph], NULL);
     for (int i = 0; i < o->warmup + o->iters; i++) {
       if (weft_barrier(host, NULL) != WEFT_SUCCESS) return fail(rank, "barrier", host);
       double t0 = now_s();
       weft_result_t rc = graph ? (moe_mem_replay(graph, st) ? WEFT_ERR_SYSTEM : WEFT_SUCCESS)
-                               : issue(ph, h, b, st);
+                               : issue(ph, o->fp8, h, b, st);
       if (rc != WEFT_SUCCESS) return fail(rank, PHASE[ph], NULL);
       if (o->gpu && moe_mem_sync(st)) return fail(rank, PHASE[ph], comm);
       if (i >= o->warmup) t[ph] += now_s() - t0;
     }
     moe_mem_graph_free(graph);
+    /* fp8: combine's rows come from a plain dispatch (untimed) */
+    if (ph == DISPATCH && o->fp8 &&
+        (mb_move(o, &b[RX8], 0, st) || mb_move(o, &b[RS], 0, st) ||
+         issue(ph, 0, h, b, st) != WEFT_SUCCESS || (o->gpu && moe_mem_sync(st))))
+      return fail(rank, "the plain dispatch after fp8's", NULL);
   }
   if (bad || mb_move(o, &b[RX], 0, st) || mb_move(o, &b[Y], 0, st))
     return fail(rank, "setting up or reading back", NULL);
   size_t recv_tokens = 0;
   uint64_t wrong[NPHASE] = {0}, wsum[NPHASE];
   check_rank(o, rank, n, b[RX].h, b[Y].h, off, wrong + DISPATCH, &recv_tokens);
-  double mean[NPHASE], tmax[NPHASE], bytes = (double)recv_tokens * (double)(H * es), bmax = 0;
+  if (o->fp8 && o->check) wrong[DISPATCH] += check_fp8(o, rank, n, b[RX8].h, b[RS].h, off);
+  double mean[NPHASE], tmax[NPHASE], bytes[NPHASE], bmax[NPHASE];
+  for (int ph = 0; ph < NPHASE; ph++) /* each token once per rank, as its phase moves it */
+    bytes[ph] = (double)recv_tokens *
+                (double)(ph == DISPATCH && o->fp8 ? H + WEFT_MOE_FP8_BLOCKS(H) * 4 : H * es);
   for (int ph = 0; ph < NPHASE; ph++)
     mean[ph] = t[ph] / o->iters;
   if (weft_allreduce(mean, tmax, NPHASE, WEFT_F64, WEFT_MAX, host, NULL) != WEFT_SUCCESS ||
-      weft_allreduce(&bytes, &bmax, 1, WEFT_F64, WEFT_MAX, host, NULL) != WEFT_SUCCESS ||
+      weft_allreduce(bytes, bmax, NPHASE, WEFT_F64, WEFT_MAX, host, NULL) != WEFT_SUCCESS ||
       weft_allreduce(wrong, wsum, NPHASE, WEFT_U64, WEFT_SUM, host, NULL) != WEFT_SUCCESS)
     return fail(rank, "gathering the results", NULL);
   int rc = rank == 0 ? report(o, n, tmax, bmax, wsum) : 0;
@@ -299,6 +346,7 @@ static void usage(FILE *f) {
              "                        local expert\n"
              "      --cpu | --gpu     host or device buffers (default: GPUs when present; ranks\n"
              "                        share them round-robin, and default to one per GPU)\n"
+             "      --fp8             dispatch in fp8 (e4m3 rows, a scale per 128 elements)\n"
              "      --graph           ll on GPUs: time each call captured once in a CUDA\n"
              "                        graph and replayed\n"
              "      --compare torch   PyTorch's permute + all_to_all_single in the same run\n"
@@ -339,6 +387,7 @@ int main(int argc, char **argv) {
                                         {"compare", required_argument, 0, 10},
                                         {"json", required_argument, 0, 11},
                                         {"graph", no_argument, 0, 12},
+                                        {"fp8", no_argument, 0, 13},
                                         {"datatype", required_argument, 0, 'd'},
                                         {"iters", required_argument, 0, 'n'},
                                         {"warmup_iters", required_argument, 0, 'w'},
@@ -372,6 +421,7 @@ int main(int argc, char **argv) {
       break;
     case 11: o.json = optarg; break;
     case 12: o.graph = 1; break;
+    case 13: o.fp8 = 1; break;
     case 'd':
       if (parse_type(optarg, &o.t)) {
         fprintf(stderr, "moebench: -d takes bf16, f16 or f32\n");

@@ -89,6 +89,21 @@ WEFT_API weft_result_t weft_moe_dispatch(weft_moe_handle_t handle, const void *x
                                          const float *topk_weights, void *recv_x,
                                          float *recv_weights, weft_stream_t stream);
 
+/* Collective: weft_moe_dispatch with the rows arriving in fp8 (e4m3), for expert products
+ * that read fp8: recv_x8 is weft_moe_recv_rows x hidden bytes, and recv_scales one f32 per
+ * WEFT_MOE_FP8_BLOCK elements of each row (WEFT_MOE_FP8_BLOCKS(hidden) a row), so that
+ * element i of a row is about recv_x8[i] * recv_scales[i / WEFT_MOE_FP8_BLOCK]. The sender
+ * quantizes each block of a token (finite values of config.dtype) with the scale amax / 448
+ * (448: e4m3's largest finite value; 1 for a block of zeros) and each element as
+ * e4m3(x / scale), rounded to nearest even: the same bits on host and device buffers. Padding
+ * rows are zeros with scale 0; the handle's combine is unchanged (config.dtype). */
+#define WEFT_MOE_FP8_BLOCK     128
+#define WEFT_MOE_FP8_BLOCKS(h) (((h) + WEFT_MOE_FP8_BLOCK - 1) / WEFT_MOE_FP8_BLOCK)
+WEFT_API weft_result_t weft_moe_dispatch_fp8(weft_moe_handle_t handle, const void *x,
+                                             const float *topk_weights, uint8_t *recv_x8,
+                                             float *recv_scales, float *recv_weights,
+                                             weft_stream_t stream);
+
 /* Collective, dispatch reversed: y[t] = sum over the rows r of token t of w[r] * rows[r],
  * accumulated in f32, with w = row_weights (one per row, typically dispatch's recv_weights)
  * or 1 when NULL. Each rank first sums the rows of a token it holds, then sends that partial

@@ -123,8 +123,51 @@ static weft_result_t kernel_rc(int e, const char *fn, const char *what) {
                         cudaGetErrorString((cudaError_t)e));
 }
 
+/* fp8 dispatch: every entry (this rank's own too) quantized into the staging, as its scales
+ * then its e4m3 bytes, and moved with the weights by two alltoallv. */
+static weft_result_t dispatch_fp8(weft_moe_handle_t h, const void *x, const float *w,
+                                  uint8_t *recv_x, float *recv_w, float *recv_s, weft_stream_t s) {
+  const char *fn = "weft_moe_dispatch_fp8";
+  const weft_moe_plan_t *p = &h->plan;
+  moe_dev_t *d = h->dev;
+  weft_moe_t m = h->moe;
+  cudaStream_t st = (cudaStream_t)s;
+  size_t n = (size_t)p->nranks, k = (size_t)p->k, hid = m->cfg.hidden;
+  /* a multiple of 16 bytes an entry: every entry's scales aligned, and the alltoallv moves
+   * whole 16-byte units */
+  size_t wire = (WEFT_MOE_FP8_BLOCKS(hid) * 4 + hid + 15) / 16 * 16;
+  size_t ns = p->send_off[n], nr = p->recv_off[n], bytes[4];
+  int fits[4] = {weft_mul_fits(ns, wire, &bytes[0]), weft_mul_fits(ns * k, 4, &bytes[1]),
+                 weft_mul_fits(nr, wire, &bytes[2]), weft_mul_fits(nr * k, 4, &bytes[3])};
+  call_t c;
+  weft_result_t rc = call_begin(h, st, bytes, fits, 4, &c, fn);
+  if (rc != WEFT_SUCCESS) {
+    call_end(h, st, &c, 0);
+    return rc;
+  }
+  char **buf = c.buf;
+  rc = kernel_rc(weft_moe_k_gather_fp8(kcode(m->cfg.dtype), x, d->send_list, ns, hid, wire, buf[0],
+                                       w, (float *)buf[1], (int)k, st),
+                 fn, "fp8 gather");
+  weft_moe_plan_counts(p, 0, wire, c.cnt, c.dsp);
+  weft_moe_plan_counts(p, 1, wire, c.rcnt, c.rdsp);
+  if (rc == WEFT_SUCCESS)
+    rc = weft_alltoallv(buf[0], c.cnt, c.dsp, buf[2], c.rcnt, c.rdsp, WEFT_U8, m->comm, s);
+  weft_moe_plan_counts(p, 0, k, c.cnt, c.dsp);
+  weft_moe_plan_counts(p, 1, k, c.rcnt, c.rdsp);
+  if (rc == WEFT_SUCCESS)
+    rc = weft_alltoallv(buf[1], c.cnt, c.dsp, buf[3], c.rcnt, c.rdsp, WEFT_F32, m->comm, s);
+  if (rc == WEFT_SUCCESS)
+    rc = kernel_rc(weft_moe_k_scatter_fp8(buf[2], (const float *)buf[3], d->row_of, nr, (int)k, hid,
+                                          wire, recv_x, recv_s, recv_w, d->pad, d->npad, st),
+                   fn, "fp8 scatter");
+  call_end(h, st, &c, 1);
+  return rc;
+}
+
 weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const float *w,
-                                    void *recv_x, float *recv_w, weft_stream_t s) {
+                                    void *recv_x, float *recv_w, float *recv_s, weft_stream_t s) {
+  if (recv_s) return dispatch_fp8(h, x, w, recv_x, recv_w, recv_s, s);
   const char *fn = "weft_moe_dispatch";
   const weft_moe_plan_t *p = &h->plan;
   moe_dev_t *d = h->dev;

@@ -22,8 +22,8 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
   return none();
 }
 weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const float *w,
-                                    void *recv_x, float *recv_w, weft_stream_t s) {
-  (void)h, (void)x, (void)w, (void)recv_x, (void)recv_w, (void)s;
+                                    void *recv_x, float *recv_w, float *recv_s, weft_stream_t s) {
+  (void)h, (void)x, (void)w, (void)recv_x, (void)recv_w, (void)recv_s, (void)s;
   return none();
 }
 weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const float *w, void *y,
@@ -48,8 +48,8 @@ weft_result_t weft_moe_ll_layout(weft_moe_t m, weft_moe_handle_t h, const void *
 }
 weft_result_t weft_moe_ll_dispatch(weft_moe_handle_t h, weft_moe_verdict_t v, const char *fn,
                                    const void *x, const float *w, void *recv_x, float *recv_w,
-                                   weft_stream_t s) {
-  (void)h, (void)v, (void)fn, (void)x, (void)w, (void)recv_x, (void)recv_w, (void)s;
+                                   float *recv_s, weft_stream_t s) {
+  (void)h, (void)v, (void)fn, (void)x, (void)w, (void)recv_x, (void)recv_w, (void)recv_s, (void)s;
   return none();
 }
 weft_result_t weft_moe_ll_combine(weft_moe_handle_t h, weft_moe_verdict_t v, const char *fn,

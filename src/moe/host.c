@@ -70,6 +70,7 @@ typedef struct {
   size_t *cnt; /* two alltoallvs' counts and displacements: [8][nranks] */
   void *out;   /* recv_x or y */
   float *out_w;
+  float *out_s; /* fp8 dispatch: the rows' scales (recv_x then holds e4m3) */
 } pending_t;
 
 static void pending_free(pending_t *q) {
@@ -119,29 +120,46 @@ static weft_result_t started(weft_moe_handle_t h, pending_t *q, weft_result_t rc
   return rc;
 }
 
+/* What a row travels as: the token in config.dtype, or (fp8) its hidden e4m3 bytes then
+ * its scales. */
+static size_t wire_row(weft_moe_t m, int fp8) {
+  size_t hid = m->cfg.hidden;
+  return fp8 ? hid + WEFT_MOE_FP8_BLOCKS(hid) * sizeof(float) : hid * weft_dtype_size(m->cfg.dtype);
+}
+
 weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const float *w,
-                                     void *recv_x, float *recv_w) {
+                                     void *recv_x, float *recv_w, float *recv_s) {
   const weft_moe_plan_t *p = &h->plan;
   weft_moe_t m = h->moe;
-  int n = m->nranks;
+  int n = m->nranks, fp8 = recv_s != NULL;
   size_t k = (size_t)p->k, hid = m->cfg.hidden, row = hid * weft_dtype_size(m->cfg.dtype);
-  size_t ns = p->send_off[n], nr = p->recv_off[n];
+  size_t ns = p->send_off[n], nr = p->recv_off[n], wire = wire_row(m, fp8);
+  size_t nb = WEFT_MOE_FP8_BLOCKS(hid);
   pending_t *q = pending_new(n, 0);
+  float *scales = fp8 ? alloc2(nb, sizeof(float)) : NULL;
   if (q) {
-    q->sbuf = alloc2(ns, row), q->rbuf = alloc2(nr, row);
+    q->sbuf = alloc2(ns, wire), q->rbuf = alloc2(nr, wire);
     q->sw = alloc2(ns * k, sizeof(float)), q->rw = alloc2(nr * k, sizeof(float));
   }
-  weft_result_t rc =
-      all_allocated(m, "weft_moe_dispatch", q && q->sbuf && q->rbuf && q->sw && q->rw);
-  if (rc != WEFT_SUCCESS) return pending_free(q), rc;
+  weft_result_t rc = all_allocated(m, fp8 ? "weft_moe_dispatch_fp8" : "weft_moe_dispatch",
+                                   q && q->sbuf && q->rbuf && q->sw && q->rw && (!fp8 || scales));
+  if (rc != WEFT_SUCCESS) return free(scales), pending_free(q), rc;
   for (size_t e = 0; e < ns; e++) {
     size_t t = p->send_list[e];
-    memcpy(q->sbuf + e * row, (const char *)x + t * row, row);
+    char *to = q->sbuf + e * wire;
+    if (fp8) { /* the scales after the bytes: unaligned, so copied */
+      weft_moe_fp8_row(m->cfg.dtype, (const char *)x + t * row, hid, (uint8_t *)to, scales);
+      memcpy(to + hid, scales, nb * sizeof *scales);
+    } else {
+      memcpy(to, (const char *)x + t * row, row);
+    }
     for (size_t j = 0; j < k; j++)
       q->sw[e * k + j] = w ? w[t * k + j] : 1.0f;
   }
-  q->out = recv_x, q->out_w = recv_w;
-  rc = queue_a2a(h, q, 0, 0, q->sbuf, q->rbuf, hid, m->cfg.dtype);
+  free(scales);
+  q->out = recv_x, q->out_w = recv_w, q->out_s = recv_s;
+  rc = fp8 ? queue_a2a(h, q, 0, 0, q->sbuf, q->rbuf, wire, WEFT_U8)
+           : queue_a2a(h, q, 0, 0, q->sbuf, q->rbuf, hid, m->cfg.dtype);
   if (rc == WEFT_SUCCESS) rc = queue_a2a(h, q, 1, 0, q->sw, q->rw, k, WEFT_F32);
   return started(h, q, rc);
 }
@@ -150,15 +168,19 @@ weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const f
 static void dispatch_finish(weft_moe_handle_t h, const pending_t *q) {
   const weft_moe_plan_t *p = &h->plan;
   weft_moe_t m = h->moe;
-  size_t k = (size_t)p->k, row = m->cfg.hidden * weft_dtype_size(m->cfg.dtype);
+  int fp8 = q->out_s != NULL;
+  size_t k = (size_t)p->k, hid = m->cfg.hidden, nb = WEFT_MOE_FP8_BLOCKS(hid);
+  size_t row = fp8 ? hid : hid * weft_dtype_size(m->cfg.dtype), wire = wire_row(m, fp8);
   size_t nr = p->recv_off[m->nranks];
   char *recv_x = q->out;
-  /* padding rows: zeros, and weight 0 (low-latency blocks leave their unused rows alone) */
+  /* padding rows: zeros (scales 0), and weight 0 (low-latency blocks leave their unused rows
+   * alone) */
   for (int l = 0; l < m->local && !p->fixed; l++) {
     size_t end = weft_moe_block_end(p, l);
     size_t pad0 = (size_t)(p->offset[l] + p->count[l]);
     if (end == pad0) continue;
     memset(recv_x + pad0 * row, 0, (end - pad0) * row);
+    if (fp8) memset(q->out_s + pad0 * nb, 0, (end - pad0) * nb * sizeof *q->out_s);
     if (q->out_w)
       for (size_t r = pad0; r < end; r++)
         q->out_w[r] = 0.0f;
@@ -167,7 +189,8 @@ static void dispatch_finish(weft_moe_handle_t h, const pending_t *q) {
     for (size_t j = 0; j < k; j++) {
       size_t r = p->row_of[i * k + j];
       if (r == WEFT_MOE_NO_ROW) continue;
-      memcpy(recv_x + r * row, q->rbuf + i * row, row);
+      memcpy(recv_x + r * row, q->rbuf + i * wire, row);
+      if (fp8) memcpy(q->out_s + r * nb, q->rbuf + i * wire + hid, nb * sizeof *q->out_s);
       if (q->out_w) q->out_w[r] = q->rw[i * k + j];
     }
 }

@@ -221,11 +221,12 @@ static weft_result_t launched(int e, const char *fn) {
 /* Slot i's dispatch (or, with v refusing, its refusal) on st. */
 static weft_result_t run_dispatch(weft_moe_t m, int i, weft_moe_verdict_t v, const char *fn,
                                   const void *x, const float *w, void *recv_x, float *recv_w,
-                                  cudaStream_t st, size_t tokens) {
+                                  float *recv_s, cudaStream_t st, size_t tokens) {
   weft_moe_k_ll_t a = params(m, i);
   a.tokens = tokens;
   a.code = (int32_t)v.code, a.a = v.a, a.b = v.b, a.c = v.c;
-  if (v.code == MOE_OK) a.in = x, a.in_w = w, a.out = recv_x, a.out_w = recv_w;
+  if (v.code == MOE_OK) a.in = x, a.in_w = w, a.out = recv_x, a.out_w = recv_w, a.out_s = recv_s;
+  a.fp8 = recv_s != NULL;
   int e = call_begin(m->ll, st) ? (int)cudaGetLastError() : weft_moe_k_ll_dispatch(&a, st);
   if (e == (int)cudaSuccess && call_end(m->ll, st)) e = (int)cudaGetLastError();
   weft_result_t rc = launched(e, fn);
@@ -246,7 +247,7 @@ weft_result_t weft_moe_ll_layout(weft_moe_t m, weft_moe_handle_t h, const void *
   if (v.code == MOE_OK && i == LL_SLOTS) v.code = MOE_NO_SLOT, v.a = LL_SLOTS;
   weft_result_t rc;
   if (v.code != MOE_OK) { /* the peers' next dispatch learns of it (and writes nothing) */
-    rc = run_dispatch(m, SCRATCH, v, fn, NULL, NULL, NULL, NULL, st, 0);
+    rc = run_dispatch(m, SCRATCH, v, fn, NULL, NULL, NULL, NULL, NULL, st, 0);
     goto out;
   }
   ll_slot_t *sl = &ll->slot[i];
@@ -285,13 +286,13 @@ out:
 
 weft_result_t weft_moe_ll_dispatch(weft_moe_handle_t h, weft_moe_verdict_t v, const char *fn,
                                    const void *x, const float *w, void *recv_x, float *recv_w,
-                                   weft_stream_t s) {
+                                   float *recv_s, weft_stream_t s) {
   weft_moe_t m = h->moe;
   int saved = -1;
   if (weft_dev_enter(moe_dev(m)->device, &saved))
     return weft_set_error(WEFT_ERR_SYSTEM, "%s: cannot make the GPU current", fn);
-  weft_result_t rc =
-      run_dispatch(m, h->ll - 1, v, fn, x, w, recv_x, recv_w, (cudaStream_t)s, h->plan.tokens);
+  weft_result_t rc = run_dispatch(m, h->ll - 1, v, fn, x, w, recv_x, recv_w, recv_s,
+                                  (cudaStream_t)s, h->plan.tokens);
   h->dispatched = 1;
   weft_dev_leave(moe_dev(m)->device, saved);
   return rc;

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "fp8.cuh"
 #include "moe_kernels.h"
 
 namespace {
@@ -120,20 +121,20 @@ __device__ void copy_rows(char *const *dst, int nd, const char *src, uint64_t by
     fan_rows<uint4>(dst, nd, src, bytes);
   else if (al % 4 == 0)
     fan_rows<unsigned int>(dst, nd, src, bytes);
-  else
+  else if (al % 2 == 0)
     fan_rows<unsigned short>(dst, nd, src, bytes);
+  else /* fp8 rows of an odd length */
+    fan_rows<unsigned char>(dst, nd, src, bytes);
 }
 
-template <typename T> __device__ float tof(T v);
-template <> __device__ float tof<float>(float v) { return v; }
-template <> __device__ float tof<__half>(__half v) { return __half2float(v); }
-template <> __device__ float tof<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ T fromf(float v);
-template <> __device__ float fromf<float>(float v) { return v; }
-template <> __device__ __half fromf<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __nv_bfloat16 fromf<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+/* Overloads, not template specialisations: nvcc gives the latter host symbols that escape
+ * the anonymous namespace (and libweft.so exports nothing but the API). */
+__device__ __forceinline__ float tof(float v) { return v; }
+__device__ __forceinline__ float tof(__half v) { return __half2float(v); }
+__device__ __forceinline__ float tof(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void fromf(float v, float *d) { *d = v; }
+__device__ __forceinline__ void fromf(float v, __half *d) { *d = __float2half_rn(v); }
+__device__ __forceinline__ void fromf(float v, __nv_bfloat16 *d) { *d = __float2bfloat16_rn(v); }
 
 /* The block writes dst = sum over the n sources src[i] (each scaled by w[i], 1 when w is NULL;
  * NULL sources skipped), accumulated in f32; 16 bytes a thread at a time where all are
@@ -157,13 +158,13 @@ __device__ void sum_rows(T *dst, const T *const *src, const float *w, int n, uin
         float wi = w ? w[i] : 1.0f;
 #pragma unroll
         for (int q = 0; q < V; q++)
-          acc[q] += wi * tof<T>(e[q]);
+          acc[q] += wi * tof(e[q]);
       }
       uint4 o;
       T *oe = (T *)&o;
 #pragma unroll
       for (int q = 0; q < V; q++)
-        oe[q] = fromf<T>(acc[q]);
+        fromf(acc[q], &oe[q]);
       ((uint4 *)dst)[c] = o;
     }
     return;
@@ -171,8 +172,8 @@ __device__ void sum_rows(T *dst, const T *const *src, const float *w, int n, uin
   for (uint64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
     float acc = 0.0f;
     for (int i = 0; i < n; i++)
-      if (src[i]) acc += (w ? w[i] : 1.0f) * tof<T>(src[i][c]);
-    dst[c] = fromf<T>(acc);
+      if (src[i]) acc += (w ? w[i] : 1.0f) * tof(src[i][c]);
+    fromf(acc, &dst[c]);
   }
 }
 
@@ -207,7 +208,20 @@ __global__ void d_send(P a) {
       ((float *)hd)[2] = a.in_w ? a.in_w[t * k + j] : 1.0f;
     }
     char *dst = slot + a.g.hdr_bytes;
-    copy_rows(&dst, 1, (const char *)a.in + t * a.g.row_bytes, a.g.row_bytes);
+    const char *x = (const char *)a.in + t * a.g.row_bytes;
+    if (!a.fp8) {
+      copy_rows(&dst, 1, x, a.g.row_bytes);
+    } else { /* the scales, then the e4m3 bytes: fp8 rows fit in row_pad for 2- and 4-byte
+                types (hidden + 4 per 128 elements) */
+      float *sc = (float *)dst;
+      uint8_t *q = (uint8_t *)(dst + WEFT_MOE_FP8_BLOCKS(a.hidden) * sizeof(float));
+      if (a.dtype == WEFT_MOE_K_F32)
+        moe_fp8::quantize((const float *)x, a.hidden, q, sc);
+      else if (a.dtype == WEFT_MOE_K_F16)
+        moe_fp8::quantize((const __half *)x, a.hidden, q, sc);
+      else
+        moe_fp8::quantize((const __nv_bfloat16 *)x, a.hidden, q, sc);
+    }
   }
   if (!last_block(&h->ticket) || !go) return;
   const bool ok = code == 0;
@@ -256,8 +270,9 @@ __global__ void d_recv(P a) {
   if (!failed && bad < 0 && q % B < (uint64_t)drec(a, me, src)->ntok) {
     const weft_moe_k_rec_t *rec = drec(a, me, src);
     const char *slot = a.win[me] + a.g.dstage + q * a.g.slot_bytes;
-    __shared__ char *dst[WEFT_MOE_K_MAX_TOPK];
+    __shared__ char *dst[WEFT_MOE_K_MAX_TOPK], *dsc[WEFT_MOE_K_MAX_TOPK];
     __shared__ int nd;
+    const uint64_t nb = WEFT_MOE_FP8_BLOCKS(a.hidden), out_row = a.fp8 ? a.hidden : a.g.row_bytes;
     if (threadIdx.x == 0) {
       nd = 0;
       for (int j = 0; j < k; j++) {
@@ -266,14 +281,20 @@ __global__ void d_recv(P a) {
         int64_t row = -1;
         if (l >= 0 && l < a.local && idx >= 0 && idx < rec_counts(rec)[l]) {
           row = (int64_t)((uint64_t)l * n * B + before(a, l, src) + (uint64_t)idx);
-          dst[nd++] = (char *)a.out + (uint64_t)row * a.g.row_bytes;
+          dst[nd] = (char *)a.out + (uint64_t)row * out_row;
+          dsc[nd++] = a.fp8 ? (char *)(a.out_s + (uint64_t)row * nb) : NULL;
           if (a.out_w) a.out_w[row] = __ldcg((const float *)hd + 2);
         }
         a.row_of[q * k + j] = row;
       }
     }
     __syncthreads();
-    copy_rows(dst, nd, slot + a.g.hdr_bytes, a.g.row_bytes);
+    if (!a.fp8) {
+      copy_rows(dst, nd, slot + a.g.hdr_bytes, a.g.row_bytes);
+    } else {
+      copy_rows(dsc, nd, slot + a.g.hdr_bytes, nb * sizeof(float));
+      copy_rows(dst, nd, slot + a.g.hdr_bytes + nb * sizeof(float), a.hidden);
+    }
   }
   if (blockIdx.x == 0 && !failed) {
     for (int l = threadIdx.x; l < a.local && bad < 0; l += blockDim.x)

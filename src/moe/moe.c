@@ -10,9 +10,10 @@
 #include "err.h"
 #include "moe.h"
 
-static const char *const BUF_NAME[] = {
-    "topk_ids", "x", "recv_x", "rows", "y", "topk_weights", "recv_weights", "row_weights"};
-enum { B_IDS, B_X, B_RECV_X, B_ROWS, B_Y, B_W, B_RECV_W, B_ROW_W };
+static const char *const BUF_NAME[] = {"topk_ids",     "x",           "recv_x",
+                                       "rows",         "y",           "topk_weights",
+                                       "recv_weights", "row_weights", "recv_scales"};
+enum { B_IDS, B_X, B_RECV_X, B_ROWS, B_Y, B_W, B_RECV_W, B_ROW_W, B_RECV_S };
 
 /* Every rank's verdict, over the bootstrap ring (host and device communicators alike, and
  * no GPU work): the lowest refusing rank's reason becomes every rank's error. */
@@ -32,7 +33,7 @@ weft_result_t weft_moe_judge(weft_moe_t m, const char *fn, const void *all, size
   }
   if (r == m->nranks) return WEFT_SUCCESS;
   /* a buffer's name comes from a peer's index: kept inside the table */
-  const char *buf = BUF_NAME[v.a >= 0 && v.a <= B_ROW_W ? v.a : 0];
+  const char *buf = BUF_NAME[v.a >= 0 && v.a <= B_RECV_S ? v.a : 0];
   switch (v.code) {
   case MOE_BAD_ID:
   case MOE_REPEATED_ID:
@@ -349,30 +350,36 @@ static weft_result_t run_call(weft_moe_handle_t h, weft_result_t started, int sp
   return h->moe->device ? WEFT_SUCCESS : weft_moe_host_finish(h);
 }
 
+/* fp8: recv_x holds e4m3 rows, recv_s their scales (else NULL) */
 static weft_result_t dispatch_call(weft_moe_handle_t handle, const void *x,
                                    const float *topk_weights, void *recv_x, float *recv_weights,
-                                   weft_stream_t stream, int split) {
-  const char *fn = split ? "weft_moe_dispatch_start" : "weft_moe_dispatch";
+                                   float *recv_s, int fp8, weft_stream_t stream, int split) {
+  const char *fn = fp8     ? "weft_moe_dispatch_fp8"
+                   : split ? "weft_moe_dispatch_start"
+                           : "weft_moe_dispatch";
   if (!handle) return weft_set_error(WEFT_ERR_INVALID_ARG, "%s: NULL handle", fn);
   weft_moe_handle_t h = handle;
   weft_moe_t m = h->moe;
   size_t es = weft_dtype_size(m->cfg.dtype), row = m->cfg.hidden * es, k = (size_t)m->cfg.topk;
+  size_t hid = m->cfg.hidden, nb = WEFT_MOE_FP8_BLOCKS(hid);
   const buf_t b[] = {{x, B_X, 1, h->plan.tokens, row, es},
-                     {recv_x, B_RECV_X, 1, h->plan.rows, row, es},
+                     {recv_x, B_RECV_X, 1, h->plan.rows, fp8 ? hid : row, fp8 ? 1 : es},
                      {topk_weights, B_W, 0, h->plan.tokens, k * sizeof(float), sizeof(float)},
-                     {recv_weights, B_RECV_W, 0, h->plan.rows, sizeof(float), sizeof(float)}};
-  weft_moe_verdict_t v = check_bufs(m, b, 4);
+                     {recv_weights, B_RECV_W, 0, h->plan.rows, sizeof(float), sizeof(float)},
+                     {recv_s, B_RECV_S, 1, h->plan.rows, nb * sizeof(float), sizeof(float)}};
+  weft_moe_verdict_t v = check_bufs(m, b, fp8 ? 5 : 4);
   if (v.code == MOE_OK && h->busy) v.code = MOE_BUSY;
   if (h->ll) /* no agreement on the host: a refusal travels with the data */
     return run_call(
-        h, weft_moe_ll_dispatch(h, v, fn, x, topk_weights, recv_x, recv_weights, stream), split);
+        h, weft_moe_ll_dispatch(h, v, fn, x, topk_weights, recv_x, recv_weights, recv_s, stream),
+        split);
   if (v.code == MOE_OK && order_after(m, stream)) v.code = MOE_FAILED;
   CHECK(weft_moe_agree(m, fn, v));
-  return run_call(h,
-                  m->device
-                      ? weft_moe_dev_dispatch(h, x, topk_weights, recv_x, recv_weights, stream)
-                      : weft_moe_host_dispatch(h, x, topk_weights, recv_x, recv_weights),
-                  split);
+  return run_call(
+      h,
+      m->device ? weft_moe_dev_dispatch(h, x, topk_weights, recv_x, recv_weights, recv_s, stream)
+                : weft_moe_host_dispatch(h, x, topk_weights, recv_x, recv_weights, recv_s),
+      split);
 }
 
 static weft_result_t combine_call(weft_moe_handle_t handle, const void *rows,
@@ -403,13 +410,19 @@ static weft_result_t combine_call(weft_moe_handle_t handle, const void *rows,
 
 weft_result_t weft_moe_dispatch(weft_moe_handle_t handle, const void *x, const float *topk_weights,
                                 void *recv_x, float *recv_weights, weft_stream_t stream) {
-  return dispatch_call(handle, x, topk_weights, recv_x, recv_weights, stream, 0);
+  return dispatch_call(handle, x, topk_weights, recv_x, recv_weights, NULL, 0, stream, 0);
+}
+
+weft_result_t weft_moe_dispatch_fp8(weft_moe_handle_t handle, const void *x,
+                                    const float *topk_weights, uint8_t *recv_x8, float *recv_scales,
+                                    float *recv_weights, weft_stream_t stream) {
+  return dispatch_call(handle, x, topk_weights, recv_x8, recv_weights, recv_scales, 1, stream, 0);
 }
 
 weft_result_t weft_moe_dispatch_start(weft_moe_handle_t handle, const void *x,
                                       const float *topk_weights, void *recv_x, float *recv_weights,
                                       weft_stream_t stream) {
-  return dispatch_call(handle, x, topk_weights, recv_x, recv_weights, stream, 1);
+  return dispatch_call(handle, x, topk_weights, recv_x, recv_weights, NULL, 0, stream, 1);
 }
 
 weft_result_t weft_moe_combine(weft_moe_handle_t handle, const void *rows, const float *row_weights,

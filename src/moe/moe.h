@@ -145,13 +145,18 @@ void weft_moe_dev_pool_free(void *pool);
  * fills h->plan's counts and h->dev. Every rank takes the same exchanges, whatever fails. */
 weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void *ids, size_t tokens,
                                   weft_moe_verdict_t mine, weft_stream_t s);
+/* recv_s non-NULL: fp8 dispatch (recv_x e4m3 rows, recv_s their scales) */
 weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const float *w,
-                                    void *recv_x, float *recv_w, weft_stream_t s);
+                                    void *recv_x, float *recv_w, float *recv_s, weft_stream_t s);
 weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const float *w, void *y,
                                    weft_stream_t s);
 void weft_moe_dev_free(weft_moe_handle_t h);
 /* [local] rows of each local expert, on the GPU. */
 const int64_t *weft_moe_dev_counts(weft_moe_handle_t h);
+
+/* fp8.c: a token of hidden elements of t quantized for fp8 dispatch: q[hidden] e4m3 and
+ * one scale per WEFT_MOE_FP8_BLOCK elements (weft_moe.h says how). */
+void weft_moe_fp8_row(weft_dtype_t t, const void *x, size_t hidden, uint8_t *q, float *scales);
 
 /* ll.c in CUDA builds (device_none.c otherwise): low-latency mode on device communicators
  * whose GPUs map each other, every call kernels alone on the caller's stream. A rank's
@@ -163,7 +168,7 @@ weft_result_t weft_moe_ll_layout(weft_moe_t m, weft_moe_handle_t h, const void *
                                  weft_moe_verdict_t v, weft_stream_t s);
 weft_result_t weft_moe_ll_dispatch(weft_moe_handle_t h, weft_moe_verdict_t v, const char *fn,
                                    const void *x, const float *w, void *recv_x, float *recv_w,
-                                   weft_stream_t s);
+                                   float *recv_s, weft_stream_t s);
 weft_result_t weft_moe_ll_combine(weft_moe_handle_t h, weft_moe_verdict_t v, const char *fn,
                                   const void *rows, const float *w, void *y, weft_stream_t s);
 /* Waits for the handle's calls; their refusal or failure, if any rank met one. */
@@ -177,7 +182,7 @@ void weft_moe_ll_free(weft_moe_handle_t h);
  * rest), and weft_moe_host_finish waits for it and writes the outputs (nothing pending:
  * WEFT_SUCCESS at once). The starts are collective; a failed one leaves nothing pending. */
 weft_result_t weft_moe_host_dispatch(weft_moe_handle_t h, const void *x, const float *w,
-                                     void *recv_x, float *recv_w);
+                                     void *recv_x, float *recv_w, float *recv_s);
 weft_result_t weft_moe_host_combine(weft_moe_handle_t h, const void *rows, const float *w, void *y);
 weft_result_t weft_moe_host_finish(weft_moe_handle_t h);
 

@@ -68,6 +68,17 @@ int weft_moe_k_partials(int dtype, const void *rows, const float *w, const uint6
 int weft_moe_k_home(int dtype, const void *back, const uint64_t *entries, int width,
                     uint64_t tokens, size_t hidden, void *y, void *stream);
 
+/* fp8 dispatch on the normal path (fp8.cu): the n sent entries' tokens quantized into out,
+ * `wire` bytes an entry (its scales, then its e4m3 bytes), with their weights into wout; the
+ * received entries' bytes and scales into each row of row_of (out: hidden bytes a row,
+ * out_s: WEFT_MOE_FP8_BLOCKS(hidden) a row), and the padding rows zeroed. */
+int weft_moe_k_gather_fp8(int dtype, const void *x, const uint64_t *list, uint64_t n,
+                          uint64_t hidden, uint64_t wire, void *out, const float *w, float *wout,
+                          int k, void *stream);
+int weft_moe_k_scatter_fp8(const void *in, const float *win, const uint64_t *row_of, uint64_t n,
+                           int k, uint64_t hidden, uint64_t wire, uint8_t *out, float *out_s,
+                           float *wout, const uint64_t *pad, uint64_t npad, void *stream);
+
 /* ---- low-latency mode on windows (ll.cu, driven by ll.c) ----
  * Each rank's window, mapped by every peer, holds at these offsets: a dispatch record from
  * every source (a rec_t, then its count for each of our local experts), a combine record
@@ -133,8 +144,10 @@ typedef struct {
   /* the call */
   const void *in;    /* dispatch: x; combine: rows */
   const float *in_w; /* topk_weights, row_weights */
-  void *out;         /* recv_x, y */
+  void *out;         /* recv_x (fp8: e4m3 rows of hidden bytes), y */
   float *out_w;      /* recv_weights */
+  float *out_s;      /* fp8 dispatch: the rows' scales (WEFT_MOE_FP8_BLOCKS(hidden) a row) */
+  int32_t fp8;       /* dispatch: quantize each token (fp8.cuh) and deliver e4m3 rows */
   int32_t code;      /* this rank refuses the call (a MOE code), else 0 */
   int64_t a, b, c;
   volatile int32_t *abort_flag;

@@ -1,11 +1,12 @@
-/* MoE low-latency mode on device communicators (src/moe/ll.c, ll.cu), 1+ ranks: layout,
+/* MoE low-latency mode on device communicators (src/moe/ll.c, ll.cu), 2+ ranks: layout,
  * dispatch and combine captured once in a CUDA graph and replayed with new ids and tokens
  * each time (uniform, skewed, a rank sending nothing, dropped choices), every row, count and
  * combined token checked against a model; eager calls with two handles in flight on two
  * streams, 0 tokens and rows that are not multiples of 16 bytes; refusals (over the bound,
  * a bad id found on the GPU, NULL buffers at dispatch and at combine, a fifth live handle)
  * that fail the refusing rank at once and every other rank at weft_moe_finish, with nothing
- * written; and a rank that never dispatches, which its peers report as a timeout.
+ * written; and a rank that never dispatches, which its peers report as a timeout naming the
+ * MoE dispatch.
  * usage: test_moe_ll RANKS [--share] */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -374,6 +375,52 @@ static int run_refusals(int rank, weft_comm_t c, cudaStream_t st) {
   return 0;
 }
 
+/* The comm's verdict once it has one (its watch runs every 100 ms), or success after `wait`
+ * seconds. */
+static weft_result_t verdict(weft_comm_t c, double wait) {
+  weft_result_t e = WEFT_SUCCESS;
+  for (double t0 = now_s(); weft_comm_get_async_error(c, &e) == WEFT_SUCCESS && e == WEFT_SUCCESS &&
+                            now_s() - t0 < wait;)
+    usleep(50000);
+  return e;
+}
+
+/* A rank that never dispatches, on a communicator of its own (it fails): its peers' waits
+ * end at the timeout (rank 0's the shortest, so that its own report is the one it keeps),
+ * weft_moe_finish says so, and the communicator's error names the MoE dispatch. */
+static int run_silent(int rank, int n, int dev, weft_comm_t world, cudaStream_t st) {
+  weft_config_t cfg = WEFT_CONFIG_INIT;
+  cfg.device = dev, cfg.timeout_ms = rank == 0 ? 2000 : 5000;
+  weft_comm_t c = NULL;
+  if (weft_comm_split(world, 0, rank, &c, &cfg)) FAIL("silent: split");
+  model_t m = {
+      .n = n, .experts = 2 * n, .k = 2, .hidden = 64, .bound = 8, .t = WEFT_BF16, .salt = 9};
+  weft_moe_t moe = make(c, &m);
+  bufs_t b;
+  weft_moe_handle_t h = NULL;
+  if (!moe || bufs_new(&b, &m, 8) || bufs_fill(&b, &m, rank) ||
+      weft_moe_layout(moe, b.ids, 8, &h, (weft_stream_t)st))
+    FAIL("silent: setup");
+  if (rank != n - 1) {
+    double t0 = now_s();
+    if (weft_moe_dispatch(h, b.x, b.w, b.rx, b.rw, (weft_stream_t)st) ||
+        expect(rank, weft_moe_finish(h), WEFT_ERR_TIMEOUT, "waited in vain", "silent: finish"))
+      FAIL("silent: a peer's dispatch");
+    weft_result_t e = verdict(c, 10);
+    const char *msg = weft_get_last_error(c);
+    printf("rank %d: a silent rank, after %.2f s: %s\n", rank, now_s() - t0, msg);
+    if (e == WEFT_SUCCESS || (rank == 0 && (e != WEFT_ERR_TIMEOUT || !strstr(msg, "MoE dispatch"))))
+      FAIL("silent: the comm's error: %s: %s", weft_result_string(e), msg);
+  } else if (verdict(c, 20) == WEFT_SUCCESS) { /* the peers' notices */
+    FAIL("silent: the silent rank's comm never learnt of the failure");
+  }
+  weft_moe_handle_destroy(h);
+  weft_moe_destroy(moe);
+  weft_comm_destroy(c);
+  bufs_free(&b);
+  return 0;
+}
+
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
   int dev = 0;
@@ -385,10 +432,14 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   cfg.device = dev;
   weft_comm_t c = NULL;
   if (weft_comm_init(&c, n, id, rank, &cfg) != WEFT_SUCCESS) FAIL("init");
-  if (run_graph(rank, c, st) || run_eager(rank, c, st, st2) || run_refusals(rank, c, st)) return 1;
+  if (run_graph(rank, c, st) || run_eager(rank, c, st, st2) || run_refusals(rank, c, st) ||
+      run_silent(rank, n, dev, c, st))
+    return 1;
   weft_comm_destroy(c);
   if (rank == 0)
-    printf("test_moe_ll: %d ranks: graph replays, eager calls and refusals passed\n", n);
+    printf("test_moe_ll: %d ranks: graph replays, eager calls, refusals and a silent rank "
+           "passed\n",
+           n);
   return 0;
 }
 

@@ -184,6 +184,62 @@ static int check_counts(int rank, weft_moe_handle_t h, int local, const int64_t 
   return 0;
 }
 
+/* fp8 dispatch: every row the e4m3 bytes and scales of its source token, computed here
+ * from the rule (a block's scale amax / 448, each element e4m3(x / scale)); padding rows
+ * zeros with scale 0, a low-latency block's unused rows untouched; weights as dispatch's. */
+static int check_fp8(int rank, int n, const shape_t *sh, weft_moe_handle_t h, mb_t *bx, mb_t *bw,
+                     size_t rows, const int64_t *off) {
+  size_t H = sh->hidden, nb = WEFT_MOE_FP8_BLOCKS(H);
+  int local = sh->experts / n;
+  char pn[64];
+  snprintf(pn, sizeof pn, "%s %s %s%s", PATTERN_NAME[sh->pattern], weft_dtype_name(sh->t),
+           sh->ll ? "low-latency" : "normal", g_dev ? " (device)" : "");
+  mb_t b8, bs, bw8;
+  if (mb_new(&b8, rows * H) || mb_new(&bs, rows * nb * 4) || mb_new(&bw8, rows * 4))
+    FAIL("fp8 buffers");
+  memset(b8.h, 0x5a, b8.n), memset(bs.h, 0x5a, bs.n);
+  if (mb_up(&b8) || mb_up(&bs) ||
+      weft_moe_dispatch_fp8(h, mb(bx), mb(bw), mb(&b8), mb(&bs), mb(&bw8), g_st) != WEFT_SUCCESS ||
+      mb_down(&b8) || mb_down(&bs) || mb_down(&bw8))
+    FAIL("fp8 dispatch %s", pn);
+  const uint8_t *q = (const uint8_t *)b8.h;
+  const float *sc = (const float *)bs.h, *w8 = (const float *)bw8.h;
+  for (int l = 0; l < local; l++) {
+    size_t r = (size_t)off[l];
+    for (int s = 0; s < n; s++)
+      for (size_t t = 0, T2 = tokens_of(sh, s); t < T2; t++) {
+        int j;
+        if (!has(sh, n, s, t, (int64_t)rank * local + l, &j)) continue;
+        for (size_t b = 0; b < nb; b++) {
+          float amax = 0;
+          for (size_t c = b * 128; c < H && c < b * 128 + 128; c++)
+            amax = fmaxf(amax, fabsf(x_of(s, t, c)));
+          float want = amax > 0 ? amax / 448.0f : 1.0f;
+          if (sc[r * nb + b] != want)
+            FAIL("%s: fp8 row %zu block %zu: scale %g, want %g", pn, r, b, sc[r * nb + b], want);
+          for (size_t c = b * 128; c < H && c < b * 128 + 128; c++)
+            if (q[r * H + c] != weft_f32_to_e4m3(x_of(s, t, c) / want))
+              FAIL("%s: fp8 row %zu element %zu: 0x%02x, want 0x%02x", pn, r, c, q[r * H + c],
+                   weft_f32_to_e4m3(x_of(s, t, c) / want));
+        }
+        if (w8[r] != w_of(sh, j)) FAIL("%s: fp8 row %zu: weight %g", pn, r, w8[r]);
+        r++;
+      }
+    size_t end = l + 1 < local ? (size_t)off[l + 1] : rows;
+    for (; r < end; r++) { /* padding: zeros and scale 0; unused low-latency rows: untouched */
+      unsigned char want = sh->ll ? 0x5a : 0;
+      int bad = 0;
+      for (size_t c = 0; c < H; c++)
+        bad |= q[r * H + c] != want;
+      for (size_t c = 0; c < nb * 4; c++)
+        bad |= (unsigned char)bs.h[r * nb * 4 + c] != want;
+      if (bad) FAIL("%s: fp8 %s row %zu written", pn, sh->ll ? "unused" : "padding", r);
+    }
+  }
+  mb_free(&b8), mb_free(&bs), mb_free(&bw8);
+  return 0;
+}
+
 /* One shape: layout, queries, dispatch against the model, identity combine, an expert-scaled
  * combine, and the two adjoint identities. */
 static int run_split(weft_moe_t moe, weft_moe_handle_t h, const shape_t *sh, int rank,
@@ -198,7 +254,9 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
   weft_moe_handle_t h = NULL;
   size_t T = tokens_of(sh, rank), H = sh->hidden, es = weft_dtype_size(sh->t), k = sh->k;
   int local = sh->experts / n, bad = 0;
-  const char *pn = PATTERN_NAME[sh->pattern];
+  char pn[64];
+  snprintf(pn, sizeof pn, "%s %s %s%s", PATTERN_NAME[sh->pattern], weft_dtype_name(sh->t),
+           sh->ll ? "low-latency" : "normal", g_dev ? " (device)" : "");
   if (weft_moe_create(comm, &cfg, &moe) != WEFT_SUCCESS) FAIL("create %s", pn);
   mb_t bids, bx, by, bw;
   if (mb_new(&bids, T * k * 8) || mb_new(&bx, T * H * es) || mb_new(&by, T * H * es) ||
@@ -276,6 +334,7 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
       if (bad) FAIL("%s: %s row %zu written", pn, sh->ll ? "unused" : "padding", r);
     }
   }
+  if (check_fp8(rank, n, sh, h, &bx, &bw, rows, off)) return 1;
   /* identity experts: y[t] = x[t] times the kept weights' sum, exactly; y poisoned first,
    * so that a token with no expert must really get zeros */
   memset(y, 0x5a, T * H * es);
@@ -377,7 +436,9 @@ static int expect_fail(int rank, weft_result_t rc, weft_result_t want, const cha
  * call. */
 static int run_split(weft_moe_t moe, weft_moe_handle_t h, const shape_t *sh, int rank,
                      const void *ids, const char *x, const float *w, size_t rows) {
-  const char *pn = PATTERN_NAME[sh->pattern];
+  char pn[64];
+  snprintf(pn, sizeof pn, "%s %s %s%s", PATTERN_NAME[sh->pattern], weft_dtype_name(sh->t),
+           sh->ll ? "low-latency" : "normal", g_dev ? " (device)" : "");
   size_t T = tokens_of(sh, rank), k = sh->k, rb = rows * sh->hidden * weft_dtype_size(sh->t);
   size_t tb = T * sh->hidden * weft_dtype_size(sh->t);
   weft_moe_handle_t h2 = NULL;
@@ -571,7 +632,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
                     .experts = 4 * n,
                     .k = p == SKEWED ? 4 : 2,
                     .align = ti == 1 ? 4 : 1,
-                    .hidden = 24 + (size_t)ti,
+                    .hidden = p == DROPPED && ti == 0 ? 260 : 24 + (size_t)ti,
                     .t = types[ti]};
       if (p == UNIFORM && ti == 0) sh.k = 8 < 4 * n ? 8 : 4 * n;
       if (run_shape(comm, rank, n, &sh)) return 1;
