@@ -94,7 +94,7 @@ WEFT_API weft_result_t weft_moe_dispatch(weft_moe_handle_t handle, const void *x
  * WEFT_MOE_FP8_BLOCK elements of each row (WEFT_MOE_FP8_BLOCKS(hidden) a row), so that
  * element i of a row is about recv_x8[i] * recv_scales[i / WEFT_MOE_FP8_BLOCK]. The sender
  * quantizes each block of a token (finite values of config.dtype) with the scale amax / 448
- * (448: e4m3's largest finite value; 1 for a block of zeros) and each element as
+ * (448: e4m3's largest finite value; 1 where that is 0, as for zeros) and each element as
  * e4m3(x / scale), rounded to nearest even: the same bits on host and device buffers. Padding
  * rows are zeros with scale 0; the handle's combine is unchanged (config.dtype). */
 #define WEFT_MOE_FP8_BLOCK     128
@@ -144,8 +144,10 @@ WEFT_API weft_result_t weft_moe_finish(weft_moe_handle_t handle);
  * rank through the GPU: their dispatch (or combine) writes nothing, a combine after a refused
  * dispatch does nothing, and weft_moe_finish, which then waits for the handle's calls, returns
  * the refusal with the refusing rank's reason. Every rank issues its dispatches and combines
- * in the same order (a refused layout counts as that rank's dispatch), each handle's dispatch
- * before its combines. weft_moe_destroy is collective for such a layer. */
+ * in the same order, each handle's dispatch before its combines; a refused layout takes that
+ * rank's next dispatch round at once, so a refusal pairs with the right call when each
+ * layout's dispatch comes before the next layout. Ranks must agree on fp8 in each dispatch
+ * (a disagreement is refused). weft_moe_destroy is collective for such a layer. */
 
 #ifdef __cplusplus
 }

@@ -123,6 +123,18 @@ static weft_result_t kernel_rc(int e, const char *fn, const char *what) {
                         cudaGetErrorString((cudaError_t)e));
 }
 
+/* A dispatch's staging (sent entries of `row` bytes and their k weights, the received ones
+ * likewise) taken, and the ranks agreed; on failure call_end(.., 0) releases it. */
+static weft_result_t dispatch_begin(weft_moe_handle_t h, cudaStream_t st, size_t row, call_t *c,
+                                    const char *fn) {
+  const weft_moe_plan_t *p = &h->plan;
+  size_t n = (size_t)p->nranks, k = (size_t)p->k, ns = p->send_off[n], nr = p->recv_off[n];
+  size_t bytes[4];
+  int fits[4] = {weft_mul_fits(ns, row, &bytes[0]), weft_mul_fits(ns * k, 4, &bytes[1]),
+                 weft_mul_fits(nr, row, &bytes[2]), weft_mul_fits(nr * k, 4, &bytes[3])};
+  return call_begin(h, st, bytes, fits, 4, c, fn);
+}
+
 /* fp8 dispatch: every entry (this rank's own too) quantized into the staging, as its scales
  * then its e4m3 bytes, and moved with the weights by two alltoallv. */
 static weft_result_t dispatch_fp8(weft_moe_handle_t h, const void *x, const float *w,
@@ -136,11 +148,9 @@ static weft_result_t dispatch_fp8(weft_moe_handle_t h, const void *x, const floa
   /* a multiple of 16 bytes an entry: every entry's scales aligned, and the alltoallv moves
    * whole 16-byte units */
   size_t wire = (WEFT_MOE_FP8_BLOCKS(hid) * 4 + hid + 15) / 16 * 16;
-  size_t ns = p->send_off[n], nr = p->recv_off[n], bytes[4];
-  int fits[4] = {weft_mul_fits(ns, wire, &bytes[0]), weft_mul_fits(ns * k, 4, &bytes[1]),
-                 weft_mul_fits(nr, wire, &bytes[2]), weft_mul_fits(nr * k, 4, &bytes[3])};
+  size_t ns = p->send_off[n], nr = p->recv_off[n];
   call_t c;
-  weft_result_t rc = call_begin(h, st, bytes, fits, 4, &c, fn);
+  weft_result_t rc = dispatch_begin(h, st, wire, &c, fn);
   if (rc != WEFT_SUCCESS) {
     call_end(h, st, &c, 0);
     return rc;
@@ -175,11 +185,8 @@ weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const fl
   cudaStream_t st = (cudaStream_t)s;
   size_t n = (size_t)p->nranks, k = (size_t)p->k, hid = m->cfg.hidden;
   size_t row = hid * weft_dtype_size(m->cfg.dtype), ns = p->send_off[n], nr = p->recv_off[n];
-  size_t bytes[4];
-  int fits[4] = {weft_mul_fits(ns, row, &bytes[0]), weft_mul_fits(ns * k, 4, &bytes[1]),
-                 weft_mul_fits(nr, row, &bytes[2]), weft_mul_fits(nr * k, 4, &bytes[3])};
   call_t c;
-  weft_result_t rc = call_begin(h, st, bytes, fits, 4, &c, fn);
+  weft_result_t rc = dispatch_begin(h, st, row, &c, fn);
   if (rc != WEFT_SUCCESS) {
     call_end(h, st, &c, 0);
     return rc;

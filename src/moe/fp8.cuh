@@ -34,7 +34,7 @@ __device__ void quantize(const T *x, uint64_t hidden, uint8_t *q, float *scales)
     }
     for (int off = 16; off; off /= 2)
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+    float s = __fdiv_rn(amax, 448.0f), scale = s > 0.0f ? s : 1.0f;
     if (lane == 0) scales[b] = scale;
     for (int u = 0; u < 4; u++) {
       uint64_t c = c0 + (uint64_t)u * 32 + lane;

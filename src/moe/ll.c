@@ -23,6 +23,10 @@ typedef struct {
   uint64_t *send_off, *send_list, *entries;
   int32_t *slot, *pos, *meta;
   int64_t *row_of, *counts_out;
+  /* its last call made outside any capture, which weft_moe_finish waits for (the layer's own
+   * event may be a capture's) */
+  cudaEvent_t done;
+  int eager;
 } ll_slot_t;
 
 struct weft_moe_ll {
@@ -61,7 +65,8 @@ static int slot_alloc(weft_moe_t m, ll_slot_t *s) {
   void *p[11];
   size_t total;
   if (!weft_moe_dev_staged(bytes, 11, &total) || cudaMalloc(&s->mem, total) != cudaSuccess ||
-      cudaMemset(s->mem, 0, total) != cudaSuccess) {
+      cudaMemset(s->mem, 0, total) != cudaSuccess ||
+      cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming) != cudaSuccess) {
     cudaGetLastError();
     return -1;
   }
@@ -73,8 +78,10 @@ static int slot_alloc(weft_moe_t m, ll_slot_t *s) {
 }
 
 static void ll_free_all(struct weft_moe_ll *ll) {
-  for (int i = 0; i <= LL_SLOTS; i++)
+  for (int i = 0; i <= LL_SLOTS; i++) {
     if (ll->slot[i].mem) cudaFree(ll->slot[i].mem);
+    if (ll->slot[i].done) cudaEventDestroy(ll->slot[i].done);
+  }
   if (ll->done) cudaEventDestroy(ll->done);
   if (ll->buf) cudaFree(ll->buf);
   if (ll->state) cudaFree(ll->state);
@@ -134,12 +141,9 @@ void weft_moe_ll_destroy(weft_moe_t m) {
   cudaDeviceSynchronize(); /* this rank's kernels, graphs' included */
   /* the peers' last acks land in our window after our own kernels end: free it only once
    * every rank's kernels have */
-  int32_t mine = 1, *all = calloc((size_t)m->nranks, sizeof *all);
-  if (all) {
-    all[m->rank] = mine;
-    weft_bootstrap_allgather(m->comm->boot, all, sizeof *all);
-  }
-  free(all);
+  int32_t all[WEFT_DEV_MAX_RANKS] = {0}; /* a device communicator has at most these */
+  all[m->rank] = 1;
+  weft_bootstrap_allgather(m->comm->boot, all, sizeof *all);
   weft_window_deregister(m->comm, ll->win);
   ll_free_all(ll);
   if (entered) weft_dev_leave(moe_dev(m)->device, saved);
@@ -166,6 +170,7 @@ static weft_moe_k_ll_t params(weft_moe_t m, int i) {
                        .h = s->h,
                        .status = ll->status_d + i,
                        .failed_code = MOE_FAILED,
+                       .fp8_code = MOE_FP8_MISMATCH,
                        .counts = s->counts,
                        .pos = s->pos,
                        .meta = s->meta,
@@ -199,9 +204,13 @@ static int call_begin(struct weft_moe_ll *ll, cudaStream_t st) {
   return ll->recorded && ll->last != st && ll->capture == capture_of(st) &&
          cudaStreamWaitEvent(st, ll->done, 0) != cudaSuccess;
 }
-static int call_end(struct weft_moe_ll *ll, cudaStream_t st) {
+static int call_end(struct weft_moe_ll *ll, ll_slot_t *s, cudaStream_t st) {
   if (cudaEventRecord(ll->done, st) != cudaSuccess) return -1;
   ll->recorded = 1, ll->last = st, ll->capture = capture_of(st);
+  if (!ll->capture) {
+    if (cudaEventRecord(s->done, st) != cudaSuccess) return -1;
+    s->eager = 1;
+  }
   return 0;
 }
 
@@ -228,7 +237,7 @@ static weft_result_t run_dispatch(weft_moe_t m, int i, weft_moe_verdict_t v, con
   if (v.code == MOE_OK) a.in = x, a.in_w = w, a.out = recv_x, a.out_w = recv_w, a.out_s = recv_s;
   a.fp8 = recv_s != NULL;
   int e = call_begin(m->ll, st) ? (int)cudaGetLastError() : weft_moe_k_ll_dispatch(&a, st);
-  if (e == (int)cudaSuccess && call_end(m->ll, st)) e = (int)cudaGetLastError();
+  if (e == (int)cudaSuccess && call_end(m->ll, &m->ll->slot[i], st)) e = (int)cudaGetLastError();
   weft_result_t rc = launched(e, fn);
   return v.code != MOE_OK ? own_refusal(m, fn, v) : rc;
 }
@@ -268,11 +277,12 @@ weft_result_t weft_moe_ll_layout(weft_moe_t m, weft_moe_handle_t h, const void *
                           .send_list = sl->send_list,
                           .entries = sl->entries,
                           .meta = sl->meta};
+  sl->eager = 0; /* the slot's last holder's calls are not this handle's */
   int e = call_begin(ll, st) ? (int)cudaGetLastError() : weft_moe_k_route(&a, st);
   if (e == (int)cudaSuccess)
-    e = weft_moe_k_ll_stamp(sl->h, sl->bad, ids, a.id_bytes, (int)k, a.experts, MOE_BAD_ID,
-                            MOE_REPEATED_ID, st);
-  if (e == (int)cudaSuccess && call_end(ll, st)) e = (int)cudaGetLastError();
+    e = weft_moe_k_ll_stamp(sl->h, ll->status_d + i, sl->bad, ids, a.id_bytes, (int)k, a.experts,
+                            MOE_BAD_ID, MOE_REPEATED_ID, st);
+  if (e == (int)cudaSuccess && call_end(ll, sl, st)) e = (int)cudaGetLastError();
   if ((rc = launched(e, fn)) != WEFT_SUCCESS) goto out;
   sl->used = 1;
   h->ll = i + 1;
@@ -310,7 +320,7 @@ weft_result_t weft_moe_ll_combine(weft_moe_handle_t h, weft_moe_verdict_t v, con
   a.code = (int32_t)v.code, a.a = v.a, a.b = v.b, a.c = v.c;
   if (v.code == MOE_OK) a.in = rows, a.in_w = w, a.out = y;
   int e = call_begin(m->ll, st) ? (int)cudaGetLastError() : weft_moe_k_ll_combine(&a, st);
-  if (e == (int)cudaSuccess && call_end(m->ll, st)) e = (int)cudaGetLastError();
+  if (e == (int)cudaSuccess && call_end(m->ll, &m->ll->slot[i], st)) e = (int)cudaGetLastError();
   weft_result_t rc = launched(e, fn);
   weft_dev_leave(moe_dev(m)->device, saved);
   return v.code != MOE_OK ? own_refusal(m, fn, v) : rc;
@@ -322,8 +332,10 @@ weft_result_t weft_moe_ll_finish(weft_moe_handle_t h) {
   int saved = -1, i = h->ll - 1;
   if (weft_dev_enter(moe_dev(m)->device, &saved))
     return weft_set_error(WEFT_ERR_SYSTEM, "weft_moe_finish: cannot make the GPU current");
-  /* after a graph's replay, its caller synchronizes the graph's stream */
-  cudaError_t e = ll->recorded && !ll->capture ? cudaEventSynchronize(ll->done) : cudaSuccess;
+  /* the handle's last call made outside a capture; after a graph's replay, its caller
+   * synchronizes the graph's stream */
+  ll_slot_t *sl = &ll->slot[i];
+  cudaError_t e = sl->eager ? cudaEventSynchronize(sl->done) : cudaSuccess;
   weft_dev_leave(moe_dev(m)->device, saved);
   if (e != cudaSuccess)
     return weft_set_error(WEFT_ERR_SYSTEM, "weft_moe_finish: %s", cudaGetErrorString(e));

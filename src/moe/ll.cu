@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "fp8.cuh"
+#include "prims.cuh"
 #include "moe_kernels.h"
 
 namespace {
@@ -19,21 +20,9 @@ typedef weft_moe_k_ll_t P;
 /* A block per row: slots and tokens are bounded by max_tokens (int32), so this fits. */
 unsigned blocks(uint64_t rows) { return (unsigned)(rows < 1 ? 1 : rows); }
 
-__device__ inline uint64_t ld_acquire(const uint64_t *p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ inline void st_release(uint64_t *p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ inline uint64_t now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+using weft::global_ns;
+using weft::ld_acquire_sys;
+using weft::st_release_sys;
 
 __device__ inline weft_moe_k_rec_t *drec(const P &a, int owner, int src) {
   return (weft_moe_k_rec_t *)(a.win[owner] + a.g.dsig + (uint64_t)src * a.g.sig_bytes);
@@ -57,12 +46,12 @@ __device__ void fail(const P &a, int phase) {
  * target for every rank r; false (the comm's error written, its kernels told to stop) when
  * the communicator aborts or the timeout passes. */
 __device__ bool wait_all(const P &a, uint64_t off, uint64_t stride, uint64_t target, int phase) {
+  uint64_t start = 0; /* one clock for all the peers: the timeout bounds the whole wait */
   for (int r = 0; r < a.nranks; r++) {
     const uint64_t *f = (const uint64_t *)(a.win[a.rank] + off + (uint64_t)r * stride);
-    uint64_t start = 0;
-    for (uint32_t spins = 0; ld_acquire(f) < target; spins++) {
+    for (uint32_t spins = 0; ld_acquire_sys(f) < target; spins++) {
       if ((spins & 255) != 255) continue;
-      uint64_t t = now_ns();
+      uint64_t t = global_ns();
       if (!start) start = t;
       bool aborted = *a.abort_flag != 0;
       if (!aborted && t - start <= a.timeout_ns) continue;
@@ -88,7 +77,7 @@ __device__ bool last_block(uint32_t *ticket) {
   if (threadIdx.x == 0) {
     __threadfence_system();
     last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    if (last) *ticket = 0;
+    if (last) *ticket = 0, __threadfence(); /* the other blocks' reads before our acks */
   }
   __syncthreads();
   return last;
@@ -234,13 +223,14 @@ __global__ void d_send(P a) {
       rec->code = code, rec->ntok = ok ? (int32_t)a.counts[a.experts + r] : 0;
       rec->a = a.code ? a.a : h->own_a, rec->b = a.code ? a.b : h->own_b;
       rec->c = a.code ? a.c : h->own_c;
+      rec->fp8 = a.fp8;
     }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence_system();
     for (int r = 0; r < n; r++)
-      st_release(&drec(a, r, a.rank)->round, h->round);
+      st_release_sys(&drec(a, r, a.rank)->round, h->round);
   }
 }
 
@@ -262,9 +252,12 @@ __global__ void d_recv(P a) {
   const bool failed = h->refused == 2;
   const int k = a.k, n = a.nranks, me = a.rank;
   const uint64_t B = a.bound;
-  int bad = -1;
+  int bad = -1, odd = -1; /* the lowest refusing rank; the lowest whose fp8 differs from 0's */
   for (int s = 0; s < n && !failed && bad < 0; s++)
     if (drec(a, me, s)->code) bad = s;
+  for (int s = 1; s < n && !failed && bad < 0 && odd < 0; s++)
+    if (drec(a, me, s)->fp8 != drec(a, me, 0)->fp8) odd = s;
+  if (odd >= 0) bad = odd;
   const uint64_t q = blockIdx.x; /* a block a slot: source q / B's token q % B */
   const int src = (int)(q / B);
   if (!failed && bad < 0 && q % B < (uint64_t)drec(a, me, src)->ntok) {
@@ -297,21 +290,23 @@ __global__ void d_recv(P a) {
     }
   }
   if (blockIdx.x == 0 && !failed) {
-    for (int l = threadIdx.x; l < a.local && bad < 0; l += blockDim.x)
-      a.counts_out[l] = (int64_t)before(a, l, n);
+    for (int l = threadIdx.x; l < a.local; l += blockDim.x) /* a refused round: none */
+      a.counts_out[l] = bad < 0 ? (int64_t)before(a, l, n) : 0;
     if (threadIdx.x == 0) {
       for (int s = 0; s < n; s++)
         h->ntok_from[s] = bad < 0 ? drec(a, me, s)->ntok : 0;
       const weft_moe_k_rec_t *rec = bad >= 0 ? drec(a, me, bad) : NULL;
-      a.status->code = rec ? rec->code : 0, a.status->rank = bad, a.status->phase = 1;
-      a.status->a = rec ? rec->a : 0, a.status->b = rec ? rec->b : 0;
+      a.status->code = odd >= 0 ? a.fp8_code : rec ? rec->code : 0;
+      a.status->rank = bad, a.status->phase = 1;
+      a.status->a = odd >= 0 ? drec(a, me, 0)->fp8 : rec ? rec->a : 0; /* fp8: rank 0's */
+      a.status->b = rec ? rec->b : 0;
       a.status->c = rec ? rec->c : 0;
       if (bad >= 0) h->refused = 1;
     }
   }
   if (!last_block(&h->ticket) || failed || threadIdx.x) return;
   for (int s = 0; s < n; s++) /* we are done with what each source wrote this round */
-    st_release(ack(a, s, a.g.dack, me), h->round);
+    st_release_sys(ack(a, s, a.g.dack, me), h->round);
 }
 
 /* ---- combine ---- */
@@ -354,7 +349,7 @@ template <typename T> __global__ void c_back(P a) {
   }
   __threadfence_system();
   for (int s = 0; s < n; s++)
-    st_release(&crec(a, s, a.rank)->round, h->cround);
+    st_release_sys(&crec(a, s, a.rank)->round, h->cround);
 }
 
 __global__ void c_wait(P a) {
@@ -389,13 +384,15 @@ template <typename T> __global__ void c_home(P a) {
   }
   if (!last_block(&h->ticket) || !go || threadIdx.x) return;
   for (int r = 0; r < n; r++)
-    st_release(ack(a, r, a.g.cack, me), h->cround);
+    st_release_sys(ack(a, r, a.g.cack, me), h->cround);
 }
 
 template <typename I>
-__global__ void stamp(weft_moe_k_llh_t *h, const unsigned long long *bad, const I *ids, int k,
-                      int experts, int bad_code, int repeated_code) {
+__global__ void stamp(weft_moe_k_llh_t *h, weft_moe_k_status_t *status,
+                      const unsigned long long *bad, const I *ids, int k, int experts, int bad_code,
+                      int repeated_code) {
   unsigned long long b = *bad;
+  status->code = 0, status->rank = -1, status->phase = 0; /* the slot's last holder's, gone */
   h->own_code = 0, h->own_a = h->own_b = h->own_c = 0;
   h->refused = 0, h->cround = 0, h->cfailed = 0, h->ticket = 0;
   for (int r = 0; r < WEFT_DEV_MAX_RANKS; r++)
@@ -414,15 +411,18 @@ template <typename T> void combine_kernels(const P &a, cudaStream_t s) {
 
 } // namespace
 
-extern "C" int weft_moe_k_ll_stamp(weft_moe_k_llh_t *h, const unsigned long long *bad,
-                                   const void *ids, int id_bytes, int k, int experts, int bad_code,
-                                   int repeated_code, void *stream) {
+extern "C" int weft_moe_k_ll_stamp(weft_moe_k_llh_t *h, weft_moe_k_status_t *status,
+                                   const unsigned long long *bad, const void *ids, int id_bytes,
+                                   int k, int experts, int bad_code, int repeated_code,
+                                   void *stream) {
   (void)cudaGetLastError();
   cudaStream_t s = (cudaStream_t)stream;
   if (id_bytes == 4)
-    stamp<<<1, 1, 0, s>>>(h, bad, (const int32_t *)ids, k, experts, bad_code, repeated_code);
+    stamp<<<1, 1, 0, s>>>(h, status, bad, (const int32_t *)ids, k, experts, bad_code,
+                          repeated_code);
   else
-    stamp<<<1, 1, 0, s>>>(h, bad, (const int64_t *)ids, k, experts, bad_code, repeated_code);
+    stamp<<<1, 1, 0, s>>>(h, status, bad, (const int64_t *)ids, k, experts, bad_code,
+                          repeated_code);
   return (int)cudaGetLastError();
 }
 

@@ -66,6 +66,11 @@ weft_result_t weft_moe_judge(weft_moe_t m, const char *fn, const void *all, size
                           "%s: rank %d: %lld low-latency handles are live already (destroy one "
                           "first)",
                           fn, r, (long long)v.a);
+  case MOE_FP8_MISMATCH:
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "%s: rank %d: ranks disagree on fp8: rank 0 called %s and rank %d %s", fn,
+                          r, v.a ? "weft_moe_dispatch_fp8" : "weft_moe_dispatch", r,
+                          v.a ? "weft_moe_dispatch" : "weft_moe_dispatch_fp8");
   case MOE_BUSY:
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "%s: rank %d: the handle's split call is not finished "

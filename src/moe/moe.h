@@ -76,10 +76,11 @@ enum {
   MOE_NOT_DEVICE,
   MOE_TOO_BIG,
   MOE_NO_MEM,
-  MOE_OVER_BOUND, /* more tokens than the low-latency bound */
-  MOE_FAILED,     /* a CUDA call failed there: its own error says which */
-  MOE_BUSY,       /* the handle's split call is not finished */
-  MOE_NO_SLOT     /* low-latency mode on windows: every handle slot is taken */
+  MOE_OVER_BOUND,  /* more tokens than the low-latency bound */
+  MOE_FAILED,      /* a CUDA call failed there: its own error says which */
+  MOE_BUSY,        /* the handle's split call is not finished */
+  MOE_NO_SLOT,     /* low-latency mode on windows: every handle slot is taken */
+  MOE_FP8_MISMATCH /* ... and ranks disagree on fp8 dispatch (a: rank 0's choice) */
 };
 typedef struct weft_moe_verdict {
   int64_t code, a, b, c;

@@ -90,6 +90,7 @@ typedef struct {
   uint64_t round;
   int32_t code, ntok; /* a refusal (the caller's MOE_* code) or 0; tokens sent here */
   int64_t a, b, c;    /* what a refusal's message names */
+  int32_t fp8, pad_;  /* dispatch: the rows travel in fp8 (every rank must agree) */
 } weft_moe_k_rec_t;
 
 typedef struct weft_moe_k_geom_s {
@@ -135,6 +136,7 @@ typedef struct {
   weft_moe_k_llh_t *h;
   weft_moe_k_status_t *status; /* host-mapped */
   int32_t failed_code;         /* MOE_FAILED, for a wait that ran out */
+  int32_t fp8_code;            /* MOE_FP8_MISMATCH, for ranks that disagree on fp8 */
   /* the slot's layout (route.cu) and receive side */
   const int64_t *counts;
   const int32_t *pos, *meta;
@@ -157,9 +159,9 @@ typedef struct {
 
 /* After a layout's route: the handle's own verdict from route's bad choice (bad_code for an
  * id out of range, repeated_code for one repeated). */
-int weft_moe_k_ll_stamp(weft_moe_k_llh_t *h, const unsigned long long *bad, const void *ids,
-                        int id_bytes, int k, int experts, int bad_code, int repeated_code,
-                        void *stream);
+int weft_moe_k_ll_stamp(weft_moe_k_llh_t *h, weft_moe_k_status_t *status,
+                        const unsigned long long *bad, const void *ids, int id_bytes, int k,
+                        int experts, int bad_code, int repeated_code, void *stream);
 /* The four kernels of each phase: wait for the acks of the last round, write into the peers
  * and post the records, wait for every source's record, read (and ack). */
 int weft_moe_k_ll_dispatch(const weft_moe_k_ll_t *a, void *stream);

@@ -355,6 +355,18 @@ static int run_refusals(int rank, weft_comm_t c, cudaStream_t st) {
   if (weft_moe_combine(h, b.rx, b.rw, b.y, s) || weft_moe_finish(h) ||
       weft_moe_device_counts(h, &dc) || check_round(rank, &m, &b, Ts, dc, "after the refusals"))
     FAIL("a round after the refusals");
+  /* rank 0 dispatches in fp8, the others not: refused on every rank, at finish */
+  uint8_t *r8 = NULL;
+  float *rs = NULL;
+  if (cudaMalloc((void **)&r8, b.rows * m.hidden) ||
+      cudaMalloc((void **)&rs, b.rows * WEFT_MOE_FP8_BLOCKS(m.hidden) * 4))
+    FAIL("fp8 buffers");
+  rc = rank == 0 ? weft_moe_dispatch_fp8(h, b.x, b.w, r8, rs, b.rw, s)
+                 : weft_moe_dispatch(h, b.x, b.w, b.rx, b.rw, s);
+  if (rc != WEFT_SUCCESS || expect(rank, weft_moe_finish(h), WEFT_ERR_INVALID_ARG,
+                                   n > 1 ? "ranks disagree on fp8" : NULL, "fp8 on rank 0 only"))
+    FAIL("fp8 on rank 0 only");
+  cudaFree(r8), cudaFree(rs);
   /* four live handles, then a fifth refused on every rank */
   weft_moe_handle_t more[4] = {h, NULL, NULL, NULL};
   for (int i = 1; i < 4; i++)

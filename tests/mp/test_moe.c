@@ -214,7 +214,7 @@ static int check_fp8(int rank, int n, const shape_t *sh, weft_moe_handle_t h, mb
           float amax = 0;
           for (size_t c = b * 128; c < H && c < b * 128 + 128; c++)
             amax = fmaxf(amax, fabsf(x_of(s, t, c)));
-          float want = amax > 0 ? amax / 448.0f : 1.0f;
+          float want = amax / 448.0f > 0 ? amax / 448.0f : 1.0f;
           if (sc[r * nb + b] != want)
             FAIL("%s: fp8 row %zu block %zu: scale %g, want %g", pn, r, b, sc[r * nb + b], want);
           for (size_t c = b * 128; c < H && c < b * 128 + 128; c++)

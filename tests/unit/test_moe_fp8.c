@@ -71,8 +71,23 @@ static void rounding(void **st) {
   assert_int_equal(q[3], 0xb8);
 }
 
+/* A block whose largest value divided by 448 underflows to 0 takes scale 1, as zeros do:
+ * nothing is divided by 0 (which would make the zeros NaN). */
+static void underflow(void **st) {
+  (void)st;
+  float x[128] = {0};
+  x[2] = 1e-44f;
+  uint8_t q[128];
+  float s;
+  weft_moe_fp8_row(WEFT_F32, x, 128, q, &s);
+  assert_true(s == 1.0f);
+  for (int i = 0; i < 128; i++)
+    assert_int_equal(q[i], 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(row_f32), cmocka_unit_test(row_bf16),
-                                     cmocka_unit_test(row_f16), cmocka_unit_test(rounding)};
+                                     cmocka_unit_test(row_f16), cmocka_unit_test(rounding),
+                                     cmocka_unit_test(underflow)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

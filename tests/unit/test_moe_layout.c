@@ -192,13 +192,13 @@ static void ll_window(void **st) {
   weft_moe_k_geom_t g;
   /* 3 ranks, 5 local experts, k 3, rows of 13 elements of 2 bytes, 7 tokens */
   assert_int_equal(weft_moe_ll_geometry(3, 5, 3, 26, 7, &g), 0);
-  assert_int_equal(g.sig_bytes, 64); /* 40 bytes of record and 20 of counts */
-  assert_int_equal(g.hdr_bytes, 48); /* 3 x 12 bytes, to 16 */
+  assert_int_equal(g.sig_bytes, 128); /* 48 bytes of record and 20 of counts */
+  assert_int_equal(g.hdr_bytes, 48);  /* 3 x 12 bytes, to 16 */
   assert_int_equal(g.row_bytes, 26);
   assert_int_equal(g.row_pad, 32);
   assert_int_equal(g.slot_bytes, 80);
   assert_int_equal(g.dsig, 0);
-  assert_int_equal(g.csig, 3 * 64);
+  assert_int_equal(g.csig, 3 * 128);
   assert_int_equal(g.dack, g.csig + 3 * WEFT_MOE_K_FLAG_STRIDE);
   assert_int_equal(g.cack, g.dack + 3 * WEFT_MOE_K_FLAG_STRIDE);
   assert_true(g.dstage >= g.cack + 3 * WEFT_MOE_K_FLAG_STRIDE && g.dstage % 256 == 0);
@@ -206,7 +206,7 @@ static void ll_window(void **st) {
   assert_int_equal(g.total, g.cstage + 3 * 7 * 32);
   /* 64 local experts: the counts take the record past one line */
   assert_int_equal(weft_moe_ll_geometry(2, 64, 8, 14336, 128, &g), 0);
-  assert_int_equal(g.sig_bytes, 320);
+  assert_int_equal(g.sig_bytes, 320); /* 48 + 256 */
   assert_int_equal(g.hdr_bytes, 96);
   assert_int_equal(g.slot_bytes, 96 + 14336);
   /* out of range or overflowing */
