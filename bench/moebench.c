@@ -63,8 +63,12 @@ static float x_of(int s, size_t t, size_t c) {
 /* Wrong elements of this rank's rows (expert-major, by source rank then token: wrong[0])
  * and of its combined tokens (identity experts: x times the sum of its weights, exact when
  * k is a power of two: wrong[1]); and the tokens it received, each once per rank. */
+/* With q (fp8 dispatch's e4m3 rows, sc their scales), also its elements whose value q * s is
+ * further from the routed token's than e4m3's precision allows (half a unit of 3 mantissa
+ * bits, or of the smallest normal) count in wrong[0]. */
 static void check_rank(const mopts_t *o, int rank, int n, const void *rx, const void *y,
-                       const int64_t *off, uint64_t wrong[2], size_t *recv_tokens) {
+                       const uint8_t *q, const float *sc, const int64_t *off, uint64_t wrong[2],
+                       size_t *recv_tokens) {
   int local = o->experts / n, k = o->topk;
   size_t H = o->hidden, *next = calloc((size_t)local, sizeof *next);
   int64_t ids[WEFT_MOE_MAX_TOPK];
@@ -80,6 +84,11 @@ static void check_rank(const mopts_t *o, int rank, int n, const void *rx, const 
         size_t r = (size_t)off[ids[j] % local] + next[ids[j] % local]++;
         for (size_t c = 0; c < H && o->check; c++)
           wrong[0] += get(o->t, rx, r * H + c) != x_of(s, t, c);
+        for (size_t c = 0; c < H && o->check && q; c++) {
+          float x = x_of(s, t, c), sb = sc[r * WEFT_MOE_FP8_BLOCKS(H) + c / WEFT_MOE_FP8_BLOCK];
+          wrong[0] += fabsf(weft_e4m3_to_f32(q[r * H + c]) * sb - x) >
+                      fmaxf(fabsf(x) * 0x1p-4f, sb * 0x1p-10f);
+        }
       }
       *recv_tokens += (size_t)here;
     }
@@ -88,32 +97,6 @@ static void check_rank(const mopts_t *o, int rank, int n, const void *rx, const 
       wrong[1] += fabsf(get(o->t, y, t * H + c) - x_of(rank, t, c)) > fabsf(x_of(rank, t, c)) * tol;
   if (!next) wrong[0] = wrong[1] = 1;
   free(next);
-}
-
-/* fp8 dispatch's rows (e4m3 q, scales s): elements whose value q * s is further from the
- * routed token's than e4m3's precision allows (half a unit of 3 mantissa bits, or of the
- * smallest normal). */
-static uint64_t check_fp8(const mopts_t *o, int rank, int n, const uint8_t *q, const float *sc,
-                          const int64_t *off) {
-  int local = o->experts / n, k = o->topk;
-  size_t H = o->hidden, nb = WEFT_MOE_FP8_BLOCKS(H), *next = calloc((size_t)local, sizeof *next);
-  int64_t ids[WEFT_MOE_MAX_TOPK];
-  uint64_t wrong = next ? 0 : 1;
-  for (int s = 0; s < n && next; s++)
-    for (size_t t = 0; t < o->tokens; t++) {
-      route(o, s, t, ids);
-      for (int j = 0; j < k; j++) {
-        if (ids[j] / local != rank) continue;
-        size_t r = (size_t)off[ids[j] % local] + next[ids[j] % local]++;
-        for (size_t c = 0; c < H; c++) {
-          float x = x_of(s, t, c), sb = sc[r * nb + c / WEFT_MOE_FP8_BLOCK];
-          wrong += fabsf(weft_e4m3_to_f32(q[r * H + c]) * sb - x) >
-                   fmaxf(fabsf(x) * 0x1p-4f, sb * 0x1p-10f);
-        }
-      }
-    }
-  free(next);
-  return wrong;
 }
 
 static int fail(int rank, const char *what, weft_comm_t comm) {
@@ -309,8 +292,8 @@ static int run_rank(int rank, int n, weft_unique_id_t id, void *arg) {
     return fail(rank, "setting up or reading back", NULL);
   size_t recv_tokens = 0;
   uint64_t wrong[NPHASE] = {0}, wsum[NPHASE];
-  check_rank(o, rank, n, b[RX].h, b[Y].h, off, wrong + DISPATCH, &recv_tokens);
-  if (o->fp8 && o->check) wrong[DISPATCH] += check_fp8(o, rank, n, b[RX8].h, b[RS].h, off);
+  check_rank(o, rank, n, b[RX].h, b[Y].h, o->fp8 ? b[RX8].h : NULL, b[RS].h, off, wrong + DISPATCH,
+             &recv_tokens);
   double mean[NPHASE], tmax[NPHASE], bytes[NPHASE], bmax[NPHASE];
   for (int ph = 0; ph < NPHASE; ph++) /* each token once per rank, as its phase moves it */
     bytes[ph] = (double)recv_tokens *

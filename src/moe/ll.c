@@ -214,10 +214,10 @@ static int call_end(struct weft_moe_ll *ll, ll_slot_t *s, cudaStream_t st) {
   return 0;
 }
 
-/* This rank's own refusal v as its error (the same message its peers will read). */
-static weft_result_t own_refusal(weft_moe_t m, const char *fn, weft_moe_verdict_t v) {
+/* Rank r's refusal v as this rank's error: the message every rank gives for it. */
+static weft_result_t judged(weft_moe_t m, const char *fn, int r, weft_moe_verdict_t v) {
   memset(m->verdicts, 0, (size_t)m->nranks * sizeof *m->verdicts);
-  m->verdicts[m->rank] = v;
+  m->verdicts[r] = v;
   return weft_moe_judge(m, fn, m->verdicts, sizeof *m->verdicts);
 }
 
@@ -227,19 +227,28 @@ static weft_result_t launched(int e, const char *fn) {
                         cudaGetErrorString((cudaError_t)e));
 }
 
+typedef int (*kernels_t)(const weft_moe_k_ll_t *a, void *stream);
+
+/* Slot i's call a through `run` on st, ordered after the layer's last call; with v refusing,
+ * its refusal instead (a's buffers dropped), and this rank's error for it. */
+static weft_result_t launch(weft_moe_t m, int i, weft_moe_verdict_t v, const char *fn,
+                            weft_moe_k_ll_t *a, kernels_t run, cudaStream_t st) {
+  a->code = (int32_t)v.code, a->a = v.a, a->b = v.b, a->c = v.c;
+  if (v.code != MOE_OK) a->in = NULL, a->in_w = NULL, a->out = NULL, a->out_w = a->out_s = NULL;
+  int e = call_begin(m->ll, st) ? (int)cudaGetLastError() : run(a, st);
+  if (e == (int)cudaSuccess && call_end(m->ll, &m->ll->slot[i], st)) e = (int)cudaGetLastError();
+  weft_result_t rc = launched(e, fn);
+  return v.code != MOE_OK ? judged(m, fn, m->rank, v) : rc;
+}
+
 /* Slot i's dispatch (or, with v refusing, its refusal) on st. */
 static weft_result_t run_dispatch(weft_moe_t m, int i, weft_moe_verdict_t v, const char *fn,
                                   const void *x, const float *w, void *recv_x, float *recv_w,
                                   float *recv_s, cudaStream_t st, size_t tokens) {
   weft_moe_k_ll_t a = params(m, i);
-  a.tokens = tokens;
-  a.code = (int32_t)v.code, a.a = v.a, a.b = v.b, a.c = v.c;
-  if (v.code == MOE_OK) a.in = x, a.in_w = w, a.out = recv_x, a.out_w = recv_w, a.out_s = recv_s;
-  a.fp8 = recv_s != NULL;
-  int e = call_begin(m->ll, st) ? (int)cudaGetLastError() : weft_moe_k_ll_dispatch(&a, st);
-  if (e == (int)cudaSuccess && call_end(m->ll, &m->ll->slot[i], st)) e = (int)cudaGetLastError();
-  weft_result_t rc = launched(e, fn);
-  return v.code != MOE_OK ? own_refusal(m, fn, v) : rc;
+  a.tokens = tokens, a.fp8 = recv_s != NULL;
+  a.in = x, a.in_w = w, a.out = recv_x, a.out_w = recv_w, a.out_s = recv_s;
+  return launch(m, i, v, fn, &a, weft_moe_k_ll_dispatch, st);
 }
 
 weft_result_t weft_moe_ll_layout(weft_moe_t m, weft_moe_handle_t h, const void *ids, size_t tokens,
@@ -314,16 +323,11 @@ weft_result_t weft_moe_ll_combine(weft_moe_handle_t h, weft_moe_verdict_t v, con
   int saved = -1, i = h->ll - 1;
   if (weft_dev_enter(moe_dev(m)->device, &saved))
     return weft_set_error(WEFT_ERR_SYSTEM, "%s: cannot make the GPU current", fn);
-  cudaStream_t st = (cudaStream_t)s;
   weft_moe_k_ll_t a = params(m, i);
-  a.tokens = h->plan.tokens;
-  a.code = (int32_t)v.code, a.a = v.a, a.b = v.b, a.c = v.c;
-  if (v.code == MOE_OK) a.in = rows, a.in_w = w, a.out = y;
-  int e = call_begin(m->ll, st) ? (int)cudaGetLastError() : weft_moe_k_ll_combine(&a, st);
-  if (e == (int)cudaSuccess && call_end(m->ll, &m->ll->slot[i], st)) e = (int)cudaGetLastError();
-  weft_result_t rc = launched(e, fn);
+  a.tokens = h->plan.tokens, a.in = rows, a.in_w = w, a.out = y;
+  weft_result_t rc = launch(m, i, v, fn, &a, weft_moe_k_ll_combine, (cudaStream_t)s);
   weft_dev_leave(moe_dev(m)->device, saved);
-  return v.code != MOE_OK ? own_refusal(m, fn, v) : rc;
+  return rc;
 }
 
 weft_result_t weft_moe_ll_finish(weft_moe_handle_t h) {
@@ -348,10 +352,8 @@ weft_result_t weft_moe_ll_finish(weft_moe_handle_t h) {
                           "which)",
                           fn, m->rank);
   int r = (int)st->rank;
-  memset(m->verdicts, 0, (size_t)m->nranks * sizeof *m->verdicts);
   if (r < 0 || r >= m->nranks) r = m->rank; /* the kernels write a rank; keep the index safe */
-  m->verdicts[r] = (weft_moe_verdict_t){st->code, st->a, st->b, st->c};
-  return weft_moe_judge(m, fn, m->verdicts, sizeof *m->verdicts);
+  return judged(m, fn, r, (weft_moe_verdict_t){st->code, st->a, st->b, st->c});
 }
 
 weft_result_t weft_moe_ll_counts(weft_moe_handle_t h, int64_t *counts, int64_t *offsets) {

@@ -20,6 +20,7 @@ typedef weft_moe_k_ll_t P;
 /* A block per row: slots and tokens are bounded by max_tokens (int32), so this fits. */
 unsigned blocks(uint64_t rows) { return (unsigned)(rows < 1 ? 1 : rows); }
 
+using weft::copy_multi; /* a block copies one row into several, the widest unit all allow */
 using weft::global_ns;
 using weft::ld_acquire_sys;
 using weft::st_release_sys;
@@ -83,44 +84,8 @@ __device__ bool last_block(uint32_t *ticket) {
   return last;
 }
 
-/* The block copies a row of `bytes` from src into each of the nd rows dst[] (one read, nd
- * writes), in the widest unit all allow (16, 4 or 2 bytes), four loads in flight a thread;
- * src through L2 only, since peers write it. */
-template <typename U>
-__device__ void fan_rows(char *const *dst, int nd, const char *src, uint64_t bytes) {
-  const uint64_t units = bytes / sizeof(U), step = blockDim.x;
-  for (uint64_t c0 = threadIdx.x; c0 < units; c0 += 4 * step) {
-    U v[4];
-#pragma unroll
-    for (int u = 0; u < 4; u++)
-      if (c0 + u * step < units) v[u] = __ldcg((const U *)src + c0 + u * step);
-#pragma unroll
-    for (int u = 0; u < 4; u++)
-      if (c0 + u * step < units)
-        for (int d = 0; d < nd; d++)
-          ((U *)dst[d])[c0 + u * step] = v[u];
-  }
-}
-
-__device__ void copy_rows(char *const *dst, int nd, const char *src, uint64_t bytes) {
-  uintptr_t al = (uintptr_t)src | bytes;
-  for (int d = 0; d < nd; d++)
-    al |= (uintptr_t)dst[d];
-  if (al % 16 == 0)
-    fan_rows<uint4>(dst, nd, src, bytes);
-  else if (al % 4 == 0)
-    fan_rows<unsigned int>(dst, nd, src, bytes);
-  else if (al % 2 == 0)
-    fan_rows<unsigned short>(dst, nd, src, bytes);
-  else /* fp8 rows of an odd length */
-    fan_rows<unsigned char>(dst, nd, src, bytes);
-}
-
 /* Overloads, not template specialisations: nvcc gives the latter host symbols that escape
  * the anonymous namespace (and libweft.so exports nothing but the API). */
-__device__ __forceinline__ float tof(float v) { return v; }
-__device__ __forceinline__ float tof(__half v) { return __half2float(v); }
-__device__ __forceinline__ float tof(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ void fromf(float v, float *d) { *d = v; }
 __device__ __forceinline__ void fromf(float v, __half *d) { *d = __float2half_rn(v); }
 __device__ __forceinline__ void fromf(float v, __nv_bfloat16 *d) { *d = __float2bfloat16_rn(v); }
@@ -147,7 +112,7 @@ __device__ void sum_rows(T *dst, const T *const *src, const float *w, int n, uin
         float wi = w ? w[i] : 1.0f;
 #pragma unroll
         for (int q = 0; q < V; q++)
-          acc[q] += wi * tof(e[q]);
+          acc[q] += wi * moe_fp8::up(e[q]);
       }
       uint4 o;
       T *oe = (T *)&o;
@@ -161,7 +126,7 @@ __device__ void sum_rows(T *dst, const T *const *src, const float *w, int n, uin
   for (uint64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
     float acc = 0.0f;
     for (int i = 0; i < n; i++)
-      if (src[i]) acc += (w ? w[i] : 1.0f) * tof(src[i][c]);
+      if (src[i]) acc += (w ? w[i] : 1.0f) * moe_fp8::up(src[i][c]);
     fromf(acc, &dst[c]);
   }
 }
@@ -199,7 +164,7 @@ __global__ void d_send(P a) {
     char *dst = slot + a.g.hdr_bytes;
     const char *x = (const char *)a.in + t * a.g.row_bytes;
     if (!a.fp8) {
-      copy_rows(&dst, 1, x, a.g.row_bytes);
+      copy_multi(&dst, 1, x, a.g.row_bytes);
     } else { /* the scales, then the e4m3 bytes: fp8 rows fit in row_pad for 2- and 4-byte
                 types (hidden + 4 per 128 elements) */
       float *sc = (float *)dst;
@@ -283,10 +248,10 @@ __global__ void d_recv(P a) {
     }
     __syncthreads();
     if (!a.fp8) {
-      copy_rows(dst, nd, slot + a.g.hdr_bytes, a.g.row_bytes);
+      copy_multi(dst, nd, slot + a.g.hdr_bytes, a.g.row_bytes);
     } else {
-      copy_rows(dsc, nd, slot + a.g.hdr_bytes, nb * sizeof(float));
-      copy_rows(dst, nd, slot + a.g.hdr_bytes + nb * sizeof(float), a.hidden);
+      copy_multi(dsc, nd, slot + a.g.hdr_bytes, nb * sizeof(float));
+      copy_multi(dst, nd, slot + a.g.hdr_bytes + nb * sizeof(float), a.hidden);
     }
   }
   if (blockIdx.x == 0 && !failed) {

@@ -130,8 +130,8 @@ struct Chan {
   }
 };
 
-/* Block-wide copy to up to WEFT_DEV_MAX_RANKS destinations, 16 bytes a thread when every
- * pointer allows it. */
+/* Block-wide copy to nd destinations (the collectives' up to WEFT_DEV_MAX_RANKS, MoE's rows
+ * of a token's experts), 16 bytes a thread when every pointer allows it. */
 __device__ inline void copy_multi(char *const *dst, int nd, const char *src, uint64_t bytes) {
   uintptr_t al = (uintptr_t)src | bytes;
   for (int d = 0; d < nd; d++)
