@@ -173,7 +173,9 @@ static int check_counts(int rank, weft_moe_handle_t h, int local, const int64_t 
   if (weft_moe_device_counts(h, &dc) != (g_dev ? WEFT_SUCCESS : WEFT_ERR_INVALID_ARG))
     FAIL("%s: device counts", pn);
 #ifdef WEFT_HAVE_CUDA
-  if (g_dev && cudaMemcpy(dev_c, dc, (size_t)local * 8, cudaMemcpyDeviceToHost) != cudaSuccess)
+  /* written in the stream's order: the layout's (normal mode) or the dispatch's */
+  if (g_dev && (cudaStreamSynchronize((cudaStream_t)g_st) != cudaSuccess ||
+                cudaMemcpy(dev_c, dc, (size_t)local * 8, cudaMemcpyDeviceToHost) != cudaSuccess))
     FAIL("%s: reading the device counts", pn);
 #endif
   for (int l = 0; l < local; l++)
