@@ -39,6 +39,22 @@ void weft_moe_dev_pool_free(void *pool) {
   if (pool) cudaMemPoolDestroy((cudaMemPool_t)pool);
 }
 
+/* Mapped: with unified addressing (every platform weft's CUDA build supports) kernels use
+ * the host pointer as it is. */
+int64_t *weft_moe_dev_routes(size_t n) {
+  void *p = NULL;
+  if (n > SIZE_MAX / sizeof(int64_t) ||
+      cudaHostAlloc(&p, n * sizeof(int64_t), cudaHostAllocMapped | cudaHostAllocPortable) !=
+          cudaSuccess)
+    return cudaGetLastError(), NULL;
+  memset(p, 0, n * sizeof(int64_t));
+  return p;
+}
+
+void weft_moe_dev_routes_free(int64_t *routes) {
+  if (routes) cudaFreeHost(routes);
+}
+
 void weft_moe_dev_free(weft_moe_handle_t h) {
   moe_dev_t *d = h->dev;
   if (!d) return;

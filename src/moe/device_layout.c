@@ -52,28 +52,30 @@ static weft_result_t settle(weft_moe_t m, weft_result_t mine) {
   return mine != WEFT_SUCCESS ? weft_set_error(mine, "%s", why) : rc;
 }
 
-/* The send side on the GPU and its counts back in rec (this rank's exchange record); the
- * first bad id, if the GPU found one, as the verdict. */
+/* The send side on the GPU, which writes its counts into rec (this rank's exchange record,
+ * host-mapped); the first bad id, if the GPU found one, as the verdict. */
 static weft_moe_verdict_t route(weft_moe_handle_t h, moe_dev_t *d, const void *ids, size_t tokens,
                                 int64_t *rec, cudaStream_t st) {
   weft_moe_t m = h->moe;
   size_t n = (size_t)m->nranks, k = (size_t)m->cfg.topk, E = (size_t)m->cfg.num_experts;
-  size_t w = (size_t)d->width, cells, ent, meta, bytes[7], total;
+  size_t w = (size_t)d->width, cells, ent, meta, masks, before, bytes[9], total;
   /* int32 slots and positions: tokens * k must stay below 2^31 */
   int fits = tokens <= INT32_MAX / k && weft_mul_fits(tokens, w, &ent) &&
-             weft_mul_fits(ent, k * 8, &meta) && weft_mul_fits(tokens, n * 4, &cells);
+             weft_mul_fits(ent, k * 8, &meta) && weft_mul_fits(tokens, n * 4, &cells) &&
+             weft_moe_k_route_scratch(tokens, (int)E, (int)n, &masks, &before);
   if (fits) {
-    size_t b[7] = {(E + n + 1) * 8, (n + 1) * 8, tokens * k * 4, cells, ent * 8, ent * 8, meta};
+    size_t b[9] = {(E + n + 1) * 8, (n + 1) * 8, tokens * k * 4, cells, ent * 8,
+                   ent * 8,         meta,        masks,          before};
     memcpy(bytes, b, sizeof b);
   }
-  if (!fits || !weft_moe_dev_staged(bytes, 7, &total))
+  if (!fits || !weft_moe_dev_staged(bytes, 9, &total))
     return (weft_moe_verdict_t){MOE_TOO_BIG, (int64_t)tokens, 0, 0};
   if (cudaMallocFromPoolAsync(&d->block, total, m->pool, st) != cudaSuccess) {
     d->block = NULL, cudaGetLastError();
     return (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
   }
-  void *p[7];
-  weft_moe_dev_carve(d->block, bytes, 7, p);
+  void *p[9];
+  weft_moe_dev_carve(d->block, bytes, 9, p);
   weft_moe_k_route_t a = {.ids = ids,
                           .id_bytes = (int)weft_dtype_size(m->cfg.index_type),
                           .k = (int)k,
@@ -89,14 +91,18 @@ static weft_moe_verdict_t route(weft_moe_handle_t h, moe_dev_t *d, const void *i
                           .pos = p[3],
                           .send_list = p[4],
                           .entries = p[5],
-                          .meta = p[6]};
+                          .meta = p[6],
+                          .mask = p[7],
+                          .before = p[8],
+                          .host_counts = rec + MOE_ROUTE_HEAD};
   d->send_list = a.send_list, d->entries = a.entries, d->send_meta = a.meta;
-  int e = weft_moe_k_route(&a, st);
+  /* the host waits for the counts (in rec) while the GPU goes on placing the tokens */
+  int e = weft_moe_k_route_counts(&a, st);
+  if (e == (int)cudaSuccess && cudaEventRecord(d->done, st) != cudaSuccess)
+    e = (int)cudaGetLastError();
+  if (e == (int)cudaSuccess) e = weft_moe_k_route_place(&a, st);
   if (e != (int)cudaSuccess) return failed_with((cudaError_t)e);
-  if (cudaMemcpyAsync(rec + MOE_ROUTE_HEAD, p[0], bytes[0], cudaMemcpyDeviceToHost, st) !=
-          cudaSuccess ||
-      cudaStreamSynchronize(st) != cudaSuccess)
-    return failed();
+  if (cudaEventSynchronize(d->done) != cudaSuccess) return failed();
   uint64_t bad = (uint64_t)rec[MOE_ROUTE_HEAD + E + n];
   if (bad == UINT64_MAX) return (weft_moe_verdict_t){MOE_OK, 0, 0, 0};
   /* the GPU names the first bad choice; the host's check says what is wrong with it */
@@ -156,6 +162,17 @@ static weft_moe_verdict_t receive_side(weft_moe_handle_t h, moe_dev_t *d, size_t
   return (weft_moe_verdict_t){MOE_OK, 0, 0, 0};
 }
 
+/* No rank sends an entry to another (every rank sees every rank's counts): the meta
+ * exchange is skipped on all ranks alike. */
+static int self_only(weft_moe_t m) {
+  size_t stride = moe_route_stride(m->cfg.num_experts, m->nranks);
+  for (int s = 0; s < m->nranks; s++)
+    for (int r = 0; r < m->nranks; r++)
+      if (r != s && m->routes[(size_t)s * stride + MOE_ROUTE_HEAD + m->cfg.num_experts + r])
+        return 0;
+  return 1;
+}
+
 weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void *ids, size_t tokens,
                                   weft_moe_verdict_t mine, weft_stream_t s) {
   cudaStream_t st = (cudaStream_t)s;
@@ -188,26 +205,32 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
   uint64_t *tables = p[0];
   d->row_of = p[2], d->pad = tables + n * L + n + 1;
   d->counts = (const int64_t *)(d->pad + d->npad);
-  /* a rank's own entries' meta is copied, not sent */
+  /* a rank's own entries' meta is not sent: rows reads it where route left it */
   int me = m->rank;
   weft_moe_plan_counts(pl, 0, 2 * k, cnt, cnt + n);
   weft_moe_plan_counts(pl, 1, 2 * k, cnt + 2 * n, cnt + 3 * n);
-  size_t own = cnt[me] * sizeof(int32_t);
+  weft_moe_k_rows_t ra = {.meta = p[1],
+                          .own_meta = d->send_meta + cnt[n + me],
+                          .own_lo = pl->recv_off[me],
+                          .own_hi = pl->recv_off[me + 1],
+                          .choices = (uint64_t)(pl->recv_off[n] * k),
+                          .k = (int)k,
+                          .nranks = m->nranks,
+                          .local = m->local,
+                          .recv_off = tables + n * L,
+                          .base = tables,
+                          .row_of = d->row_of};
   cnt[me] = cnt[2 * n + me] = 0;
   weft_result_t step = WEFT_SUCCESS;
   if (cudaMemcpyAsync(tables, d->tables, bytes[0], cudaMemcpyHostToDevice, st) != cudaSuccess)
     step = weft_set_error(WEFT_ERR_SYSTEM, "%s: copying the plan to the GPU: %s", FN,
                           cudaGetErrorString(cudaGetLastError()));
-  else if (own && cudaMemcpyAsync((int32_t *)p[1] + cnt[3 * n + me], d->send_meta + cnt[n + me],
-                                  own, cudaMemcpyDeviceToDevice, st) != cudaSuccess)
-    step = weft_set_error(WEFT_ERR_SYSTEM, "%s: copying this rank's own meta: %s", FN,
-                          cudaGetErrorString(cudaGetLastError()));
   CHECK_GOTO(settle(m, step), rc, out); /* all ranks enter the alltoallv, or none */
-  step = weft_alltoallv(d->send_meta, cnt, cnt + n, p[1], cnt + 2 * n, cnt + 3 * n, WEFT_I32,
-                        m->comm, s);
+  if (!self_only(m))
+    step = weft_alltoallv(d->send_meta, cnt, cnt + n, p[1], cnt + 2 * n, cnt + 3 * n, WEFT_I32,
+                          m->comm, s);
   if (step == WEFT_SUCCESS) {
-    int e = weft_moe_k_rows(p[1], (uint64_t)(pl->recv_off[n] * k), (int)k, tables + n * L,
-                            m->nranks, m->local, tables, d->row_of, st);
+    int e = weft_moe_k_rows(&ra, st);
     if (e != (int)cudaSuccess || cudaEventRecord(d->done, st) != cudaSuccess)
       step = weft_set_error(WEFT_ERR_SYSTEM, "%s: placing the received rows: %s", FN,
                             cudaGetErrorString(e ? (cudaError_t)e : cudaGetLastError()));

@@ -16,6 +16,11 @@ void *weft_moe_dev_pool(weft_moe_t m) {
   return NULL;
 }
 void weft_moe_dev_pool_free(void *pool) { (void)pool; }
+int64_t *weft_moe_dev_routes(size_t n) {
+  (void)n;
+  return NULL;
+}
+void weft_moe_dev_routes_free(int64_t *routes) { (void)routes; }
 weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void *ids, size_t tokens,
                                   weft_moe_verdict_t mine, weft_stream_t s) {
   (void)m, (void)h, (void)ids, (void)tokens, (void)mine, (void)s;

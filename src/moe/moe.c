@@ -143,7 +143,7 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
   int64_t(*all)[NFIELD + 1] = calloc((size_t)n, sizeof *all);
   if (m) m->verdicts = calloc((size_t)n, sizeof *m->verdicts);
   if (m && device && c.num_experts > 0 && c.num_experts <= INT32_MAX - n - MOE_ROUTE_HEAD - 1)
-    m->routes = calloc((size_t)n, moe_route_stride(c.num_experts, n) * sizeof *m->routes);
+    m->routes = weft_moe_dev_routes((size_t)n * moe_route_stride(c.num_experts, n));
   if (!why && (!m || !m->verdicts || (device && !m->routes))) why = "out of memory";
   if (!why && device) {
     m->comm = comm;
@@ -190,7 +190,7 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
   if (device && c.mode == WEFT_MOE_LOW_LATENCY) CHECK_GOTO(weft_moe_ll_create(m), rc, out);
   *moe = m, m = NULL;
 out:
-  if (m) weft_moe_dev_pool_free(m->pool), free(m->verdicts), free(m->routes);
+  if (m) weft_moe_dev_pool_free(m->pool), free(m->verdicts), weft_moe_dev_routes_free(m->routes);
   free(m);
   free(all);
   return rc;
@@ -204,7 +204,7 @@ weft_result_t weft_moe_destroy(weft_moe_t moe) {
   weft_moe_ll_destroy(moe);
   weft_moe_dev_pool_free(moe->pool);
   free(moe->verdicts);
-  free(moe->routes);
+  weft_moe_dev_routes_free(moe->routes);
   free(moe);
   return WEFT_SUCCESS;
 }

@@ -19,7 +19,7 @@ struct weft_moe {
   weft_moe_config_t cfg;
   int handles;                       /* live handles (destroy refuses while any is) */
   struct weft_moe_verdict *verdicts; /* [nranks] weft_moe_agree's scratch */
-  int64_t *routes;                   /* device layouts' scratch: [nranks][moe_route_stride] */
+  int64_t *routes;        /* device layouts' scratch: [nranks][moe_route_stride], host-mapped */
   void *pool;             /* device layers: the CUDA memory pool their staging comes from */
   struct weft_moe_ll *ll; /* low-latency mode on windows (ll.c), else NULL */
 };
@@ -141,6 +141,10 @@ int weft_moe_dev_owns(weft_moe_t m, const void *p, size_t bytes); /* 1: device m
 /* The layer's memory pool on its GPU, and its release; NULL when none could be made. */
 void *weft_moe_dev_pool(weft_moe_t m);
 void weft_moe_dev_pool_free(void *pool);
+/* n int64 of zeroed pinned host memory that kernels write (the GPU's route leaves its counts
+ * in the layout's record with no copy), and its release; NULL when none could be had. */
+int64_t *weft_moe_dev_routes(size_t n);
+void weft_moe_dev_routes_free(int64_t *routes);
 /* Collective: the layout of h (h->moe set; NULL when this rank could not make it, which
  * mine then says) from device ids, mine being this rank's verdict on the arguments so far;
  * fills h->plan's counts and h->dev. Every rank takes the same exchanges, whatever fails. */

@@ -18,7 +18,10 @@ extern "C" {
 #endif
 
 /* A layout's send side on the GPU (route.cu): ids [tokens][k] of id_bytes (4 or 8) in,
- * every array below out. */
+ * every array below out. Tokens go in tiles of WEFT_MOE_K_TILE, a bit each in a mask per
+ * bin (an expert, or a destination rank), so a token's place in a bin's list is the bits
+ * below its own plus the earlier tiles' counts: no per-bin pass over all the ids. */
+#define WEFT_MOE_K_TILE 64
 typedef struct {
   const void *ids;
   int id_bytes, k, experts, nranks, local, width; /* width: min(k, nranks) */
@@ -31,13 +34,40 @@ typedef struct {
   uint64_t *send_list;     /* [entries] the token of each entry */
   uint64_t *entries;       /* [tokens][width] a token's entries in rank order, NO_ROW after */
   int32_t *meta;           /* [entries][k][2] per choice: local expert there (or -1), index */
+  int64_t *host_counts;    /* NULL, or host-mapped [experts + nranks + 1]: counts, then bad */
+  /* scratch (weft_moe_k_route_scratch gives the bytes) */
+  unsigned long long *mask; /* [tiles][experts + nranks] the tile's tokens in the bin, then
+                               [tiles] the tile's lowest bad choice */
+  uint32_t *before; /* [tiles][experts + nranks] the tile's count in the bin, then the earlier
+                       tiles' sum */
 } weft_moe_k_route_t;
 
+/* The bytes of route's scratch (mask, then before) for `tokens`; 0 if they overflow. */
+static inline int weft_moe_k_route_scratch(uint64_t tokens, int experts, int nranks,
+                                           size_t *mask_bytes, size_t *before_bytes) {
+  uint64_t tiles = tokens / WEFT_MOE_K_TILE + (tokens % WEFT_MOE_K_TILE != 0);
+  uint64_t bins = (uint64_t)experts + (uint64_t)nranks;
+  if (tiles > SIZE_MAX / 8 / (bins + 1)) return 0;
+  *mask_bytes = (size_t)(tiles * (bins + 1) * 8), *before_bytes = (size_t)(tiles * bins * 4);
+  return 1;
+}
+
 int weft_moe_k_route(const weft_moe_k_route_t *a, void *stream);
+/* ... in two halves: the counts and *bad (and host_counts), then the rest, so that the host
+ * can wait for the counts alone. */
+int weft_moe_k_route_counts(const weft_moe_k_route_t *a, void *stream);
+int weft_moe_k_route_place(const weft_moe_k_route_t *a, void *stream);
 /* row_of[c] = base[s][l] + index for received choice c = (l, index) of meta from source s
- * (recv_off gives each source's entries), NO_ROW where l is -1. */
-int weft_moe_k_rows(const int32_t *meta, uint64_t choices, int k, const uint64_t *recv_off,
-                    int nranks, int local, const uint64_t *base, uint64_t *row_of, void *stream);
+ * (recv_off gives each source's entries), NO_ROW where l is -1; the received entries in
+ * [own_lo, own_hi), this rank's own, read theirs from own_meta instead. */
+typedef struct {
+  const int32_t *meta, *own_meta; /* [entries][k][2] */
+  uint64_t own_lo, own_hi, choices;
+  int k, nranks, local;
+  const uint64_t *recv_off, *base;
+  uint64_t *row_of;
+} weft_moe_k_rows_t;
+int weft_moe_k_rows(const weft_moe_k_rows_t *a, void *stream);
 
 /* The entries a rank sends itself, received as entries [lo, hi): they skip the staging and
  * the alltoallv. Dispatch reads them from the tokens x (list: their tokens, w: the weights,
