@@ -40,14 +40,18 @@ void weft_moe_dev_pool_free(void *pool) {
 }
 
 /* Mapped: with unified addressing (every platform weft's CUDA build supports) kernels use
- * the host pointer as it is. */
-int64_t *weft_moe_dev_routes(size_t n) {
+ * the host pointer as it is. Made with the layer's GPU current, so that no other GPU's
+ * context is touched. */
+int64_t *weft_moe_dev_routes(weft_moe_t m, size_t n) {
   void *p = NULL;
-  if (n > SIZE_MAX / sizeof(int64_t) ||
-      cudaHostAlloc(&p, n * sizeof(int64_t), cudaHostAllocMapped | cudaHostAllocPortable) !=
-          cudaSuccess)
-    return cudaGetLastError(), NULL;
-  memset(p, 0, n * sizeof(int64_t));
+  int saved = -1;
+  if (n > SIZE_MAX / sizeof(int64_t) || weft_dev_enter(moe_dev(m)->device, &saved)) return NULL;
+  if (cudaHostAlloc(&p, n * sizeof(int64_t), cudaHostAllocMapped | cudaHostAllocPortable) !=
+      cudaSuccess)
+    p = NULL, cudaGetLastError();
+  else
+    memset(p, 0, n * sizeof(int64_t));
+  weft_dev_leave(moe_dev(m)->device, saved);
   return p;
 }
 

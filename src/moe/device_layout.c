@@ -1,8 +1,9 @@
-/* A batch's layout on device communicators: the GPU routes the ids (route.cu) and the host
- * reads back only the counts; one exchange over the bootstrap ring carries every rank's
- * verdict and counts, then each entry's meta (its local expert and index there) travels by
- * weft's device alltoallv and the receivers place every choice on the GPU. The call waits
- * for the GPU once, for the counts: the sizes it returns depend on them. */
+/* A batch's layout on device communicators: the GPU routes the ids (route.cu) and leaves
+ * only the counts in host-mapped memory; one exchange over the bootstrap ring carries every
+ * rank's verdict and counts, then each entry's meta (its local expert and index there)
+ * travels to other ranks by weft's device alltoallv and the receivers place every choice on
+ * the GPU. The call waits for the GPU once, for the counts: the sizes it returns depend on
+ * them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +102,10 @@ static weft_moe_verdict_t route(weft_moe_handle_t h, moe_dev_t *d, const void *i
   if (e == (int)cudaSuccess && cudaEventRecord(d->done, st) != cudaSuccess)
     e = (int)cudaGetLastError();
   if (e == (int)cudaSuccess) e = weft_moe_k_route_place(&a, st);
-  if (e != (int)cudaSuccess) return failed_with((cudaError_t)e);
+  if (e != (int)cudaSuccess) { /* a kernel queued before the failure may still write rec */
+    cudaStreamSynchronize(st);
+    return failed_with((cudaError_t)e);
+  }
   if (cudaEventSynchronize(d->done) != cudaSuccess) return failed();
   uint64_t bad = (uint64_t)rec[MOE_ROUTE_HEAD + E + n];
   if (bad == UINT64_MAX) return (weft_moe_verdict_t){MOE_OK, 0, 0, 0};
@@ -210,7 +214,7 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
   weft_moe_plan_counts(pl, 0, 2 * k, cnt, cnt + n);
   weft_moe_plan_counts(pl, 1, 2 * k, cnt + 2 * n, cnt + 3 * n);
   weft_moe_k_rows_t ra = {.meta = p[1],
-                          .own_meta = d->send_meta + cnt[n + me],
+                          .own_meta = d->send_meta ? d->send_meta + cnt[n + me] : NULL,
                           .own_lo = pl->recv_off[me],
                           .own_hi = pl->recv_off[me + 1],
                           .choices = (uint64_t)(pl->recv_off[n] * k),

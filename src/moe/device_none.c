@@ -16,8 +16,8 @@ void *weft_moe_dev_pool(weft_moe_t m) {
   return NULL;
 }
 void weft_moe_dev_pool_free(void *pool) { (void)pool; }
-int64_t *weft_moe_dev_routes(size_t n) {
-  (void)n;
+int64_t *weft_moe_dev_routes(weft_moe_t m, size_t n) {
+  (void)m, (void)n;
   return NULL;
 }
 void weft_moe_dev_routes_free(int64_t *routes) { (void)routes; }

@@ -142,12 +142,15 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
   weft_moe_t m = calloc(1, sizeof *m);
   int64_t(*all)[NFIELD + 1] = calloc((size_t)n, sizeof *all);
   if (m) m->verdicts = calloc((size_t)n, sizeof *m->verdicts);
-  if (m && device && c.num_experts > 0 && c.num_experts <= INT32_MAX - n - MOE_ROUTE_HEAD - 1)
-    m->routes = weft_moe_dev_routes((size_t)n * moe_route_stride(c.num_experts, n));
-  if (!why && (!m || !m->verdicts || (device && !m->routes))) why = "out of memory";
+  if (!why && (!m || !m->verdicts)) why = "out of memory";
   if (!why && device) {
     m->comm = comm;
-    if (!(m->pool = weft_moe_dev_pool(m))) why = "cannot make a CUDA memory pool on its GPU";
+    if (c.num_experts > INT32_MAX - n - MOE_ROUTE_HEAD - 1)
+      why = "num_experts is too large for device buffers";
+    else if (!(m->pool = weft_moe_dev_pool(m)))
+      why = "cannot make a CUDA memory pool on its GPU";
+    else if (!(m->routes = weft_moe_dev_routes(m, (size_t)n * moe_route_stride(c.num_experts, n))))
+      why = "cannot allocate pinned host memory for the layouts' counts";
   }
   int64_t mine[NFIELD + 1] = {c.num_experts,
                               c.topk,

@@ -143,7 +143,7 @@ void *weft_moe_dev_pool(weft_moe_t m);
 void weft_moe_dev_pool_free(void *pool);
 /* n int64 of zeroed pinned host memory that kernels write (the GPU's route leaves its counts
  * in the layout's record with no copy), and its release; NULL when none could be had. */
-int64_t *weft_moe_dev_routes(size_t n);
+int64_t *weft_moe_dev_routes(weft_moe_t m, size_t n);
 void weft_moe_dev_routes_free(int64_t *routes);
 /* Collective: the layout of h (h->moe set; NULL when this rank could not make it, which
  * mine then says) from device ids, mine being this rank's verdict on the arguments so far;

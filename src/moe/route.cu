@@ -135,8 +135,9 @@ __global__ void scan(uint32_t *before, const unsigned long long *bad_tile, uint6
  * go there); then each token's entries (one per destination rank, in rank order) into
  * send_list and entries[t][width]; then each entry's meta: per choice j, the local expert at
  * that rank and its index, or (-1, 0). The ranks' first entries, off, are the prefix of
- * their counts (block 0 keeps them in send_off). Ids that broke the rules are skipped: the
- * layout is refused anyway. */
+ * their counts (block 0 keeps them in send_off). Ids out of range are skipped and a repeated
+ * id shares its first one's slot: the layout is refused either way, and nothing is written out
+ * of bounds. */
 template <typename I>
 __global__ void place(const I *ids, uint64_t tokens, int k, int experts, int nranks, int local,
                       int width, const unsigned long long *mask, const uint32_t *before,
@@ -274,6 +275,7 @@ extern "C" int weft_moe_k_route_counts(const weft_moe_k_route_t *a, void *stream
 
 extern "C" int weft_moe_k_route_place(const weft_moe_k_route_t *a, void *stream) {
   (void)cudaGetLastError();
+  if (a->nranks > MAX_N || a->k > MAX_K) return (int)cudaErrorInvalidValue;
   cudaStream_t s = (cudaStream_t)stream;
   return a->id_bytes == 4 ? place_all((const int32_t *)a->ids, a, s)
                           : place_all((const int64_t *)a->ids, a, s);
