@@ -7,20 +7,11 @@
 # usage: scripts/gpu/moe_layout.sh OUT [BUILD]    (run from the repository root)
 source "$(dirname "$0")/common.sh"
 export WEFT_TIMEOUT_MS=${WEFT_TIMEOUT_MS:-20000}
-fail=0
 t="$out/moe-layout-tests.txt" bench="$out/moe-layout-bench.txt" san="$out/moe-layout-sanitizer.txt"
-step() { # log, command...
-  local log=$1
-  shift
-  echo "## $*" >> "$log"
-  timeout "${STEP_S:-150}" "$@" >> "$log" 2>&1 || { echo "FAILED ($?): $*" >> "$log"; fail=1; }
-}
 mb="$b/bench/moebench --gpu"
 ds="--tokens 4096 --hidden 7168 --topk 8 --experts 256 -d bf16"
 dec="--mode ll --tokens 128 --hidden 7168 --topk 8 --experts 256 -d bf16 -n 50 -w 10"
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-nvidia-cuda-mps-control -d || { echo "no MPS" >> "$t"; fail=1; }
+mps_start "$t"
 for n in 1 2 3 4; do step "$t" "$b/tests/mp/test_moe" $n --device; done
 for n in 2 4; do step "$t" "$b/tests/gpu/test_moe_ll" $n --share; done
 step "$bench" $mb --ranks 1 $ds --compare torch --json "$out/moe-layout-deepseek-r1.json"
@@ -29,7 +20,7 @@ for n in 2 4; do step "$bench" $mb --ranks $n $ds; done
 step "$bench" $mb --ranks 2 --tokens 1000 --hidden 256 --topk 8 --experts 8192 -d f32
 step "$bench" $mb --ranks 3 --tokens 777 --hidden 100 --topk 5 --experts 6999 -d bf16 --mode ll
 step "$bench" $mb --ranks 4 --tokens 300 --hidden 64 --topk 32 --experts 64 -d f32
-echo quit | nvidia-cuda-mps-control
+mps_stop
 cs=/usr/local/cuda/bin/compute-sanitizer
 if [ -x "$cs" ]; then
   for tool in memcheck racecheck; do

@@ -9,17 +9,8 @@
 # usage: scripts/gpu/moe_ll.sh OUT [BUILD]    (run from the repository root)
 source "$(dirname "$0")/common.sh"
 export WEFT_TIMEOUT_MS=${WEFT_TIMEOUT_MS:-20000}
-fail=0
 t="$out/moe-ll-tests.txt" bench="$out/moe-ll-bench.txt" san="$out/moe-ll-sanitizer.txt"
-step() { # log, command...
-  local log=$1
-  shift
-  echo "## $*" >> "$log"
-  timeout "${STEP_S:-150}" "$@" >> "$log" 2>&1 || { echo "FAILED ($?): $*" >> "$log"; fail=1; }
-}
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-nvidia-cuda-mps-control -d || { echo "no MPS" >> "$t"; fail=1; }
+mps_start "$t"
 for n in 2 4; do step "$t" "$b/tests/gpu/test_moe_ll" $n --share; done
 for n in 1 2 3 4; do step "$t" "$b/tests/mp/test_moe" $n --device; done
 dec="--mode ll --tokens 128 --hidden 7168 --topk 8 --experts 256 -d bf16 -n 50 -w 10"
@@ -32,7 +23,7 @@ for n in 2 4; do
   step "$bench" "$b/bench/moebench" --gpu --ranks $n $dec
   step "$bench" "$b/bench/moebench" --gpu --ranks $n $dec --graph
 done
-echo quit | nvidia-cuda-mps-control
+mps_stop
 cs=/usr/local/cuda/bin/compute-sanitizer
 if [ -x "$cs" ]; then
   export WEFT_TIMEOUT_MS=120000
