@@ -203,33 +203,43 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
   memcpy(rec, &mine, sizeof mine);
   weft_result_t rc = weft_bootstrap_allgather(m->comm->boot, m->routes, stride * sizeof *rec);
   if (rc == WEFT_SUCCESS) rc = weft_moe_judge(m, FN, m->routes, stride * sizeof *rec);
-  if (rc == WEFT_SUCCESS) rc = weft_moe_agree(m, FN, receive_side(h, d, tokens, st, bytes, p));
   if (rc != WEFT_SUCCESS) goto out;
+  /* the receive side, its tables on the GPU: one more round says all ranks got there (and
+   * enter the alltoallv) or none did */
+  weft_moe_verdict_t v = receive_side(h, d, tokens, st, bytes, p);
   weft_moe_plan_t *pl = &h->plan;
   uint64_t *tables = p[0];
-  d->row_of = p[2], d->pad = tables + n * L + n + 1;
-  d->counts = (const int64_t *)(d->pad + d->npad);
-  /* a rank's own entries' meta is not sent: rows reads it where route left it */
-  int me = m->rank;
-  weft_moe_plan_counts(pl, 0, 2 * k, cnt, cnt + n);
-  weft_moe_plan_counts(pl, 1, 2 * k, cnt + 2 * n, cnt + 3 * n);
-  weft_moe_k_rows_t ra = {.meta = p[1],
-                          .own_meta = d->send_meta ? d->send_meta + cnt[n + me] : NULL,
-                          .own_lo = pl->recv_off[me],
-                          .own_hi = pl->recv_off[me + 1],
-                          .choices = (uint64_t)(pl->recv_off[n] * k),
-                          .k = (int)k,
-                          .nranks = m->nranks,
-                          .local = m->local,
-                          .recv_off = tables + n * L,
-                          .base = tables,
-                          .row_of = d->row_of};
-  cnt[me] = cnt[2 * n + me] = 0;
+  weft_moe_k_rows_t ra = {0};
+  char why[256] = "";
+  if (v.code == MOE_OK) {
+    d->row_of = p[2], d->pad = tables + n * L + n + 1;
+    d->counts = (const int64_t *)(d->pad + d->npad);
+    /* a rank's own entries' meta is not sent: rows reads it where route left it */
+    int me = m->rank;
+    weft_moe_plan_counts(pl, 0, 2 * k, cnt, cnt + n);
+    weft_moe_plan_counts(pl, 1, 2 * k, cnt + 2 * n, cnt + 3 * n);
+    ra = (weft_moe_k_rows_t){.meta = p[1],
+                             .own_meta = d->send_meta ? d->send_meta + cnt[n + me] : NULL,
+                             .own_lo = pl->recv_off[me],
+                             .own_hi = pl->recv_off[me + 1],
+                             .choices = (uint64_t)(pl->recv_off[n] * k),
+                             .k = (int)k,
+                             .nranks = m->nranks,
+                             .local = m->local,
+                             .recv_off = tables + n * L,
+                             .base = tables,
+                             .row_of = d->row_of};
+    cnt[me] = cnt[2 * n + me] = 0;
+    if (cudaMemcpyAsync(tables, d->tables, bytes[0], cudaMemcpyHostToDevice, st) != cudaSuccess) {
+      snprintf(why, sizeof why, "%s: copying the plan to the GPU: %s", FN,
+               cudaGetErrorString(cudaGetLastError()));
+      v = (weft_moe_verdict_t){MOE_FAILED, 0, 0, 0};
+    }
+  }
+  rc = weft_moe_agree(m, FN, v);
+  if (why[0]) rc = weft_set_error(WEFT_ERR_SYSTEM, "%s", why); /* this rank's own failure */
+  if (rc != WEFT_SUCCESS) goto out;
   weft_result_t step = WEFT_SUCCESS;
-  if (cudaMemcpyAsync(tables, d->tables, bytes[0], cudaMemcpyHostToDevice, st) != cudaSuccess)
-    step = weft_set_error(WEFT_ERR_SYSTEM, "%s: copying the plan to the GPU: %s", FN,
-                          cudaGetErrorString(cudaGetLastError()));
-  CHECK_GOTO(settle(m, step), rc, out); /* all ranks enter the alltoallv, or none */
   if (!self_only(m))
     step = weft_alltoallv(d->send_meta, cnt, cnt + n, p[1], cnt + 2 * n, cnt + 3 * n, WEFT_I32,
                           m->comm, s);
