@@ -59,24 +59,23 @@ static weft_moe_verdict_t route(weft_moe_handle_t h, moe_dev_t *d, const void *i
                                 int64_t *rec, cudaStream_t st) {
   weft_moe_t m = h->moe;
   size_t n = (size_t)m->nranks, k = (size_t)m->cfg.topk, E = (size_t)m->cfg.num_experts;
-  size_t w = (size_t)d->width, cells, ent, meta, masks, before, bytes[9], total;
-  /* int32 slots and positions: tokens * k must stay below 2^31 */
+  size_t w = (size_t)d->width, cells, ent, meta, masks, before, bytes[8], total;
+  /* int32 indices and positions: tokens * k must stay below 2^31 */
   int fits = tokens <= INT32_MAX / k && weft_mul_fits(tokens, w, &ent) &&
              weft_mul_fits(ent, k * 8, &meta) && weft_mul_fits(tokens, n * 4, &cells) &&
              weft_moe_k_route_scratch(tokens, (int)E, (int)n, &masks, &before);
   if (fits) {
-    size_t b[9] = {(E + n + 1) * 8, (n + 1) * 8, tokens * k * 4, cells, ent * 8,
-                   ent * 8,         meta,        masks,          before};
+    size_t b[8] = {(E + n + 1) * 8, (n + 1) * 8, cells, ent * 8, ent * 8, meta, masks, before};
     memcpy(bytes, b, sizeof b);
   }
-  if (!fits || !weft_moe_dev_staged(bytes, 9, &total))
+  if (!fits || !weft_moe_dev_staged(bytes, 8, &total))
     return (weft_moe_verdict_t){MOE_TOO_BIG, (int64_t)tokens, 0, 0};
   if (cudaMallocFromPoolAsync(&d->block, total, m->pool, st) != cudaSuccess) {
     d->block = NULL, cudaGetLastError();
     return (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
   }
-  void *p[9];
-  weft_moe_dev_carve(d->block, bytes, 9, p);
+  void *p[8];
+  weft_moe_dev_carve(d->block, bytes, 8, p);
   weft_moe_k_route_t a = {.ids = ids,
                           .id_bytes = (int)weft_dtype_size(m->cfg.index_type),
                           .k = (int)k,
@@ -88,13 +87,12 @@ static weft_moe_verdict_t route(weft_moe_handle_t h, moe_dev_t *d, const void *i
                           .counts = p[0],
                           .bad = (unsigned long long *)((int64_t *)p[0] + E + n),
                           .send_off = p[1],
-                          .slot = p[2],
-                          .pos = p[3],
-                          .send_list = p[4],
-                          .entries = p[5],
-                          .meta = p[6],
-                          .mask = p[7],
-                          .before = p[8],
+                          .pos = p[2],
+                          .send_list = p[3],
+                          .entries = p[4],
+                          .meta = p[5],
+                          .mask = p[6],
+                          .before = p[7],
                           .host_counts = rec + MOE_ROUTE_HEAD};
   d->send_list = a.send_list, d->entries = a.entries, d->send_meta = a.meta;
   /* the host waits for the counts (in rec) while the GPU goes on placing the tokens */

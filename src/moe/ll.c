@@ -21,7 +21,7 @@ typedef struct {
   int64_t *counts;
   unsigned long long *bad;
   uint64_t *send_off, *send_list, *entries;
-  int32_t *slot, *pos, *meta;
+  int32_t *pos, *meta;
   int64_t *row_of, *counts_out;
   unsigned long long *mask; /* route's scratch */
   uint32_t *before;
@@ -54,9 +54,8 @@ static int slot_alloc(weft_moe_t m, ll_slot_t *s) {
   size_t E = (size_t)m->cfg.num_experts, w = k < n ? k : n, ent = B * w, masks, before;
   if (!weft_moe_k_route_scratch(B, (int)E, (int)n, &masks, &before)) return -1;
   /* other sizes fit: the geometry already multiplied n * B by a row, and these are smaller */
-  size_t bytes[13] = {(E + n + 1) * 8,
+  size_t bytes[11] = {(E + n + 1) * 8,
                       (n + 1) * 8,
-                      B * k * 4,
                       B * n * 4,
                       ent * 8,
                       ent * 8,
@@ -64,22 +63,20 @@ static int slot_alloc(weft_moe_t m, ll_slot_t *s) {
                       n * B * k * 8,
                       (size_t)m->local * 8,
                       sizeof(weft_moe_k_llh_t),
-                      8,
                       masks,
                       before};
-  void *p[13];
+  void *p[11];
   size_t total;
-  if (!weft_moe_dev_staged(bytes, 13, &total) || cudaMalloc(&s->mem, total) != cudaSuccess ||
+  if (!weft_moe_dev_staged(bytes, 11, &total) || cudaMalloc(&s->mem, total) != cudaSuccess ||
       cudaMemset(s->mem, 0, total) != cudaSuccess ||
       cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming) != cudaSuccess) {
     cudaGetLastError();
     return -1;
   }
-  weft_moe_dev_carve(s->mem, bytes, 13, p);
+  weft_moe_dev_carve(s->mem, bytes, 11, p);
   s->counts = p[0], s->bad = (unsigned long long *)(s->counts + E + n);
-  s->send_off = p[1], s->slot = p[2], s->pos = p[3], s->send_list = p[4], s->entries = p[5];
-  s->meta = p[6], s->row_of = p[7], s->counts_out = p[8], s->h = p[9];
-  s->mask = p[11], s->before = p[12];
+  s->send_off = p[1], s->pos = p[2], s->send_list = p[3], s->entries = p[4], s->meta = p[5];
+  s->row_of = p[6], s->counts_out = p[7], s->h = p[8], s->mask = p[9], s->before = p[10];
   return 0;
 }
 
@@ -287,7 +284,6 @@ weft_result_t weft_moe_ll_layout(weft_moe_t m, weft_moe_handle_t h, const void *
                           .counts = sl->counts,
                           .bad = sl->bad,
                           .send_off = sl->send_off,
-                          .slot = sl->slot,
                           .pos = sl->pos,
                           .send_list = sl->send_list,
                           .entries = sl->entries,

@@ -28,7 +28,6 @@ typedef struct {
   uint64_t tokens;
   unsigned long long *bad; /* the lowest t * k + j whose id breaks the rules; all ones if none */
   int64_t *counts;         /* [experts + nranks] choices of each expert, tokens for each rank */
-  int32_t *slot;           /* [tokens][k] the choice's index among its expert's choices */
   int32_t *pos;            /* [tokens][nranks] the token's index among those for rank r, or -1 */
   uint64_t *send_off;      /* [nranks + 1] first entry of each rank's list */
   uint64_t *send_list;     /* [entries] the token of each entry */

@@ -131,8 +131,8 @@ __global__ void scan(uint32_t *before, const unsigned long long *bad_tile, uint6
 }
 
 /* A tile a block. Each choice's index among its expert's (the earlier tiles' count plus the
- * tile's tokens below it) into slot, each token's among a rank's into pos (-1 if it does not
- * go there); then each token's entries (one per destination rank, in rank order) into
+ * tile's tokens below it), each token's among a rank's into pos (-1 if it does not go
+ * there); then each token's entries (one per destination rank, in rank order) into
  * send_list and entries[t][width]; then each entry's meta: per choice j, the local expert at
  * that rank and its index, or (-1, 0). The ranks' first entries, off, are the prefix of
  * their counts (block 0 keeps them in send_off). Ids out of range are skipped and a repeated
@@ -141,8 +141,8 @@ __global__ void scan(uint32_t *before, const unsigned long long *bad_tile, uint6
 template <typename I>
 __global__ void place(const I *ids, uint64_t tokens, int k, int experts, int nranks, int local,
                       int width, const unsigned long long *mask, const uint32_t *before,
-                      const int64_t *counts, uint64_t *send_off, int32_t *slot, int32_t *pos,
-                      uint64_t *send_list, uint64_t *entries, int32_t *meta) {
+                      const int64_t *counts, uint64_t *send_off, int32_t *pos, uint64_t *send_list,
+                      uint64_t *entries, int32_t *meta) {
   __shared__ uint64_t off[MAX_N + 1];
   __shared__ int32_t id_s[TILE * MAX_K], slot_s[TILE * MAX_K], rank_s[TILE * MAX_N];
   __shared__ uint64_t entry_s[TILE * MAX_N];
@@ -163,7 +163,6 @@ __global__ void place(const I *ids, uint64_t tokens, int k, int experts, int nra
     const bool ok = e >= 0 && e < experts;
     const int32_t sl = ok ? (int32_t)(b0[e] + __popcll(m[e] & ((1ull << i) - 1ull))) : 0;
     id_s[c] = ok ? (int32_t)e : -1, slot_s[c] = sl;
-    if (ok) slot[(t0 + i) * k + j] = sl;
   }
   for (int c = threadIdx.x; c < here * nranks; c += blockDim.x) {
     const int i = c / nranks, r = c % nranks;
@@ -256,8 +255,8 @@ template <typename I> int place_all(const I *ids, const weft_moe_k_route_t *a, c
   const uint64_t T = a->tokens, tiles = (T + TILE - 1) / TILE;
   if (T)
     place<<<tiles, PLACE_THREADS, 0, s>>>(ids, T, a->k, a->experts, a->nranks, a->local, a->width,
-                                          a->mask, a->before, a->counts, a->send_off, a->slot,
-                                          a->pos, a->send_list, a->entries, a->meta);
+                                          a->mask, a->before, a->counts, a->send_off, a->pos,
+                                          a->send_list, a->entries, a->meta);
   else
     cudaMemsetAsync(a->send_off, 0, (size_t)(a->nranks + 1) * sizeof *a->send_off, s);
   return (int)cudaGetLastError();
