@@ -111,6 +111,8 @@ static weft_result_t call_begin(weft_moe_handle_t h, cudaStream_t st, const size
     c->block = NULL, v.code = MOE_NO_MEM, cudaGetLastError();
   else if (d->last != st && cudaStreamWaitEvent(st, d->done, 0) != cudaSuccess)
     v.code = MOE_FAILED;
+  else if (m->direct && weft_moe_direct_order(m, st))
+    v.code = MOE_FAILED;
   if (c->cnt) {
     size_t nr = (size_t)m->nranks;
     c->dsp = c->cnt + nr, c->rcnt = c->cnt + 2 * nr, c->rdsp = c->cnt + 3 * nr;
@@ -195,9 +197,30 @@ static weft_result_t dispatch_fp8(weft_moe_handle_t h, const void *x, const floa
   return rc;
 }
 
+/* The direct path (direct.c) once the ranks agreed: the padding rows zeroed, then the rounds. */
+static weft_result_t dispatch_direct(weft_moe_handle_t h, const void *x, const float *w,
+                                     void *recv_x, float *recv_w, cudaStream_t st) {
+  const char *fn = "weft_moe_dispatch";
+  moe_dev_t *d = h->dev;
+  weft_moe_t m = h->moe;
+  size_t row = m->cfg.hidden * weft_dtype_size(m->cfg.dtype);
+  call_t c;
+  weft_result_t rc = call_begin(h, st, NULL, NULL, 0, &c, fn);
+  int agreed = rc == WEFT_SUCCESS;
+  if (agreed) {
+    weft_moe_k_self_t none = {0};
+    int e = weft_moe_k_scatter(NULL, NULL, NULL, 0, m->cfg.topk, row, recv_x, recv_w, d->pad,
+                               d->npad, none, st);
+    rc = kernel_rc(e ? e : weft_moe_direct_dispatch(h, x, w, recv_x, recv_w, st), fn, "dispatch");
+  }
+  call_end(h, st, &c, agreed);
+  return rc;
+}
+
 weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const float *w,
                                     void *recv_x, float *recv_w, float *recv_s, weft_stream_t s) {
   if (recv_s) return dispatch_fp8(h, x, w, recv_x, recv_w, recv_s, s);
+  if (h->moe->direct) return dispatch_direct(h, x, w, recv_x, recv_w, (cudaStream_t)s);
   const char *fn = "weft_moe_dispatch";
   const weft_moe_plan_t *p = &h->plan;
   moe_dev_t *d = h->dev;
@@ -243,6 +266,14 @@ weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const 
   moe_dev_t *d = h->dev;
   weft_moe_t m = h->moe;
   cudaStream_t st = (cudaStream_t)s;
+  if (m->direct) {
+    call_t c;
+    weft_result_t rc = call_begin(h, st, NULL, NULL, 0, &c, fn);
+    int agreed = rc == WEFT_SUCCESS;
+    if (agreed) rc = kernel_rc(weft_moe_direct_combine(h, rows, w, y, st), fn, "combine");
+    call_end(h, st, &c, agreed);
+    return rc;
+  }
   size_t n = (size_t)p->nranks, k = (size_t)p->k, hid = m->cfg.hidden;
   size_t row = hid * weft_dtype_size(m->cfg.dtype), ns = p->send_off[n], nr = p->recv_off[n];
   size_t bytes[2];

@@ -62,7 +62,8 @@ static weft_moe_verdict_t route(weft_moe_handle_t h, moe_dev_t *d, const void *i
   size_t w = (size_t)d->width, cells, ent, meta, masks, before, bytes[8], total;
   /* int32 indices and positions: tokens * k must stay below 2^31 */
   int fits = tokens <= INT32_MAX / k && weft_mul_fits(tokens, w, &ent) &&
-             weft_mul_fits(ent, k * 8, &meta) && weft_mul_fits(tokens, n * 4, &cells) &&
+             weft_mul_fits(ent, WEFT_MOE_K_META(k) * 8, &meta) &&
+             weft_mul_fits(tokens, n * 4, &cells) &&
              weft_moe_k_route_scratch(tokens, (int)E, (int)n, &masks, &before);
   if (fits) {
     size_t b[8] = {(E + n + 1) * 8, (n + 1) * 8, cells, ent * 8, ent * 8, meta, masks, before};
@@ -94,7 +95,7 @@ static weft_moe_verdict_t route(weft_moe_handle_t h, moe_dev_t *d, const void *i
                           .mask = p[6],
                           .before = p[7],
                           .host_counts = rec + MOE_ROUTE_HEAD};
-  d->send_list = a.send_list, d->entries = a.entries, d->send_meta = a.meta;
+  d->send_list = a.send_list, d->entries = a.entries, d->send_meta = a.meta, d->pos = a.pos;
   /* the host waits for the counts (in rec) while the GPU goes on placing the tokens */
   int e = weft_moe_k_route_counts(&a, st);
   if (e == (int)cudaSuccess && cudaEventRecord(d->done, st) != cudaSuccess)
@@ -122,7 +123,7 @@ static weft_moe_verdict_t route(weft_moe_handle_t h, moe_dev_t *d, const void *i
 
 /* The plan's counts from every rank's record, the receive side's tables on the host (base
  * rows, entry offsets, padding rows: bytes[0]) and its device block (those tables, the
- * received meta, the rows of the choices). */
+ * received meta, the rows of the choices, the entries' source tokens). */
 static weft_moe_verdict_t receive_side(weft_moe_handle_t h, moe_dev_t *d, size_t tokens,
                                        cudaStream_t st, size_t *bytes, void **p) {
   weft_moe_t m = h->moe;
@@ -135,14 +136,15 @@ static weft_moe_verdict_t receive_side(weft_moe_handle_t h, moe_dev_t *d, size_t
       pl, m->nranks, m->cfg.num_experts, m->cfg.topk, tokens, m->rank, m->routes + MOE_ROUTE_HEAD,
       moe_route_stride(m->cfg.num_experts, m->nranks), m->cfg.align, block, d->tables);
   if (r) return r == -1 ? too_big : (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
-  size_t nr = pl->recv_off[n], npad = 0, total, choices, cells;
+  size_t nr = pl->recv_off[n], npad = 0, total, choices, cells, meta;
   for (size_t l = 0; l < L && !pl->fixed; l++) /* low-latency blocks' unused rows: left alone */
     npad += weft_moe_block_end(pl, (int)l) - (size_t)(pl->offset[l] + pl->count[l]);
   if (!weft_mul_fits(nr, k, &choices) || choices > SIZE_MAX / 8 ||
+      !weft_mul_fits(nr, WEFT_MOE_K_META(k) * 8, &meta) ||
       !weft_add_fits(n * L + n + 1 + L, npad, &cells) || cells > SIZE_MAX / 8)
     return too_big;
-  bytes[0] = cells * 8, bytes[1] = choices * 8, bytes[2] = choices * 8; /* meta: 2 int32 */
-  if (!weft_moe_dev_staged(bytes, 3, &total)) return too_big;
+  bytes[0] = cells * 8, bytes[1] = meta, bytes[2] = choices * 8, bytes[3] = nr * 4;
+  if (!weft_moe_dev_staged(bytes, 4, &total)) return too_big;
   uint64_t *tb = realloc(d->tables, bytes[0]);
   if (!tb) return (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
   d->tables = tb;
@@ -160,7 +162,7 @@ static weft_moe_verdict_t receive_side(weft_moe_handle_t h, moe_dev_t *d, size_t
     d->block2 = NULL, cudaGetLastError();
     return (weft_moe_verdict_t){MOE_NO_MEM, 0, 0, 0};
   }
-  weft_moe_dev_carve(d->block2, bytes, 3, p);
+  weft_moe_dev_carve(d->block2, bytes, 4, p);
   return (weft_moe_verdict_t){MOE_OK, 0, 0, 0};
 }
 
@@ -179,10 +181,10 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
                                   weft_moe_verdict_t mine, weft_stream_t s) {
   cudaStream_t st = (cudaStream_t)s;
   size_t n = (size_t)m->nranks, L = (size_t)m->local, k = (size_t)m->cfg.topk;
-  size_t stride = moe_route_stride(m->cfg.num_experts, m->nranks), bytes[3] = {0};
+  size_t stride = moe_route_stride(m->cfg.num_experts, m->nranks), bytes[4] = {0};
   int64_t *rec = m->routes + (size_t)m->rank * stride;
   size_t *cnt = calloc(4 * n, sizeof *cnt);
-  void *p[3] = {NULL};
+  void *p[4] = {NULL};
   int saved = -1, entered = 0;
   moe_dev_t *d = h ? (h->dev = calloc(1, sizeof *d)) : NULL;
   memset(rec, 0, stride * sizeof *rec);
@@ -197,11 +199,16 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
     else
       mine = route(h, d, ids, tokens, rec, st);
   }
-  /* one round carries every rank's verdict and counts */
+  /* one round carries every rank's verdict, counts and tokens */
   memcpy(rec, &mine, sizeof mine);
+  rec[MOE_ROUTE_TOKENS(m->cfg.num_experts, m->nranks)] = (int64_t)tokens;
   weft_result_t rc = weft_bootstrap_allgather(m->comm->boot, m->routes, stride * sizeof *rec);
   if (rc == WEFT_SUCCESS) rc = weft_moe_judge(m, FN, m->routes, stride * sizeof *rec);
   if (rc != WEFT_SUCCESS) goto out;
+  for (size_t s = 0; s < n; s++) { /* the direct path's rounds (direct.c) */
+    int64_t t = m->routes[s * stride + MOE_ROUTE_TOKENS(m->cfg.num_experts, n)];
+    d->max_tokens = t > 0 && (uint64_t)t > d->max_tokens ? (uint64_t)t : d->max_tokens;
+  }
   /* the receive side, its tables on the GPU: one more round says all ranks got there (and
    * enter the alltoallv) or none did */
   weft_moe_verdict_t v = receive_side(h, d, tokens, st, bytes, p);
@@ -210,12 +217,13 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
   weft_moe_k_rows_t ra = {0};
   char why[256] = "";
   if (v.code == MOE_OK) {
-    d->row_of = p[2], d->pad = tables + n * L + n + 1;
+    d->row_of = p[2], d->tok_of = p[3], d->pad = tables + n * L + n + 1;
+    d->recv_off = tables + n * L;
     d->counts = (const int64_t *)(d->pad + d->npad);
     /* a rank's own entries' meta is not sent: rows reads it where route left it */
     int me = m->rank;
-    weft_moe_plan_counts(pl, 0, 2 * k, cnt, cnt + n);
-    weft_moe_plan_counts(pl, 1, 2 * k, cnt + 2 * n, cnt + 3 * n);
+    weft_moe_plan_counts(pl, 0, 2 * WEFT_MOE_K_META(k), cnt, cnt + n);
+    weft_moe_plan_counts(pl, 1, 2 * WEFT_MOE_K_META(k), cnt + 2 * n, cnt + 3 * n);
     ra = (weft_moe_k_rows_t){.meta = p[1],
                              .own_meta = d->send_meta ? d->send_meta + cnt[n + me] : NULL,
                              .own_lo = pl->recv_off[me],
@@ -226,7 +234,8 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
                              .local = m->local,
                              .recv_off = tables + n * L,
                              .base = tables,
-                             .row_of = d->row_of};
+                             .row_of = d->row_of,
+                             .tok_of = d->tok_of};
     cnt[me] = cnt[2 * n + me] = 0;
     if (cudaMemcpyAsync(tables, d->tables, bytes[0], cudaMemcpyHostToDevice, st) != cudaSuccess) {
       snprintf(why, sizeof why, "%s: copying the plan to the GPU: %s", FN,

@@ -75,3 +75,8 @@ const int64_t *weft_moe_ll_device_counts(weft_moe_handle_t h) {
   return NULL;
 }
 void weft_moe_ll_free(weft_moe_handle_t h) { (void)h; }
+weft_result_t weft_moe_direct_create(weft_moe_t m) {
+  m->direct = NULL;
+  return WEFT_SUCCESS;
+}
+void weft_moe_direct_destroy(weft_moe_t m) { (void)m; }

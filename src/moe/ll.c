@@ -59,7 +59,7 @@ static int slot_alloc(weft_moe_t m, ll_slot_t *s) {
                       B * n * 4,
                       ent * 8,
                       ent * 8,
-                      ent * k * 8,
+                      ent * WEFT_MOE_K_META(k) * 8,
                       n * B * k * 8,
                       (size_t)m->local * 8,
                       sizeof(weft_moe_k_llh_t),

@@ -8,8 +8,9 @@
 #include <stdint.h>
 
 #include "fp8.cuh"
-#include "prims.cuh"
 #include "moe_kernels.h"
+#include "prims.cuh"
+#include "win.cuh"
 
 namespace {
 
@@ -21,8 +22,6 @@ typedef weft_moe_k_ll_t P;
 unsigned blocks(uint64_t rows) { return (unsigned)(rows < 1 ? 1 : rows); }
 
 using weft::copy_multi; /* a block copies one row into several, the widest unit all allow */
-using weft::global_ns;
-using weft::ld_acquire_sys;
 using weft::st_release_sys;
 
 __device__ inline weft_moe_k_rec_t *drec(const P &a, int owner, int src) {
@@ -43,92 +42,15 @@ __device__ void fail(const P &a, int phase) {
   a.status->a = a.status->b = a.status->c = 0;
 }
 
-/* Thread 0 of a lone block: waits until the flag at off + r * stride of our window reaches
- * target for every rank r; false (the comm's error written, its kernels told to stop) when
- * the communicator aborts or the timeout passes. */
+/* Thread 0 of a lone block: every rank's flag at off + r * stride of our window reaches
+ * target; false (the slot's status failed too) when the communicator aborts or the timeout
+ * passes. */
 __device__ bool wait_all(const P &a, uint64_t off, uint64_t stride, uint64_t target, int phase) {
-  uint64_t start = 0; /* one clock for all the peers: the timeout bounds the whole wait */
-  for (int r = 0; r < a.nranks; r++) {
-    const uint64_t *f = (const uint64_t *)(a.win[a.rank] + off + (uint64_t)r * stride);
-    for (uint32_t spins = 0; ld_acquire_sys(f) < target; spins++) {
-      if ((spins & 255) != 255) continue;
-      uint64_t t = global_ns();
-      if (!start) start = t;
-      bool aborted = *a.abort_flag != 0;
-      if (!aborted && t - start <= a.timeout_ns) continue;
-      if (!aborted && a.error->code == 0) {
-        a.error->peer = r, a.error->channel = -1;
-        a.error->kind = WEFT_DEV_MOE_KIND | (uint32_t)phase;
-        __threadfence_system();
-        a.error->code = WEFT_DEV_ERR_TIMEOUT;
-      }
-      *a.abort_flag = 1;
-      fail(a, phase);
-      return false;
-    }
-  }
-  return true;
-}
-
-/* The block's writes are done and fenced; true in the grid's last block (which then posts and
- * resets the ticket). */
-__device__ bool last_block(uint32_t *ticket) {
-  __shared__ bool last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence_system();
-    last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    if (last) *ticket = 0, __threadfence(); /* the other blocks' reads before our acks */
-  }
-  __syncthreads();
-  return last;
-}
-
-/* Overloads, not template specialisations: nvcc gives the latter host symbols that escape
- * the anonymous namespace (and libweft.so exports nothing but the API). */
-__device__ __forceinline__ void fromf(float v, float *d) { *d = v; }
-__device__ __forceinline__ void fromf(float v, __half *d) { *d = __float2half_rn(v); }
-__device__ __forceinline__ void fromf(float v, __nv_bfloat16 *d) { *d = __float2bfloat16_rn(v); }
-
-/* The block writes dst = sum over the n sources src[i] (each scaled by w[i], 1 when w is NULL;
- * NULL sources skipped), accumulated in f32; 16 bytes a thread at a time where all are
- * aligned. Sources through L2 only. */
-template <typename T>
-__device__ void sum_rows(T *dst, const T *const *src, const float *w, int n, uint64_t hidden) {
-  constexpr int V = 16 / sizeof(T);
-  uintptr_t al = (uintptr_t)dst | (hidden * sizeof(T));
-  for (int i = 0; i < n; i++)
-    al |= (uintptr_t)src[i];
-  if (al % 16 == 0) {
-    for (uint64_t c = threadIdx.x; c < hidden / V; c += blockDim.x) {
-      float acc[V];
-#pragma unroll
-      for (int q = 0; q < V; q++)
-        acc[q] = 0.0f;
-      for (int i = 0; i < n; i++) {
-        if (!src[i]) continue;
-        uint4 u = __ldcg((const uint4 *)src[i] + c);
-        const T *e = (const T *)&u;
-        float wi = w ? w[i] : 1.0f;
-#pragma unroll
-        for (int q = 0; q < V; q++)
-          acc[q] += wi * moe_fp8::up(e[q]);
-      }
-      uint4 o;
-      T *oe = (T *)&o;
-#pragma unroll
-      for (int q = 0; q < V; q++)
-        fromf(acc[q], &oe[q]);
-      ((uint4 *)dst)[c] = o;
-    }
-    return;
-  }
-  for (uint64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
-    float acc = 0.0f;
-    for (int i = 0; i < n; i++)
-      if (src[i]) acc += (w ? w[i] : 1.0f) * moe_fp8::up(src[i][c]);
-    fromf(acc, &dst[c]);
-  }
+  if (moe_wait_all(a.win[a.rank], a.nranks, off, stride, target, phase,
+                   moe_waiter{a.abort_flag, a.error, a.timeout_ns}))
+    return true;
+  fail(a, phase);
+  return false;
 }
 
 /* ---- dispatch ---- */
@@ -157,8 +79,8 @@ __global__ void d_send(P a) {
     if (threadIdx.x < (unsigned)k) {
       int j = threadIdx.x;
       int32_t *hd = (int32_t *)slot + 3 * j;
-      hd[0] = a.meta[(e * k + j) * 2];
-      hd[1] = a.meta[(e * k + j) * 2 + 1];
+      const int32_t *em = a.meta + (e * WEFT_MOE_K_META(k) + j) * 2;
+      hd[0] = em[0], hd[1] = em[1];
       ((float *)hd)[2] = a.in_w ? a.in_w[t * k + j] : 1.0f;
     }
     char *dst = slot + a.g.hdr_bytes;
@@ -177,7 +99,7 @@ __global__ void d_send(P a) {
         moe_fp8::quantize((const __nv_bfloat16 *)x, a.hidden, q, sc);
     }
   }
-  if (!last_block(&h->ticket) || !go) return;
+  if (!moe_last_block(&h->ticket) || !go) return;
   const bool ok = code == 0;
   for (int r = 0; r < n; r++) {
     weft_moe_k_rec_t *rec = drec(a, r, a.rank);
@@ -269,7 +191,7 @@ __global__ void d_recv(P a) {
       if (bad >= 0) h->refused = 1;
     }
   }
-  if (!last_block(&h->ticket) || failed || threadIdx.x) return;
+  if (!moe_last_block(&h->ticket) || failed || threadIdx.x) return;
   for (int s = 0; s < n; s++) /* we are done with what each source wrote this round */
     st_release_sys(ack(a, s, a.g.dack, me), h->round);
 }
@@ -305,9 +227,9 @@ template <typename T> __global__ void c_back(P a) {
       w[j] = r >= 0 && a.in_w ? a.in_w[r] : 1.0f;
     }
     T *dst = (T *)(a.win[home] + a.g.cstage + ((uint64_t)a.rank * B + q % B) * a.g.row_pad);
-    sum_rows<T>(dst, src, w, k, a.hidden);
+    moe_sum_rows<T>(dst, src, w, k, a.hidden);
   }
-  if (!last_block(&h->ticket) || !go || threadIdx.x) return;
+  if (!moe_last_block(&h->ticket) || !go || threadIdx.x) return;
   for (int s = 0; s < n; s++) {
     weft_moe_k_rec_t *rec = crec(a, s, a.rank);
     rec->code = a.code, rec->ntok = 0, rec->a = a.a, rec->b = a.b, rec->c = a.c;
@@ -339,7 +261,7 @@ template <typename T> __global__ void c_home(P a) {
                                     ((uint64_t)r * a.bound + (uint64_t)p) * a.g.row_pad)
                       : NULL;
     }
-    sum_rows<T>((T *)a.out + t * a.hidden, src, NULL, n, a.hidden);
+    moe_sum_rows<T>((T *)a.out + t * a.hidden, src, NULL, n, a.hidden);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0 && go) {
     const weft_moe_k_rec_t *rec = bad >= 0 ? crec(a, me, bad) : NULL;
@@ -347,7 +269,7 @@ template <typename T> __global__ void c_home(P a) {
     a.status->a = rec ? rec->a : 0, a.status->b = rec ? rec->b : 0;
     a.status->c = rec ? rec->c : 0;
   }
-  if (!last_block(&h->ticket) || !go || threadIdx.x) return;
+  if (!moe_last_block(&h->ticket) || !go || threadIdx.x) return;
   for (int r = 0; r < n; r++)
     st_release_sys(ack(a, r, a.g.cack, me), h->cround);
 }

@@ -145,7 +145,7 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
   if (!why && (!m || !m->verdicts)) why = "out of memory";
   if (!why && device) {
     m->comm = comm;
-    if (c.num_experts > INT32_MAX - n - MOE_ROUTE_HEAD - 1)
+    if (c.num_experts > INT32_MAX - n - MOE_ROUTE_HEAD - 2)
       why = "num_experts is too large for device buffers";
     else if (!(m->pool = weft_moe_dev_pool(m)))
       why = "cannot make a CUDA memory pool on its GPU";
@@ -191,6 +191,7 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
   if (!m->cfg.align) m->cfg.align = 1;
   /* low-latency mode on device buffers: a window, so that no call waits on the host */
   if (device && c.mode == WEFT_MOE_LOW_LATENCY) CHECK_GOTO(weft_moe_ll_create(m), rc, out);
+  if (device && c.mode == WEFT_MOE_NORMAL) CHECK_GOTO(weft_moe_direct_create(m), rc, out);
   *moe = m, m = NULL;
 out:
   if (m) weft_moe_dev_pool_free(m->pool), free(m->verdicts), weft_moe_dev_routes_free(m->routes);
@@ -205,6 +206,7 @@ weft_result_t weft_moe_destroy(weft_moe_t moe) {
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "weft_moe_destroy: %d handle(s) made from it still live", moe->handles);
   weft_moe_ll_destroy(moe);
+  weft_moe_direct_destroy(moe);
   weft_moe_dev_pool_free(moe->pool);
   free(moe->verdicts);
   weft_moe_dev_routes_free(moe->routes);

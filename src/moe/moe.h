@@ -22,12 +22,15 @@ struct weft_moe {
   int64_t *routes;        /* device layouts' scratch: [nranks][moe_route_stride], host-mapped */
   void *pool;             /* device layers: the CUDA memory pool their staging comes from */
   struct weft_moe_ll *ll; /* low-latency mode on windows (ll.c), else NULL */
+  struct weft_moe_direct *direct; /* normal mode's direct path on windows (direct.c), or NULL */
 };
 /* A rank's record in a device layout's exchange: its verdict (4 values), its counts of
- * choices per expert and tokens per rank, then the lowest bad choice the GPU found. */
-#define MOE_ROUTE_HEAD 4
+ * choices per expert and tokens per rank, the lowest bad choice the GPU found, then its
+ * tokens. */
+#define MOE_ROUTE_HEAD                    4
+#define MOE_ROUTE_TOKENS(experts, nranks) ((size_t)MOE_ROUTE_HEAD + (experts) + (nranks) + 1)
 static inline size_t moe_route_stride(int experts, int nranks) {
-  return (size_t)MOE_ROUTE_HEAD + (size_t)experts + (size_t)nranks + 1;
+  return MOE_ROUTE_TOKENS((size_t)experts, (size_t)nranks) + 1;
 }
 
 /* A token's ids that break the rules, found by weft_moe_plan_send. */
@@ -181,6 +184,12 @@ weft_result_t weft_moe_ll_finish(weft_moe_handle_t h);
 weft_result_t weft_moe_ll_counts(weft_moe_handle_t h, int64_t *counts, int64_t *offsets);
 const int64_t *weft_moe_ll_device_counts(weft_moe_handle_t h);
 void weft_moe_ll_free(weft_moe_handle_t h);
+
+/* direct.c in CUDA builds (device_none.c otherwise): normal mode's direct path on device
+ * communicators whose GPUs map each other. create and destroy are collective (m->direct stays
+ * NULL where the staged path serves). */
+weft_result_t weft_moe_direct_create(weft_moe_t m);
+void weft_moe_direct_destroy(weft_moe_t m);
 
 /* host.c: the host path's data movement (buffers checked by moe.c), in halves: a start packs
  * the inputs and queues the exchange on the handle's own host stream (h->pending holds the

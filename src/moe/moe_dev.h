@@ -13,11 +13,15 @@ typedef struct {
   /* send side (block): from the ids, by route.cu */
   uint64_t *send_list; /* [entries sent] the token of each */
   uint64_t *entries;   /* [tokens][width] each token's sent entries in rank order, NO_ROW after */
-  int32_t *send_meta;  /* [entries sent][k][2] each choice's local expert there and index */
+  int32_t *send_meta;  /* [entries sent][WEFT_MOE_K_META(k)][2] (moe_kernels.h) */
+  int32_t *pos;        /* [tokens][nranks] a token's index among those sent to r, or -1 */
   int width;
   /* receive side (block2): rows from the peers' meta, and the padding rows */
-  uint64_t *row_of; /* [entries received][k] */
-  uint64_t *pad;    /* [npad] */
+  uint64_t *row_of;    /* [entries received][k] */
+  uint32_t *tok_of;    /* [entries received] each one's token at its source */
+  uint64_t *recv_off;  /* [nranks + 1] on the GPU: first entry received from each source */
+  uint64_t max_tokens; /* the most tokens any rank passed to the layout */
+  uint64_t *pad;       /* [npad] */
   uint64_t npad;
   const int64_t *counts; /* [local] rows of each local expert, after the padding rows */
   void *block, *block2;
@@ -29,6 +33,14 @@ typedef struct {
 } moe_dev_t;
 
 static inline struct weft_dev *moe_dev(weft_moe_t m) { return dev_of(m->comm); }
+
+/* direct.c, with the layer's GPU current: orders a call on st after the layer's last direct
+ * call (nonzero on a CUDA error), and launches a dispatch or combine (a cudaError_t). */
+int weft_moe_direct_order(weft_moe_t m, cudaStream_t st);
+int weft_moe_direct_dispatch(weft_moe_handle_t h, const void *x, const float *w, void *recv_x,
+                             float *recv_w, cudaStream_t st);
+int weft_moe_direct_combine(weft_moe_handle_t h, const void *rows, const float *w, void *y,
+                            cudaStream_t st);
 
 /* *out = sum of the n sizes, each rounded up to 256 bytes; 0 when that overflows. */
 int weft_moe_dev_staged(const size_t *bytes, int n, size_t *out);

@@ -21,7 +21,8 @@ extern "C" {
  * every array below out. Tokens go in tiles of WEFT_MOE_K_TILE, a bit each in a mask per
  * bin (an expert, or a destination rank), so a token's place in a bin's list is the bits
  * below its own plus the earlier tiles' counts: no per-bin pass over all the ids. */
-#define WEFT_MOE_K_TILE 64
+#define WEFT_MOE_K_TILE    64
+#define WEFT_MOE_K_META(k) ((uint64_t)(k) + 1) /* int2 of meta an entry: k choices, its token */
 typedef struct {
   const void *ids;
   int id_bytes, k, experts, nranks, local, width; /* width: min(k, nranks) */
@@ -32,8 +33,9 @@ typedef struct {
   uint64_t *send_off;      /* [nranks + 1] first entry of each rank's list */
   uint64_t *send_list;     /* [entries] the token of each entry */
   uint64_t *entries;       /* [tokens][width] a token's entries in rank order, NO_ROW after */
-  int32_t *meta;           /* [entries][k][2] per choice: local expert there (or -1), index */
-  int64_t *host_counts;    /* NULL, or host-mapped [experts + nranks + 1]: counts, then bad */
+  int32_t *meta;        /* [entries][WEFT_MOE_K_META(k)][2] per choice: local expert there (or -1),
+                           index; then (the entry's token, 0) */
+  int64_t *host_counts; /* NULL, or host-mapped [experts + nranks + 1]: counts, then bad */
   /* scratch (weft_moe_k_route_scratch gives the bytes) */
   unsigned long long *mask; /* [tiles][experts + nranks] the tile's tokens in the bin, then
                                [tiles] the tile's lowest bad choice */
@@ -57,14 +59,16 @@ int weft_moe_k_route(const weft_moe_k_route_t *a, void *stream);
 int weft_moe_k_route_counts(const weft_moe_k_route_t *a, void *stream);
 int weft_moe_k_route_place(const weft_moe_k_route_t *a, void *stream);
 /* row_of[c] = base[s][l] + index for received choice c = (l, index) of meta from source s
- * (recv_off gives each source's entries), NO_ROW where l is -1; the received entries in
- * [own_lo, own_hi), this rank's own, read theirs from own_meta instead. */
+ * (recv_off gives each source's entries), NO_ROW where l is -1, and tok_of[entry] = its
+ * token at the source; the received entries in [own_lo, own_hi), this rank's own, read theirs
+ * from own_meta instead. */
 typedef struct {
-  const int32_t *meta, *own_meta; /* [entries][k][2] */
+  const int32_t *meta, *own_meta; /* [entries][WEFT_MOE_K_META(k)][2] */
   uint64_t own_lo, own_hi, choices;
   int k, nranks, local;
   const uint64_t *recv_off, *base;
   uint64_t *row_of;
+  uint32_t *tok_of; /* [entries] */
 } weft_moe_k_rows_t;
 int weft_moe_k_rows(const weft_moe_k_rows_t *a, void *stream);
 
@@ -195,6 +199,48 @@ int weft_moe_k_ll_stamp(weft_moe_k_llh_t *h, weft_moe_k_status_t *status,
  * and post the records, wait for every source's record, read (and ack). */
 int weft_moe_k_ll_dispatch(const weft_moe_k_ll_t *a, void *stream);
 int weft_moe_k_ll_combine(const weft_moe_k_ll_t *a, void *stream);
+
+/* ---- normal mode's direct path on windows (direct.cu, driven by direct.c) ----
+ * The layer's window has the low-latency layout (weft_moe_k_geom_t, bound = chunk): records,
+ * acks, dispatch slots [source][chunk] (the token's k weights, then its row) and combine rows
+ * [expert rank][chunk]. A call moves its tokens in rounds: round i carries every source's
+ * tokens [i * chunk, (i + 1) * chunk), each into slot [source][token - i * chunk] of every
+ * rank it goes to; combine takes each partial back into slot [expert rank][token - i * chunk]
+ * of its home, so that a token's partials all arrive in one round and are summed at once.
+ * A rank's own entries never pass through a window: dispatch writes their rows from x, and
+ * the home sums their rows itself. */
+typedef struct {
+  uint64_t round, cround; /* rounds so far, every rank counting alike */
+  uint32_t ticket;        /* blocks done in the running kernel; the last one posts */
+  int32_t failed;         /* a wait of the running call failed: the rest of it does nothing */
+  uint64_t lo[WEFT_DEV_MAX_RANKS], hi[WEFT_DEV_MAX_RANKS]; /* this round's entries of each source */
+} weft_moe_k_dstate_t;
+
+typedef struct {
+  char *win[WEFT_DEV_MAX_RANKS]; /* every rank's window as mapped here */
+  weft_moe_k_geom_t g;
+  int32_t rank, nranks, k, dtype;      /* dtype: WEFT_MOE_K_* */
+  uint64_t chunk;                      /* tokens of a source a round */
+  uint64_t hidden, tokens, max_tokens; /* tokens: this rank's; max_tokens: any rank's most */
+  weft_moe_k_dstate_t *state;
+  /* the handle's plan (device_layout.c) */
+  const int32_t *pos;       /* [tokens][nranks] */
+  const uint64_t *recv_off; /* [nranks + 1] */
+  const uint64_t *row_of;   /* [entries received][k] */
+  const uint32_t *tok_of;   /* [entries received] */
+  /* the call */
+  const void *in;    /* dispatch: x; combine: rows */
+  const float *in_w; /* topk_weights, row_weights (may be NULL) */
+  void *out;         /* recv_x, y */
+  float *out_w;      /* recv_weights (may be NULL) */
+  volatile int32_t *abort_flag;
+  weft_dev_error_t *error;
+  uint64_t timeout_ns;
+} weft_moe_k_direct_t;
+
+/* Every round's kernels of a dispatch or a combine (ceil(max_tokens / chunk) rounds). */
+int weft_moe_k_direct_dispatch(const weft_moe_k_direct_t *a, void *stream);
+int weft_moe_k_direct_combine(const weft_moe_k_direct_t *a, void *stream);
 
 #ifdef __cplusplus
 }

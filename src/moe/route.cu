@@ -134,10 +134,10 @@ __global__ void scan(uint32_t *before, const unsigned long long *bad_tile, uint6
  * tile's tokens below it), each token's among a rank's into pos (-1 if it does not go
  * there); then each token's entries (one per destination rank, in rank order) into
  * send_list and entries[t][width]; then each entry's meta: per choice j, the local expert at
- * that rank and its index, or (-1, 0). The ranks' first entries, off, are the prefix of
- * their counts (block 0 keeps them in send_off). Ids out of range are skipped and a repeated
- * id shares its first one's slot: the layout is refused either way, and nothing is written out
- * of bounds. */
+ * that rank and its index, or (-1, 0), then the token. The ranks' first entries, off, are the
+ * prefix of their counts (block 0 keeps them in send_off). Ids out of range are skipped and a
+ * repeated id shares its first one's slot: the layout is refused either way, and nothing is written
+ * out of bounds. */
 template <typename I>
 __global__ void place(const I *ids, uint64_t tokens, int k, int experts, int nranks, int local,
                       int width, const unsigned long long *mask, const uint32_t *before,
@@ -202,16 +202,19 @@ __global__ void place(const I *ids, uint64_t tokens, int k, int experts, int nra
     const int e = id_s[i * k + j];
     const bool mine = e >= 0 && e / local == r;
     int2 v = mine ? make_int2(e - r * local, slot_s[i * k + j]) : make_int2(-1, 0);
-    reinterpret_cast<int2 *>(meta)[entry_s[i * MAX_N + q] * k + j] = v;
+    int2 *em = reinterpret_cast<int2 *>(meta) + entry_s[i * MAX_N + q] * WEFT_MOE_K_META(k);
+    em[j] = v;
+    if (j == 0) em[k] = make_int2((int32_t)(t0 + i), 0); /* tokens * k fits in int32 */
   }
 }
 
 /* Receiving side, a thread a choice: its row, base[s][l] + its index, for the choices of a
- * local expert l (entries from source s lie in [recv_off[s], recv_off[s + 1])). The entries
- * in [own_lo, own_hi) are this rank's own: their meta is read where it was made. */
+ * local expert l (entries from source s lie in [recv_off[s], recv_off[s + 1])), and each
+ * entry's source token. The entries in [own_lo, own_hi) are this rank's own: their meta is
+ * read where it was made. */
 __global__ void rows(const int32_t *meta, const int32_t *own_meta, uint64_t own_lo, uint64_t own_hi,
                      uint64_t choices, int k, const uint64_t *recv_off, int nranks, int local,
-                     const uint64_t *base, uint64_t *row_of) {
+                     const uint64_t *base, uint64_t *row_of, uint32_t *tok_of) {
   for (uint64_t c = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; c < choices;
        c += (uint64_t)gridDim.x * blockDim.x) {
     const uint64_t entry = c / k;
@@ -223,9 +226,12 @@ __global__ void rows(const int32_t *meta, const int32_t *own_meta, uint64_t own_
       else
         hi = mid - 1;
     }
-    const int2 v = entry >= own_lo && entry < own_hi
-                       ? reinterpret_cast<const int2 *>(own_meta)[c - own_lo * k]
-                       : reinterpret_cast<const int2 *>(meta)[c];
+    const int2 *em =
+        entry >= own_lo && entry < own_hi
+            ? reinterpret_cast<const int2 *>(own_meta) + (entry - own_lo) * WEFT_MOE_K_META(k)
+            : reinterpret_cast<const int2 *>(meta) + entry * WEFT_MOE_K_META(k);
+    const int2 v = em[c % k];
+    if (c % k == 0) tok_of[entry] = (uint32_t)em[k].x;
     row_of[c] = v.x >= 0 && v.x < local ? base[(uint64_t)lo * local + v.x] + (uint64_t)v.y
                                         : WEFT_MOE_K_NO_ROW;
   }
@@ -290,6 +296,6 @@ extern "C" int weft_moe_k_rows(const weft_moe_k_rows_t *a, void *stream) {
   if (a->choices)
     rows<<<blocks_of(a->choices), THREADS, 0, (cudaStream_t)stream>>>(
         a->meta, a->own_meta, a->own_lo, a->own_hi, a->choices, a->k, a->recv_off, a->nranks,
-        a->local, a->base, a->row_of);
+        a->local, a->base, a->row_of, a->tok_of);
   return (int)cudaGetLastError();
 }
