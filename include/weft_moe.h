@@ -51,7 +51,9 @@ typedef struct weft_moe_handle *weft_moe_handle_t;
  * stream is a cudaStream_t cast to weft_stream_t. */
 WEFT_API weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
                                        weft_moe_t *moe);
-/* Local; handles made from moe must be destroyed first. */
+/* Local, except where the layer's destroy frees a window: the last normal-mode layer of a
+ * device communicator whose GPUs map each other (the layers share one window), and a
+ * low-latency layer there; collective then. Handles made from moe must be destroyed first. */
 WEFT_API weft_result_t weft_moe_destroy(weft_moe_t moe);
 
 /* Collective: the layout of one batch. topk_ids is [tokens][topk] of config.index_type,

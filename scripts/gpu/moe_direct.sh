@@ -1,6 +1,7 @@
 #!/bin/bash
 # MoE normal mode's direct path (src/moe/direct.c, direct.cu) on one GPU, ranks sharing it
-# under CUDA MPS: test_moe --device on 1-4 ranks with the default window (one round), with
+# under CUDA MPS: test_moe_direct on 2-4 ranks (equal to the staged path, a late rank),
+# test_moe --device on 1-4 ranks with the default window (one round), with
 # a 16 KiB window (rounds of 1 to 12 tokens), and without one (the staged path); test_moe_ll
 # (the layout's meta changed under it); moebench on the DeepSeek-V3 shape through the window,
 # in rounds, and staged, in the same run (1 rank beside PyTorch, then 2 and 4 ranks); shapes
@@ -17,6 +18,7 @@ mps_start "$t"
 for n in 1 2 3 4; do step "$t" "$b/tests/mp/test_moe" $n --device; done
 for n in 1 2 3 4; do WEFT_MOE_WINDOW_BYTES=16384 step "$t" "$b/tests/mp/test_moe" $n --device; done
 for n in 2 4; do WEFT_MOE_WINDOW_BYTES=0 step "$t" "$b/tests/mp/test_moe" $n --device; done
+for n in 2 3 4; do step "$t" "$b/tests/gpu/test_moe_direct" $n --share; done
 for n in 2 4; do step "$t" "$b/tests/gpu/test_moe_ll" $n --share; done
 step "$bench" $mb --ranks 1 $ds --compare torch --json "$out/moe-direct-r1.json"
 WEFT_MOE_WINDOW_BYTES=0 step "$bench" $mb --ranks 1 $ds --json "$out/moe-staged-r1.json"
@@ -37,6 +39,7 @@ if [ -x "$cs" ]; then
     WEFT_MOE_WINDOW_BYTES=16384 WEFT_TIMEOUT_MS=120000 step "$san" "$cs" --tool $tool \
       --target-processes all "$b/tests/mp/test_moe" 2 --device
   done
+  step "$san" "$cs" --tool memcheck --target-processes all "$b/tests/gpu/test_moe_direct" 2 --share
 else
   echo "no compute-sanitizer" >> "$san"
 fi

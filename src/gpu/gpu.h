@@ -47,6 +47,9 @@ struct weft_dev {
   int logged_ll128;
   int checked_next;
   struct weft_winset *wins; /* registered windows (window.c), NULL until the first */
+  /* the window the MoE layers in normal mode share (src/moe/direct.c), and its size */
+  struct weft_moe_window *moe_win;
+  uint64_t moe_window_bytes; /* WEFT_MOE_WINDOW_BYTES */
 };
 
 extern const weft_engine_t weft_engine_gpu;

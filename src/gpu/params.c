@@ -1,7 +1,7 @@
 /* The device engine's parameters (WEFT_P2P_*, WEFT_LL*, WEFT_DIRECT_*, WEFT_CE_MIN_BYTES,
- * WEFT_ONESHOT_MAX_BYTES): read and checked once at init, the defaults measured for this many
- * ranks, the agreement every rank must reach on them, and the limits that follow from the
- * mapping (host-staged regions) and from the 128-byte kernel's fate. */
+ * WEFT_ONESHOT_MAX_BYTES, WEFT_MOE_WINDOW_BYTES): read and checked once at init, the defaults
+ * measured for this many ranks, the agreement every rank must reach on them, and the limits that
+ * follow from the mapping (host-staged regions) and from the 128-byte kernel's fate. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +96,7 @@ weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d
   d->direct_min = (uint64_t)dmin;
   d->direct_read_max = (uint64_t)dread;
   d->direct_channels = (int)dch;
+  d->moe_window_bytes = (uint64_t)weft_param_get_int(WEFT_PARAM_MOE_WINDOW_BYTES);
   d->launch.rounds = (uint32_t)rounds;
   d->plan.split = (int)split;
   d->plan.rank = c->rank;

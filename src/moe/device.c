@@ -1,8 +1,9 @@
-/* MoE dispatch and combine on device communicators (CUDA builds): kernels around weft's
- * device alltoallv over the plan device_layout.c left on the GPU, all on the caller's stream
- * with no wait for the GPU (the ranks still trade verdicts over the bootstrap ring before
- * data moves). Staging comes stream-ordered from the layer's own memory pool, so nothing here
- * waits for other kernels of the process. */
+/* MoE dispatch and combine on device communicators (CUDA builds): the direct path's kernels
+ * on the shared window (direct.c) or, staged, kernels around weft's device alltoallv, over the
+ * plan device_layout.c left on the GPU, all on the caller's stream with no wait for the GPU
+ * (the ranks still trade verdicts over the bootstrap ring before data moves). Staging comes
+ * stream-ordered from the layer's own memory pool, so nothing here waits for other kernels of the
+ * process. */
 #include <stdlib.h>
 #include <string.h>
 

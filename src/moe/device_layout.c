@@ -1,9 +1,9 @@
 /* A batch's layout on device communicators: the GPU routes the ids (route.cu) and leaves
  * only the counts in host-mapped memory; one exchange over the bootstrap ring carries every
- * rank's verdict and counts, then each entry's meta (its local expert and index there)
- * travels to other ranks by weft's device alltoallv and the receivers place every choice on
- * the GPU. The call waits for the GPU once, for the counts: the sizes it returns depend on
- * them. */
+ * rank's verdict, counts and token count, then each entry's meta (its local expert and index
+ * there, its token) travels to other ranks by weft's device alltoallv and the receivers place every
+ * choice on the GPU. The call waits for the GPU once, for the counts: the sizes it returns depend
+ * on them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

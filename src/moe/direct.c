@@ -1,8 +1,8 @@
 /* Normal mode's direct path on device communicators whose GPUs map each other (CUDA builds):
- * the layer registers a window of WEFT_MOE_WINDOW_BYTES that every peer writes into, and a
- * dispatch or combine is its kernels' rounds (direct.cu) on the caller's stream, after the
- * ranks agreed to go on (device.c). Without windows, or with the variable at 0, device.c's
- * staged path serves. */
+ * the communicator's normal-mode layers share a window of WEFT_MOE_WINDOW_BYTES that every
+ * peer writes into, and a dispatch or combine is its kernels' rounds (direct.cu) on the
+ * caller's stream, after the ranks agreed to go on (device.c). Without windows, or with the
+ * variable at 0, device.c's staged path serves. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,86 +14,95 @@
 #include "param.h"
 #include "window.h"
 
-enum { MAX_CHUNK = 8192 }; /* tokens a round: past this, rounds no longer cost anything seen */
-
-struct weft_moe_direct {
+/* What every normal-mode layer of a device communicator shares: one window (as DeepEP keeps
+ * one buffer for all layers), the rounds counted on it, and the order of the calls on it. */
+struct weft_moe_window {
   weft_window_t win;
   char *buf;
-  weft_moe_k_geom_t g;
-  uint64_t chunk;
   weft_moe_k_dstate_t *state;
-  /* the layer's calls run in the order made, whatever their streams (every rank counts its
+  /* the layers' calls run in the order made, whatever their streams (every rank counts its
    * rounds in that order): a call on another stream than the last waits for its event */
   cudaEvent_t done;
   cudaStream_t last;
   int recorded;
+  int layers; /* that use it: the last one's destroy frees it */
 };
 
-/* The chunk a window of `budget` bytes holds (0: none fits), and its geometry. */
-static uint64_t chunk_for(weft_moe_t m, size_t budget, weft_moe_k_geom_t *g) {
-  size_t row = m->cfg.hidden * weft_dtype_size(m->cfg.dtype), n = (size_t)m->nranks;
-  if (weft_moe_ll_geometry(m->nranks, m->local, m->cfg.topk, row, 1, g)) return 0;
-  size_t per = n * (g->slot_bytes + g->row_pad); /* a token more from each source */
-  if (budget < g->total) return 0;
-  uint64_t c = 1 + (budget - g->total) / per;
-  c = c < MAX_CHUNK ? c : MAX_CHUNK;
-  return weft_moe_ll_geometry(m->nranks, m->local, m->cfg.topk, row, c, g) ? 0 : c;
-}
-
-static void direct_free(struct weft_moe_direct *w) {
+static void window_free(struct weft_moe_window *w) {
   if (w->done) cudaEventDestroy(w->done);
   if (w->buf) cudaFree(w->buf);
   if (w->state) cudaFree(w->state);
   free(w);
 }
 
-weft_result_t weft_moe_direct_create(weft_moe_t m) {
+/* Collective, with the GPU current: the communicator's window of `bytes`, or NULL (on every
+ * rank alike) when some rank could not make it: the staged path then serves. */
+static struct weft_moe_window *window_new(weft_moe_t m, size_t bytes) {
   const char *fn = "weft_moe_create";
-  struct weft_dev *d = moe_dev(m);
-  m->direct = NULL;
-  size_t budget = (size_t)weft_param_get_int(WEFT_PARAM_MOE_WINDOW_BYTES);
-  weft_moe_k_geom_t g;
-  uint64_t chunk = budget ? chunk_for(m, budget, &g) : 0;
-  /* alike on every rank: the variable is agreed, and so is the config */
-  if (weft_ipc_host_staged(d->ipc) || !chunk) return WEFT_SUCCESS;
   weft_moe_verdict_t v = {MOE_OK, 0, 0, 0};
-  struct weft_moe_direct *w = calloc(1, sizeof *w);
-  int saved = -1, entered = weft_dev_enter(d->device, &saved) == 0;
-  if (!w || !entered) {
-    v.code = w ? MOE_FAILED : MOE_NO_MEM;
-  } else {
-    w->g = g, w->chunk = chunk;
-    if (cudaMalloc((void **)&w->buf, g.total) != cudaSuccess ||
-        cudaMalloc((void **)&w->state, sizeof *w->state) != cudaSuccess)
-      cudaGetLastError(), v.code = MOE_NO_MEM;
-    else if (cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming) != cudaSuccess)
-      cudaGetLastError(), w->done = NULL, v.code = MOE_FAILED;
-    /* zeroed before any peer can write: registration below is the first it can */
-    else if (cudaMemset(w->buf, 0, g.total) != cudaSuccess ||
-             cudaMemset(w->state, 0, sizeof *w->state) != cudaSuccess ||
-             cudaDeviceSynchronize() != cudaSuccess)
-      cudaGetLastError(), v.code = MOE_FAILED;
-  }
+  struct weft_moe_window *w = calloc(1, sizeof *w);
+  if (!w)
+    v.code = MOE_NO_MEM;
+  else if (cudaMalloc((void **)&w->buf, bytes) != cudaSuccess ||
+           cudaMalloc((void **)&w->state, sizeof *w->state) != cudaSuccess)
+    cudaGetLastError(), v.code = MOE_NO_MEM;
+  else if (cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming) != cudaSuccess)
+    cudaGetLastError(), w->done = NULL, v.code = MOE_FAILED;
+  /* zeroed before any peer can write: registration below is the first it can */
+  else if (cudaMemset(w->buf, 0, bytes) != cudaSuccess ||
+           cudaMemset(w->state, 0, sizeof *w->state) != cudaSuccess ||
+           cudaDeviceSynchronize() != cudaSuccess)
+    cudaGetLastError(), v.code = MOE_FAILED;
+  if (v.code == MOE_FAILED) weft_set_error(WEFT_ERR_SYSTEM, "%s: a CUDA call failed", fn);
   weft_result_t rc = weft_moe_agree(m, fn, v);
-  int agreed = rc == WEFT_SUCCESS;
-  if (agreed) rc = weft_window_register(m->comm, w->buf, g.total, &w->win);
-  if (entered) weft_dev_leave(d->device, saved);
+  /* registration fails on every rank alike (its exchanges are collective) */
+  if (rc == WEFT_SUCCESS) rc = weft_window_register(m->comm, w->buf, bytes, &w->win);
   if (rc == WEFT_SUCCESS) {
-    m->direct = w;
-    return WEFT_SUCCESS;
+    WEFT_INFO(WEFT_SUB_COLL, "%s: the MoE layers' window: %zu bytes", fn, bytes);
+    return w;
   }
-  if (w) direct_free(w);
-  if (agreed) return rc; /* the registration failed, on every rank */
-  /* a rank short of memory: every rank takes the staged path, which holds none */
   WEFT_WARN(WEFT_SUB_COLL, "%s: no MoE window (%s); dispatch and combine go through staging", fn,
             weft_thread_error());
+  if (w) window_free(w);
+  return NULL;
+}
+
+weft_result_t weft_moe_direct_create(weft_moe_t m) {
+  struct weft_dev *d = moe_dev(m);
+  m->direct = NULL;
+  size_t row = m->cfg.hidden * weft_dtype_size(m->cfg.dtype);
+  /* alike on every rank: the size was agreed at the communicator's init, and the config here */
+  uint64_t chunk = weft_ipc_host_staged(d->ipc) || !d->moe_window_bytes
+                       ? 0
+                       : weft_moe_direct_geometry(m->nranks, m->cfg.topk, row,
+                                                  (size_t)d->moe_window_bytes, &m->direct_g);
+  if (!chunk) return WEFT_SUCCESS;
+  if (!d->moe_win) { /* the first layer: every rank's first, as they create layers alike */
+    int saved = -1;
+    if (weft_dev_enter(d->device, &saved)) {
+      /* still take part, or the peers would wait */
+      weft_moe_verdict_t v = {MOE_FAILED, 0, 0, 0};
+      weft_set_error(WEFT_ERR_SYSTEM, "weft_moe_create: cannot make the GPU current");
+      weft_moe_agree(m, "weft_moe_create", v); /* every rank then goes without */
+      return WEFT_SUCCESS;
+    }
+    d->moe_win = window_new(m, (size_t)d->moe_window_bytes);
+    weft_dev_leave(d->device, saved);
+    if (!d->moe_win) return WEFT_SUCCESS;
+  }
+  d->moe_win->layers++;
+  m->direct = d->moe_win, m->direct_chunk = chunk;
+  WEFT_INFO(WEFT_SUB_COLL, "weft_moe_create: normal mode through the window, %llu tokens a round",
+            (unsigned long long)chunk);
   return WEFT_SUCCESS;
 }
 
 void weft_moe_direct_destroy(weft_moe_t m) {
-  struct weft_moe_direct *w = m->direct;
-  if (!w) return;
-  int saved = -1, entered = weft_dev_enter(moe_dev(m)->device, &saved) == 0;
+  struct weft_moe_window *w = m->direct;
+  struct weft_dev *d = moe_dev(m);
+  m->direct = NULL;
+  if (!w || --w->layers > 0) return;
+  int saved = -1, entered = weft_dev_enter(d->device, &saved) == 0;
   cudaDeviceSynchronize();
   /* the peers' last acks land in our window after our own kernels end: free it only once
    * every rank's kernels have */
@@ -101,30 +110,30 @@ void weft_moe_direct_destroy(weft_moe_t m) {
   all[m->rank] = 1;
   weft_bootstrap_allgather(m->comm->boot, all, sizeof *all);
   weft_window_deregister(m->comm, w->win);
-  direct_free(w);
-  if (entered) weft_dev_leave(moe_dev(m)->device, saved);
-  m->direct = NULL;
+  window_free(w);
+  if (entered) weft_dev_leave(d->device, saved);
+  d->moe_win = NULL;
 }
 
 int weft_moe_direct_order(weft_moe_t m, cudaStream_t st) {
-  struct weft_moe_direct *w = m->direct;
+  struct weft_moe_window *w = m->direct;
   return w->recorded && w->last != st && cudaStreamWaitEvent(st, w->done, 0) != cudaSuccess;
 }
 
 /* The kernels' arguments for h's call. */
 static weft_moe_k_direct_t params(weft_moe_handle_t h) {
   weft_moe_t m = h->moe;
-  struct weft_moe_direct *w = m->direct;
+  struct weft_moe_window *w = m->direct;
   struct weft_dev *d = moe_dev(m);
   const moe_dev_t *p = h->dev;
-  weft_moe_k_direct_t a = {.g = w->g,
+  weft_moe_k_direct_t a = {.g = m->direct_g,
                            .rank = m->rank,
                            .nranks = m->nranks,
                            .k = m->cfg.topk,
                            .dtype = m->cfg.dtype == WEFT_F32   ? WEFT_MOE_K_F32
                                     : m->cfg.dtype == WEFT_F16 ? WEFT_MOE_K_F16
                                                                : WEFT_MOE_K_BF16,
-                           .chunk = w->chunk,
+                           .chunk = m->direct_chunk,
                            .hidden = m->cfg.hidden,
                            .tokens = h->plan.tokens,
                            .max_tokens = p->max_tokens,
@@ -141,11 +150,14 @@ static weft_moe_k_direct_t params(weft_moe_handle_t h) {
   return a;
 }
 
+/* The window's event after whatever e's launches queued, even after a failed one: the next
+ * call on another stream must not overtake them. */
 static int launched(weft_moe_t m, cudaStream_t st, int e) {
-  struct weft_moe_direct *w = m->direct;
-  if (e == (int)cudaSuccess && cudaEventRecord(w->done, st) != cudaSuccess)
+  struct weft_moe_window *w = m->direct;
+  if (cudaEventRecord(w->done, st) == cudaSuccess)
+    w->recorded = 1, w->last = st;
+  else if (e == (int)cudaSuccess)
     e = (int)cudaGetLastError();
-  if (e == (int)cudaSuccess) w->recorded = 1, w->last = st;
   return e;
 }
 

@@ -231,3 +231,29 @@ int weft_moe_ll_geometry(int nranks, int local, int k, size_t row_bytes, size_t 
   g->total = at;
   return 0;
 }
+
+uint64_t weft_moe_direct_geometry(int nranks, int k, size_t row_bytes, size_t bytes,
+                                  struct weft_moe_k_geom_s *g) {
+  memset(g, 0, sizeof *g);
+  size_t n = (size_t)nranks, flags = 4 * n * WEFT_MOE_K_FLAG_STRIDE, per, rest, c;
+  if (nranks < 1 || nranks > WEFT_DEV_MAX_RANKS || k < 1 || k > WEFT_MOE_K_MAX_TOPK || !row_bytes)
+    return 0;
+  g->sig_bytes = WEFT_MOE_K_FLAG_STRIDE;
+  g->csig = n * WEFT_MOE_K_FLAG_STRIDE;
+  g->dack = 2 * n * WEFT_MOE_K_FLAG_STRIDE;
+  g->cack = 3 * n * WEFT_MOE_K_FLAG_STRIDE;
+  g->dstage = up_to(flags, 256);
+  g->hdr_bytes = up_to(4 * (size_t)k, 16); /* k f32 weights */
+  g->row_bytes = row_bytes;
+  g->row_pad = up_to(row_bytes, 16);
+  if (!g->row_pad || !weft_add_fits(g->hdr_bytes, g->row_pad, &g->slot_bytes) ||
+      !weft_add_fits(g->slot_bytes, g->row_pad, &per) || !weft_mul_fits(per, n, &per) ||
+      bytes < g->dstage)
+    return 0;
+  rest = bytes - g->dstage;
+  c = rest / per < WEFT_MOE_DIRECT_MAX_CHUNK ? rest / per : WEFT_MOE_DIRECT_MAX_CHUNK;
+  if (!c) return 0;
+  g->cstage = g->dstage + n * c * g->slot_bytes; /* below bytes: c * per fits in rest */
+  g->total = g->cstage + n * c * g->row_pad;
+  return c;
+}

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "moe_kernels.h"
 #include "weft_moe.h"
 
 #define WEFT_MOE_NO_ROW SIZE_MAX
@@ -22,7 +23,11 @@ struct weft_moe {
   int64_t *routes;        /* device layouts' scratch: [nranks][moe_route_stride], host-mapped */
   void *pool;             /* device layers: the CUDA memory pool their staging comes from */
   struct weft_moe_ll *ll; /* low-latency mode on windows (ll.c), else NULL */
-  struct weft_moe_direct *direct; /* normal mode's direct path on windows (direct.c), or NULL */
+  /* normal mode's direct path (direct.c): the communicator's window, or NULL; where this
+   * layer's rounds keep what in it, and how many tokens a round */
+  struct weft_moe_window *direct;
+  weft_moe_k_geom_t direct_g;
+  uint64_t direct_chunk;
 };
 /* A rank's record in a device layout's exchange: its verdict (4 values), its counts of
  * choices per expert and tokens per rank, the lowest bad choice the GPU found, then its
@@ -132,6 +137,15 @@ void weft_moe_plan_free(weft_moe_plan_t *p);
 struct weft_moe_k_geom_s;
 int weft_moe_ll_geometry(int nranks, int local, int k, size_t row_bytes, size_t bound,
                          struct weft_moe_k_geom_s *g);
+/* Where normal mode's direct path (direct.c) keeps what in a window of `bytes` shared by
+ * every layer of a communicator: the flags (records, then acks, a cache line each for every
+ * rank) at the same offsets whatever the layer, then this layer's dispatch slots (k weights and
+ * a row) and combine rows, [nranks][chunk] each. Returns the chunk, the most tokens a round
+ * that fit (at most WEFT_MOE_DIRECT_MAX_CHUNK); 0 when not one does or an argument is out of
+ * range. */
+#define WEFT_MOE_DIRECT_MAX_CHUNK 8192 /* a DeepSeek-V3 batch (4096 tokens) in one round */
+uint64_t weft_moe_direct_geometry(int nranks, int k, size_t row_bytes, size_t bytes,
+                                  struct weft_moe_k_geom_s *g);
 /* The row after local expert l's block (its padding included). */
 size_t weft_moe_block_end(const weft_moe_plan_t *p, int l);
 /* The alltoallv counts and displacements of the send (recv = 0) or receive side, in units of

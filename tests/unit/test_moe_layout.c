@@ -219,10 +219,50 @@ static void ll_window(void **st) {
   assert_int_equal(weft_moe_ll_geometry(8, 4, 2, SIZE_MAX / 16, 1 << 20, &g), -1);
 }
 
+/* The direct path's window, shared by layers of any shape: the flags at the same offsets for
+ * all, the slots after them on 16 bytes, everything inside the window's bytes, as many tokens
+ * a round as fit (one more would not), and none when not one fits. */
+static void direct_window(void **st) {
+  (void)st;
+  weft_moe_k_geom_t g, h;
+  /* 3 ranks, k 3, rows of 26 bytes, 64 KiB */
+  uint64_t c = weft_moe_direct_geometry(3, 3, 26, 65536, &g);
+  assert_int_equal(g.sig_bytes, WEFT_MOE_K_FLAG_STRIDE);
+  assert_int_equal(g.dsig, 0);
+  assert_int_equal(g.csig, 3 * 64);
+  assert_int_equal(g.dack, 6 * 64);
+  assert_int_equal(g.cack, 9 * 64);
+  assert_int_equal(g.dstage, 768);
+  assert_int_equal(g.hdr_bytes, 16); /* 3 weights */
+  assert_int_equal(g.row_pad, 32);
+  assert_int_equal(g.slot_bytes, 48);
+  assert_int_equal(c, (65536 - 768) / (3 * (48 + 32)));
+  assert_int_equal(g.cstage, 768 + 3 * c * 48);
+  assert_int_equal(g.total, g.cstage + 3 * c * 32);
+  assert_true(g.total <= 65536 && g.total + 3 * (48 + 32) > 65536);
+  /* another layer on the same window: the same flags, its own slots */
+  uint64_t c2 = weft_moe_direct_geometry(3, 8, 14336, 65536 * 4, &h);
+  assert_int_equal(h.dsig, g.dsig), assert_int_equal(h.cack, g.cack);
+  assert_int_equal(h.dstage, g.dstage);
+  assert_int_equal(h.slot_bytes, 32 + 14336);
+  assert_int_equal(c2, (65536 * 4 - 768) / (3 * (32 + 2 * 14336)));
+  assert_true(h.total <= 65536 * 4);
+  /* capped, too small, out of range, overflowing */
+  assert_int_equal(weft_moe_direct_geometry(1, 1, 16, (size_t)1 << 40, &g),
+                   WEFT_MOE_DIRECT_MAX_CHUNK);
+  assert_int_equal(weft_moe_direct_geometry(2, 2, 16, 512 + 2 * 48 - 1, &g), 0);
+  assert_int_equal(weft_moe_direct_geometry(2, 2, 16, 512 + 2 * 48, &g), 1);
+  assert_int_equal(weft_moe_direct_geometry(9, 2, 16, 1 << 20, &g), 0);
+  assert_int_equal(weft_moe_direct_geometry(2, 33, 16, 1 << 20, &g), 0);
+  assert_int_equal(weft_moe_direct_geometry(2, 2, 0, 1 << 20, &g), 0);
+  assert_int_equal(weft_moe_direct_geometry(8, 2, SIZE_MAX / 8, SIZE_MAX, &g), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(send_side),           cmocka_unit_test(rows_padded),
       cmocka_unit_test(rows_fixed),          cmocka_unit_test(bad_ids),
-      cmocka_unit_test(from_counts_matches), cmocka_unit_test(ll_window)};
+      cmocka_unit_test(from_counts_matches), cmocka_unit_test(ll_window),
+      cmocka_unit_test(direct_window)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
