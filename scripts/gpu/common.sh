@@ -1,6 +1,6 @@
 # Sourced by the GPU sweeps and checks (bench.sh, window_bench.sh, moe_*.sh): their arguments
 # (OUT, BUILD), the environment every device run keeps (NVLS off, CUDA's libraries found), the
-# collectives the sweeps cover, and the checks' step runner and MPS daemon.
+# collectives the sweeps cover, and the checks' step runner, MPS daemon and kernel timer.
 out=${1:?usage: $0 OUT [BUILD]    (ITERS: timed iterations, default 20)}
 b=${2:-build-dev}
 mkdir -p "$out"
@@ -20,3 +20,18 @@ mps_start() { # log: ranks sharing the GPU run concurrently under CUDA MPS
   nvidia-cuda-mps-control -d || { echo "no MPS" >> "$1"; fail=1; }
 }
 mps_stop() { echo quit | nvidia-cuda-mps-control; }
+ncu_kernels() { # file, command...: each kernel's time (Nsight Compute) of one run of command
+  local file=$1 ncu
+  shift
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+  [ -n "$ncu" ] || { echo "no ncu" > "$file"; return; }
+  timeout 120 "$ncu" --clock-control none --target-processes all \
+    --metrics gpu__time_duration.sum --csv "$@" 2>&1 |
+    python3 -c '
+import csv, sys
+rows = [r for r in csv.reader(l for l in sys.stdin if l.startswith("\"")) if len(r) > 10]
+k, v = rows[0].index("Kernel Name"), rows[0].index("Metric Value")
+for r in rows[1:]:
+    print("%9.2f us  %s" % (float(r[v].replace(",", "")) / 1000, r[k][:70]))
+' > "$file" || fail=1
+}

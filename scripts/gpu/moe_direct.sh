@@ -1,12 +1,12 @@
 #!/bin/bash
 # MoE normal mode's direct path (src/moe/direct.c, direct.cu) on one GPU, ranks sharing it
-# under CUDA MPS: test_moe_direct on 2-4 ranks (equal to the staged path, a late rank),
-# test_moe --device on 1-4 ranks with the default window (one round), with
-# a 16 KiB window (rounds of 1 to 12 tokens), and without one (the staged path); test_moe_ll
-# (the layout's meta changed under it); moebench on the DeepSeek-V3 shape through the window,
-# in rounds, and staged, in the same run (1 rank beside PyTorch, then 2 and 4 ranks); shapes
-# that take other paths; then, with SANITIZE=1, compute-sanitizer memcheck and racecheck over
-# test_moe in rounds, and each kernel's time by Nsight Compute.
+# under CUDA MPS: test_moe_direct on 2-4 ranks (equal to the staged path, a late rank);
+# test_moe --device on 1-4 ranks with the default window (one round), a 16 KiB window
+# (rounds of 1 to 12 tokens) and none (the staged path); test_moe_ll (the layout's meta
+# changed under it); moebench on the DeepSeek-V3 shape through the window, in rounds and
+# staged, in the same run (1 rank beside PyTorch, then 2 and 4 ranks; fp8 dispatch on 1 and
+# 2), and shapes that take other paths; then, with SANITIZE=1, compute-sanitizer memcheck and
+# racecheck over test_moe in rounds, and each kernel's time by Nsight Compute.
 # Writes OUT/moe-direct-{tests,bench,sanitizer,kernels}.txt and *.json.
 # usage: scripts/gpu/moe_direct.sh OUT [BUILD]    (run from the repository root)
 source "$(dirname "$0")/common.sh"
@@ -28,6 +28,10 @@ for n in 2 4; do
   WEFT_MOE_WINDOW_BYTES=0 step "$bench" $mb --ranks $n $ds --json "$out/moe-staged-r$n.json"
   WEFT_MOE_WINDOW_BYTES=67108864 step "$bench" $mb --ranks $n $ds
 done
+for n in 1 2; do # fp8 dispatch: through the window, then staged
+  step "$bench" $mb --ranks $n $ds --fp8
+  WEFT_MOE_WINDOW_BYTES=0 step "$bench" $mb --ranks $n $ds --fp8
+done
 step "$bench" $mb --ranks 2 --tokens 1000 --hidden 256 --topk 8 --experts 8192 -d f32
 step "$bench" $mb --ranks 4 --tokens 300 --hidden 64 --topk 32 --experts 64 -d f32
 step "$bench" $mb --ranks 3 --tokens 5000 --hidden 100 --topk 5 --experts 99 -d f16 --align 16
@@ -43,16 +47,5 @@ if [ -x "$cs" ]; then
 else
   echo "no compute-sanitizer" >> "$san"
 fi
-ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
-if [ -n "$ncu" ]; then
-  timeout 120 "$ncu" --clock-control none --target-processes all \
-    --metrics gpu__time_duration.sum --csv $mb --ranks 1 $ds -n 1 -w 0 -c 0 2>&1 |
-    python3 -c '
-import csv, sys
-rows = [r for r in csv.reader(l for l in sys.stdin if l.startswith("\"")) if len(r) > 10]
-k, v = rows[0].index("Kernel Name"), rows[0].index("Metric Value")
-for r in rows[1:]:
-    print("%9.2f us  %s" % (float(r[v].replace(",", "")) / 1000, r[k][:70]))
-' > "$out/moe-direct-kernels.txt" || fail=1
-fi
+ncu_kernels "$out/moe-direct-kernels.txt" $mb --ranks 1 $ds -n 1 -w 0 -c 0
 exit $fail

@@ -30,16 +30,6 @@ if [ -x "$cs" ]; then
 else
   echo "no compute-sanitizer" >> "$san"
 fi
-ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
-if [ -n "$ncu" ]; then # one layout's kernels (and the dispatch's and combine's after it)
-  timeout 120 "$ncu" --clock-control none --target-processes all \
-    --metrics gpu__time_duration.sum --csv $mb --ranks 1 $ds -n 1 -w 0 -c 0 2>&1 |
-    python3 -c '
-import csv, sys
-rows = [r for r in csv.reader(l for l in sys.stdin if l.startswith("\"")) if len(r) > 10]
-k, v = rows[0].index("Kernel Name"), rows[0].index("Metric Value")
-for r in rows[1:]:
-    print("%9.2f us  %s" % (float(r[v].replace(",", "")) / 1000, r[k][:70]))
-' > "$out/moe-layout-kernels.txt" || fail=1
-fi
+# one layout's kernels (and the dispatch's and combine's after it)
+ncu_kernels "$out/moe-layout-kernels.txt" $mb --ranks 1 $ds -n 1 -w 0 -c 0
 exit $fail

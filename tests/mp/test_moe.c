@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef WEFT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -611,6 +612,18 @@ static int run_errors(weft_comm_t comm, int rank, int n) {
   return 0;
 }
 
+/* After a failed shape: the communicator's own failure, if it had one (a device kernel that
+ * timed out returns early and its caller's data is then wrong; the comm learns of it within
+ * its watch's period, so this waits a second for it). */
+static void async_said(weft_comm_t comm, int rank) {
+  weft_result_t e = WEFT_SUCCESS;
+  for (int i = 0; i < 20 && weft_comm_get_async_error(comm, &e) == WEFT_SUCCESS && !e; i++)
+    usleep(50000);
+  if (e)
+    fprintf(stderr, "rank %d: the communicator failed too: %s: %s\n", rank, weft_result_string(e),
+            weft_get_last_error(comm));
+}
+
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
   weft_comm_t comm = NULL;
@@ -637,10 +650,10 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
                     .hidden = p == DROPPED && ti == 0 ? 260 : 24 + (size_t)ti,
                     .t = types[ti]};
       if (p == UNIFORM && ti == 0) sh.k = 8 < 4 * n ? 8 : 4 * n;
-      if (run_shape(comm, rank, n, &sh)) return 1;
+      if (run_shape(comm, rank, n, &sh)) return async_said(comm, rank), 1;
       cases++;
       sh.ll = 1; /* low-latency mode: align stays 1 */
-      if (ti != 1 && (run_shape(comm, rank, n, &sh) || !++cases)) return 1;
+      if (ti != 1 && (run_shape(comm, rank, n, &sh) || !++cases)) return async_said(comm, rank), 1;
     }
   if (run_errors(comm, rank, n)) return 1;
   weft_comm_destroy(g_host);
