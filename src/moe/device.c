@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap.h"
 #include "checked.h"
+#include "comm.h"
 #include "err.h"
 #include "moe_dev.h"
 #include "moe_kernels.h"
@@ -75,8 +77,14 @@ const int64_t *weft_moe_dev_counts(weft_moe_handle_t h) {
   return h->dev ? ((moe_dev_t *)h->dev)->counts : NULL;
 }
 
-static int kcode(weft_dtype_t t) {
-  return t == WEFT_F32 ? WEFT_MOE_K_F32 : t == WEFT_F16 ? WEFT_MOE_K_F16 : WEFT_MOE_K_BF16;
+void weft_moe_dev_window_close(weft_moe_t m, weft_window_t win) {
+  int saved = -1, entered = weft_dev_enter(moe_dev(m)->device, &saved) == 0;
+  cudaDeviceSynchronize();               /* this rank's kernels, graphs' included */
+  int32_t all[WEFT_DEV_MAX_RANKS] = {0}; /* a device communicator has at most these */
+  all[m->rank] = 1;
+  weft_bootstrap_allgather(m->comm->boot, all, sizeof *all);
+  weft_window_deregister(m->comm, win);
+  if (entered) weft_dev_leave(moe_dev(m)->device, saved);
 }
 
 /* A data call's resources, all taken before the ranks agree to go on: the alltoallv counts
@@ -179,8 +187,8 @@ static weft_result_t dispatch_fp8(weft_moe_handle_t h, const void *x, const floa
     return rc;
   }
   char **buf = c.buf;
-  rc = kernel_rc(weft_moe_k_gather_fp8(kcode(m->cfg.dtype), x, d->send_list, ns, hid, wire, buf[0],
-                                       w, (float *)buf[1], (int)k, st),
+  rc = kernel_rc(weft_moe_k_gather_fp8(moe_kcode(m->cfg.dtype), x, d->send_list, ns, hid, wire,
+                                       buf[0], w, (float *)buf[1], (int)k, st),
                  fn, "fp8 gather");
   weft_moe_plan_counts(p, 0, wire, c.cnt, c.dsp);
   weft_moe_plan_counts(p, 1, wire, c.rcnt, c.rdsp);
@@ -279,7 +287,7 @@ weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const 
   size_t row = hid * weft_dtype_size(m->cfg.dtype), ns = p->send_off[n], nr = p->recv_off[n];
   size_t bytes[2];
   int fits[2] = {weft_mul_fits(nr, row, &bytes[0]), weft_mul_fits(ns, row, &bytes[1])};
-  int t = kcode(m->cfg.dtype);
+  int t = moe_kcode(m->cfg.dtype);
   call_t c;
   weft_result_t rc = call_begin(h, st, bytes, fits, 2, &c, fn);
   if (rc != WEFT_SUCCESS) {

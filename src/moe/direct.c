@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap.h"
 #include "comm.h"
 #include "err.h"
 #include "moe_dev.h"
@@ -102,14 +101,8 @@ void weft_moe_direct_destroy(weft_moe_t m) {
   struct weft_dev *d = moe_dev(m);
   m->direct = NULL;
   if (!w || --w->layers > 0) return;
+  weft_moe_dev_window_close(m, w->win);
   int saved = -1, entered = weft_dev_enter(d->device, &saved) == 0;
-  cudaDeviceSynchronize();
-  /* the peers' last acks land in our window after our own kernels end: free it only once
-   * every rank's kernels have */
-  int32_t all[WEFT_DEV_MAX_RANKS] = {0};
-  all[m->rank] = 1;
-  weft_bootstrap_allgather(m->comm->boot, all, sizeof *all);
-  weft_window_deregister(m->comm, w->win);
   window_free(w);
   if (entered) weft_dev_leave(d->device, saved);
   d->moe_win = NULL;
@@ -130,9 +123,7 @@ static weft_moe_k_direct_t params(weft_moe_handle_t h) {
                            .rank = m->rank,
                            .nranks = m->nranks,
                            .k = m->cfg.topk,
-                           .dtype = m->cfg.dtype == WEFT_F32   ? WEFT_MOE_K_F32
-                                    : m->cfg.dtype == WEFT_F16 ? WEFT_MOE_K_F16
-                                                               : WEFT_MOE_K_BF16,
+                           .dtype = moe_kcode(m->cfg.dtype),
                            .chunk = m->direct_chunk,
                            .hidden = m->cfg.hidden,
                            .tokens = h->plan.tokens,

@@ -67,17 +67,20 @@ __device__ inline int peer_of(const P &a, uint64_t span) {
   return q < a.rank ? q : q + 1;
 }
 
-/* ---- dispatch ---- */
-
-__global__ void d_open(P a, uint64_t i) {
+/* A round's opening, in a lone block: the entries' ranges, the phase's round counted, and
+ * every rank read what we wrote into it last round (its ack at `acks` in our window). */
+__device__ void open_round(const P &a, uint64_t i, uint64_t *rounds, uint64_t acks, int phase) {
   ranges(a, i);
   if (threadIdx.x) return;
   weft_moe_k_dstate_t *st = a.state;
   if (i == 0) st->failed = 0;
-  const uint64_t R = ++st->round;
-  /* every rank read what we wrote into it last round */
-  if (!st->failed && !wait(a, a.g.dack, WEFT_MOE_K_FLAG_STRIDE, R - 1, 1)) st->failed = 1;
+  const uint64_t R = ++*rounds;
+  if (!st->failed && !wait(a, acks, WEFT_MOE_K_FLAG_STRIDE, R - 1, phase)) st->failed = 1;
 }
+
+/* ---- dispatch ---- */
+
+__global__ void d_open(P a, uint64_t i) { open_round(a, i, &a.state->round, a.g.dack, 1); }
 
 /* A block a token of this round: one read of it, written into every peer it goes to (its k
  * weights first) and into the rows of this rank's own experts it chose. */
@@ -158,14 +161,7 @@ __global__ void d_recv(P a, uint64_t i, uint64_t span) {
 
 /* ---- combine ---- */
 
-__global__ void c_open(P a, uint64_t i) {
-  ranges(a, i);
-  if (threadIdx.x) return;
-  weft_moe_k_dstate_t *st = a.state;
-  if (i == 0) st->failed = 0;
-  const uint64_t C = ++st->cround;
-  if (!st->failed && !wait(a, a.g.cack, WEFT_MOE_K_FLAG_STRIDE, C - 1, 2)) st->failed = 1;
-}
+__global__ void c_open(P a, uint64_t i) { open_round(a, i, &a.state->cround, a.g.cack, 2); }
 
 /* acc[q] += s * element q of p's unit c (N elements: a 16-byte vector, or 1). */
 template <typename T, int N>

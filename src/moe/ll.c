@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap.h"
 #include "comm.h"
 #include "err.h"
 #include "moe_dev.h"
@@ -140,14 +139,8 @@ weft_result_t weft_moe_ll_create(weft_moe_t m) {
 void weft_moe_ll_destroy(weft_moe_t m) {
   struct weft_moe_ll *ll = m->ll;
   if (!ll) return;
+  weft_moe_dev_window_close(m, ll->win);
   int saved = -1, entered = weft_dev_enter(moe_dev(m)->device, &saved) == 0;
-  cudaDeviceSynchronize(); /* this rank's kernels, graphs' included */
-  /* the peers' last acks land in our window after our own kernels end: free it only once
-   * every rank's kernels have */
-  int32_t all[WEFT_DEV_MAX_RANKS] = {0}; /* a device communicator has at most these */
-  all[m->rank] = 1;
-  weft_bootstrap_allgather(m->comm->boot, all, sizeof *all);
-  weft_window_deregister(m->comm, ll->win);
   ll_free_all(ll);
   if (entered) weft_dev_leave(moe_dev(m)->device, saved);
   m->ll = NULL;
@@ -164,9 +157,7 @@ static weft_moe_k_ll_t params(weft_moe_t m, int i) {
                        .local = m->local,
                        .k = m->cfg.topk,
                        .experts = m->cfg.num_experts,
-                       .dtype = m->cfg.dtype == WEFT_F32   ? WEFT_MOE_K_F32
-                                : m->cfg.dtype == WEFT_F16 ? WEFT_MOE_K_F16
-                                                           : WEFT_MOE_K_BF16,
+                       .dtype = moe_kcode(m->cfg.dtype),
                        .bound = m->cfg.max_tokens,
                        .hidden = m->cfg.hidden,
                        .state = ll->state,

@@ -8,6 +8,7 @@
 
 #include "gpu.h"
 #include "moe.h"
+#include "moe_kernels.h"
 
 typedef struct {
   /* send side (block): from the ids, by route.cu */
@@ -33,6 +34,16 @@ typedef struct {
 } moe_dev_t;
 
 static inline struct weft_dev *moe_dev(weft_moe_t m) { return dev_of(m->comm); }
+
+/* The kernels' code (WEFT_MOE_K_*) for a payload type. */
+static inline int32_t moe_kcode(weft_dtype_t t) {
+  return t == WEFT_F32 ? WEFT_MOE_K_F32 : t == WEFT_F16 ? WEFT_MOE_K_F16 : WEFT_MOE_K_BF16;
+}
+
+/* Collective, at a window's end (ll.c, direct.c): this rank's kernels finished, then every
+ * rank's (the peers' last acks land in our window after our own kernels end), then the window
+ * deregistered; the caller frees its memory. */
+void weft_moe_dev_window_close(weft_moe_t m, weft_window_t win);
 
 /* direct.c, with the layer's GPU current: orders a call on st after the layer's last direct
  * call (nonzero on a CUDA error), and launches a dispatch or combine (a cudaError_t). */
