@@ -11,8 +11,10 @@ fail=0
 step() { # log, command...: runs it under STEP_S seconds (150), its output into log
   local log=$1
   shift
+  local t0=$(date +%s)
   echo "## $*" >> "$log"
   timeout "${STEP_S:-150}" "$@" >> "$log" 2>&1 || { echo "FAILED ($?): $*" >> "$log"; fail=1; }
+  echo "# $(($(date +%s) - t0)) s" >> "$log"
 }
 mps_start() { # log: ranks sharing the GPU run concurrently under CUDA MPS
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log

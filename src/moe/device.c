@@ -206,21 +206,26 @@ static weft_result_t dispatch_fp8(weft_moe_handle_t h, const void *x, const floa
   return rc;
 }
 
-/* The direct path (direct.c) once the ranks agreed: the padding rows zeroed, then the rounds. */
+/* The direct path (direct.c) once the ranks agreed: the padding rows zeroed, then the rounds;
+ * recv_s non-NULL: fp8. */
 static weft_result_t dispatch_direct(weft_moe_handle_t h, const void *x, const float *w,
-                                     void *recv_x, float *recv_w, cudaStream_t st) {
-  const char *fn = "weft_moe_dispatch";
+                                     void *recv_x, float *recv_w, float *recv_s, cudaStream_t st) {
+  const char *fn = recv_s ? "weft_moe_dispatch_fp8" : "weft_moe_dispatch";
   moe_dev_t *d = h->dev;
   weft_moe_t m = h->moe;
-  size_t row = m->cfg.hidden * weft_dtype_size(m->cfg.dtype);
+  size_t hid = m->cfg.hidden, row = hid * weft_dtype_size(m->cfg.dtype);
+  int k = m->cfg.topk;
   call_t c;
   weft_result_t rc = call_begin(h, st, NULL, NULL, 0, &c, fn);
   int agreed = rc == WEFT_SUCCESS;
   if (agreed) {
     weft_moe_k_self_t none = {0};
-    int e = weft_moe_k_scatter(NULL, NULL, NULL, 0, m->cfg.topk, row, recv_x, recv_w, d->pad,
-                               d->npad, none, st);
-    rc = kernel_rc(e ? e : weft_moe_direct_dispatch(h, x, w, recv_x, recv_w, st), fn, "dispatch");
+    int e = recv_s ? weft_moe_k_scatter_fp8(NULL, NULL, NULL, 0, k, hid, 0, recv_x, recv_s, recv_w,
+                                            d->pad, d->npad, st)
+                   : weft_moe_k_scatter(NULL, NULL, NULL, 0, k, row, recv_x, recv_w, d->pad,
+                                        d->npad, none, st);
+    rc = kernel_rc(e ? e : weft_moe_direct_dispatch(h, x, w, recv_x, recv_w, recv_s, st), fn,
+                   "dispatch");
   }
   call_end(h, st, &c, agreed);
   return rc;
@@ -228,12 +233,15 @@ static weft_result_t dispatch_direct(weft_moe_handle_t h, const void *x, const f
 
 weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const float *w,
                                     void *recv_x, float *recv_w, float *recv_s, weft_stream_t s) {
+  weft_moe_t m = h->moe;
+  /* an fp8 slot holds the scales and the bytes within a row's room */
+  size_t fp8_bytes = WEFT_MOE_FP8_BLOCKS(m->cfg.hidden) * sizeof(float) + m->cfg.hidden;
+  if (m->direct && (!recv_s || fp8_bytes <= m->direct_g.row_pad))
+    return dispatch_direct(h, x, w, recv_x, recv_w, recv_s, (cudaStream_t)s);
   if (recv_s) return dispatch_fp8(h, x, w, recv_x, recv_w, recv_s, s);
-  if (h->moe->direct) return dispatch_direct(h, x, w, recv_x, recv_w, (cudaStream_t)s);
   const char *fn = "weft_moe_dispatch";
   const weft_moe_plan_t *p = &h->plan;
   moe_dev_t *d = h->dev;
-  weft_moe_t m = h->moe;
   cudaStream_t st = (cudaStream_t)s;
   size_t n = (size_t)p->nranks, k = (size_t)p->k, hid = m->cfg.hidden;
   size_t row = hid * weft_dtype_size(m->cfg.dtype), ns = p->send_off[n], nr = p->recv_off[n];

@@ -153,9 +153,9 @@ static int launched(weft_moe_t m, cudaStream_t st, int e) {
 }
 
 int weft_moe_direct_dispatch(weft_moe_handle_t h, const void *x, const float *wt, void *recv_x,
-                             float *recv_w, cudaStream_t st) {
+                             float *recv_w, float *recv_s, cudaStream_t st) {
   weft_moe_k_direct_t a = params(h);
-  a.in = x, a.in_w = wt, a.out = recv_x, a.out_w = recv_w;
+  a.in = x, a.in_w = wt, a.out = recv_x, a.out_w = recv_w, a.out_s = recv_s, a.fp8 = recv_s != NULL;
   return launched(h->moe, st, weft_moe_k_direct_dispatch(&a, st));
 }
 

@@ -78,18 +78,32 @@ __device__ void open_round(const P &a, uint64_t i, uint64_t *rounds, uint64_t ac
   if (!st->failed && !wait(a, acks, WEFT_MOE_K_FLAG_STRIDE, R - 1, phase)) st->failed = 1;
 }
 
+/* fp8: the block quantizes x once into each destination's bytes and scales. */
+__device__ void quantize_all(const P &a, const char *x, char *const *q, char *const *sc, int nd) {
+  uint8_t *const *qq = reinterpret_cast<uint8_t *const *>(q);
+  float *const *ss = reinterpret_cast<float *const *>(sc);
+  if (a.dtype == WEFT_MOE_K_F32)
+    moe_fp8::quantize_to((const float *)x, a.hidden, qq, ss, nd);
+  else if (a.dtype == WEFT_MOE_K_F16)
+    moe_fp8::quantize_to((const __half *)x, a.hidden, qq, ss, nd);
+  else
+    moe_fp8::quantize_to((const __nv_bfloat16 *)x, a.hidden, qq, ss, nd);
+}
+
 /* ---- dispatch ---- */
 
 __global__ void d_open(P a, uint64_t i) { open_round(a, i, &a.state->round, a.g.dack, 1); }
 
 /* A block a token of this round: one read of it, written into every peer it goes to (its k
- * weights first) and into the rows of this rank's own experts it chose. */
+ * weights first) and into the rows of this rank's own experts it chose. fp8: a slot holds the
+ * token's scales, then its bytes (they fit in a row of 2- or 4-byte elements). */
 __global__ void d_send(P a, uint64_t i) {
   weft_moe_k_dstate_t *st = a.state;
   const bool go = !st->failed;
   const int n = a.nranks, k = a.k, me = a.rank;
-  const uint64_t t = i * a.chunk + blockIdx.x;
-  __shared__ char *dst[MAX_DST];
+  const uint64_t t = i * a.chunk + blockIdx.x, nb = WEFT_MOE_FP8_BLOCKS(a.hidden);
+  const uint64_t out_row = a.fp8 ? a.hidden : a.g.row_bytes;
+  __shared__ char *dst[MAX_DST], *dsc[MAX_DST];
   __shared__ float *wdst[WEFT_DEV_MAX_RANKS];
   __shared__ int nd, nw;
   if (go && t < a.tokens) {
@@ -102,14 +116,16 @@ __global__ void d_send(P a, uint64_t i) {
           char *slot =
               a.win[r] + a.g.dstage + ((uint64_t)me * a.chunk + blockIdx.x) * a.g.slot_bytes;
           wdst[nw++] = (float *)slot;
-          dst[nd++] = slot + a.g.hdr_bytes;
+          dsc[nd] = slot + a.g.hdr_bytes;
+          dst[nd++] = slot + a.g.hdr_bytes + (a.fp8 ? nb * sizeof(float) : 0);
           continue;
         }
         const uint64_t e = a.recv_off[me] + (uint64_t)p;
         for (int j = 0; j < k; j++) {
           const uint64_t row = a.row_of[e * k + j];
           if (row == WEFT_MOE_K_NO_ROW) continue;
-          dst[nd++] = (char *)a.out + row * a.g.row_bytes;
+          dsc[nd] = a.fp8 ? (char *)(a.out_s + row * nb) : NULL;
+          dst[nd++] = (char *)a.out + row * out_row;
           if (a.out_w) a.out_w[row] = a.in_w ? a.in_w[t * k + j] : 1.0f;
         }
       }
@@ -117,7 +133,11 @@ __global__ void d_send(P a, uint64_t i) {
     __syncthreads();
     for (int c = threadIdx.x; c < nw * k; c += blockDim.x)
       wdst[c / k][c % k] = a.in_w ? a.in_w[t * k + c % k] : 1.0f;
-    copy_multi(dst, nd, (const char *)a.in + t * a.g.row_bytes, a.g.row_bytes);
+    const char *x = (const char *)a.in + t * a.g.row_bytes;
+    if (a.fp8)
+      quantize_all(a, x, dst, dsc, nd);
+    else
+      copy_multi(dst, nd, x, a.g.row_bytes);
   }
   if (!moe_last_block(&st->ticket) || !go || threadIdx.x) return;
   for (int r = 0; r < n; r++)
@@ -137,22 +157,30 @@ __global__ void d_recv(P a, uint64_t i, uint64_t span) {
   const int k = a.k, me = a.rank;
   const int s = go ? peer_of(a, span) : 0;
   const uint64_t e = go ? st->lo[s] + blockIdx.x % span : 0;
+  const uint64_t nb = WEFT_MOE_FP8_BLOCKS(a.hidden), out_row = a.fp8 ? a.hidden : a.g.row_bytes;
   if (go && e < st->hi[s]) {
     const uint64_t q = (uint64_t)a.tok_of[e] - i * a.chunk;
     const char *slot = a.win[me] + a.g.dstage + ((uint64_t)s * a.chunk + q) * a.g.slot_bytes;
-    __shared__ char *dst[WEFT_MOE_K_MAX_TOPK];
+    __shared__ char *dst[WEFT_MOE_K_MAX_TOPK], *dsc[WEFT_MOE_K_MAX_TOPK];
     __shared__ int nd;
     if (threadIdx.x == 0) {
       nd = 0;
       for (int j = 0; j < k; j++) {
         const uint64_t row = a.row_of[e * k + j];
         if (row == WEFT_MOE_K_NO_ROW) continue;
-        dst[nd++] = (char *)a.out + row * a.g.row_bytes;
+        dsc[nd] = a.fp8 ? (char *)(a.out_s + row * nb) : NULL;
+        dst[nd++] = (char *)a.out + row * out_row;
         if (a.out_w) a.out_w[row] = __ldcg((const float *)slot + j);
       }
     }
     __syncthreads();
-    copy_multi(dst, nd, slot + a.g.hdr_bytes, a.g.row_bytes);
+    const char *src = slot + a.g.hdr_bytes;
+    if (a.fp8) {
+      copy_multi(dsc, nd, src, nb * sizeof(float));
+      copy_multi(dst, nd, src + nb * sizeof(float), a.hidden);
+    } else {
+      copy_multi(dst, nd, src, a.g.row_bytes);
+    }
   }
   if (!moe_last_block(&st->ticket) || st->failed || threadIdx.x) return;
   for (int r = 0; r < a.nranks; r++) /* we are done with what each source wrote this round */

@@ -49,7 +49,7 @@ void weft_moe_dev_window_close(weft_moe_t m, weft_window_t win);
  * call (nonzero on a CUDA error), and launches a dispatch or combine (a cudaError_t). */
 int weft_moe_direct_order(weft_moe_t m, cudaStream_t st);
 int weft_moe_direct_dispatch(weft_moe_handle_t h, const void *x, const float *w, void *recv_x,
-                             float *recv_w, cudaStream_t st);
+                             float *recv_w, float *recv_s, cudaStream_t st);
 int weft_moe_direct_combine(weft_moe_handle_t h, const void *rows, const float *w, void *y,
                             cudaStream_t st);
 

@@ -231,8 +231,10 @@ typedef struct {
   /* the call */
   const void *in;    /* dispatch: x; combine: rows */
   const float *in_w; /* topk_weights, row_weights (may be NULL) */
-  void *out;         /* recv_x, y */
+  void *out;         /* recv_x (fp8: e4m3 rows of hidden bytes), y */
   float *out_w;      /* recv_weights (may be NULL) */
+  float *out_s;      /* fp8 dispatch: the rows' scales (WEFT_MOE_FP8_BLOCKS(hidden) a row) */
+  int32_t fp8;       /* dispatch: each token quantized once, its scales then bytes in a slot */
   volatile int32_t *abort_flag;
   weft_dev_error_t *error;
   uint64_t timeout_ns;
