@@ -11,7 +11,7 @@
 
 typedef struct {
   int ranks, steps, batch, overlap, measure_overlap;
-  int gpu, bf16; /* --gpu: the CUDA back end (zero and tp); --bf16: its products in bf16 */
+  int gpu, bf16; /* --gpu: the CUDA back end; --bf16: its products in bf16 */
   gpt_config_t model;
   adamw_t opt;
   unsigned long long seed;

@@ -51,7 +51,7 @@ static void act_sizes(const gpt_t *m, size_t *layer, size_t *head) {
   size_t h[H_N] = {N * C, X, N * C, N, N, N * V, N * V, N, N * C, N * C, N * C,
                    most(N * C, M * C), 3 * N * q, N * q, most(4 * N * q, 4 * M * C),
                    most(4 * N * q, 4 * M * C), N * V, (size_t)c->seq,
-                   M * C, M * C, M * C, M, K, K, G, moe * N * C, moe * N * C};
+                   M * C, M * C, M * C, M, K, G, moe * N * C, moe * N * C};
   /* clang-format on */
   memcpy(layer, l, sizeof l);
   memcpy(head, h, sizeof h);
@@ -103,14 +103,22 @@ static int init(gpt_t *m, const gpt_config_t *c, int batch) {
   m->tok = OP(alloc, N * sizeof *m->tok), m->tgt = OP(alloc, N * sizeof *m->tgt);
   if (!m->act || !m->tok || !m->tgt) return gpt_free(m), -1;
   if (!El) return 0;
-  m->ids = malloc(sizeof *m->ids * L * N * k);
-  m->rtok = malloc(sizeof *m->rtok * L * (m->max_rows ? m->max_rows : 1));
+  m->ids = OP(alloc, sizeof *m->ids * L * N * k);
+  m->rtok = OP(alloc, sizeof *m->rtok * L * (m->max_rows ? m->max_rows : 1));
+  m->route_host = malloc(sizeof *m->route_host * (L * N * k + m->max_rows));
+  float *slots = malloc(sizeof *slots * N * k);
   m->counts = calloc(L * El * MOE_MICRO, sizeof *m->counts);
   m->offsets = calloc(L * El * MOE_MICRO, sizeof *m->offsets);
   m->rows = calloc(L * MOE_MICRO, sizeof *m->rows);
-  if (!m->ids || !m->rtok || !m->counts || !m->offsets || !m->rows) return gpt_free(m), -1;
+  if (!m->ids || !m->rtok || !m->route_host || !slots || !m->counts || !m->offsets || !m->rows)
+    return free(slots), gpt_free(m), -1;
   for (size_t i = 0; i < L * N * k; i++) /* a valid routing for gpt_io_replay */
-    m->ids[i] = (int)((i / k + i % k) % (size_t)c->experts);
+    m->route_host[i] = (int)((i / k + i % k) % (size_t)c->experts);
+  for (size_t i = 0; i < N * k; i++) /* each choice's slot, sent with its row in the backward */
+    slots[i] = (float)(i % k);
+  OP(put, m->ids, m->route_host, sizeof *m->ids * L * N * k);
+  OP(put, gpt_act(m, (int)L, H_MSLOTS), slots, sizeof *slots * N * k);
+  free(slots);
   return 0;
 }
 
@@ -129,16 +137,22 @@ int gpt_init_on(gpt_t *m, const gpt_ops_t *ops, const gpt_config_t *c, int batch
                 int tp_rank, int sp) {
   memset(m, 0, sizeof *m);
   m->ops = ops;
-  if (!ops || (ops->vt != gpt_ops_cpu.vt && c->experts) || !config_ok(c, batch) || tp < 1 ||
-      c->heads % tp || tp_rank < 0 || tp_rank >= tp || (sp && tp == 1) || (tp > 1 && c->experts))
+  if (!ops || !config_ok(c, batch) || tp < 1 || c->heads % tp || tp_rank < 0 || tp_rank >= tp ||
+      (sp && tp == 1) || (tp > 1 && c->experts))
     return -1;
   m->tp = tp, m->tp_rank = tp_rank, m->sp = sp, m->ep = 1, m->local_experts = c->experts;
   return init(m, c, batch);
 }
 
 int gpt_init_ep(gpt_t *m, const gpt_config_t *c, int batch, int ep, int ep_rank) {
+  return gpt_init_ep_on(m, &gpt_ops_cpu, c, batch, ep, ep_rank);
+}
+
+int gpt_init_ep_on(gpt_t *m, const gpt_ops_t *ops, const gpt_config_t *c, int batch, int ep,
+                   int ep_rank) {
   memset(m, 0, sizeof *m);
-  if (!config_ok(c, batch) || c->experts < 1 || ep < 1 || c->experts % ep || ep_rank < 0 ||
+  m->ops = ops;
+  if (!ops || !config_ok(c, batch) || c->experts < 1 || ep < 1 || c->experts % ep || ep_rank < 0 ||
       ep_rank >= ep)
     return -1;
   m->tp = 1, m->ep = ep, m->ep_rank = ep_rank, m->local_experts = c->experts / ep;
@@ -146,10 +160,13 @@ int gpt_init_ep(gpt_t *m, const gpt_config_t *c, int batch, int ep, int ep_rank)
 }
 
 void gpt_free(gpt_t *m) {
-  if (m->ops) OP(release, m->act), OP(release, m->tok), OP(release, m->tgt);
-  m->tok = m->tgt = NULL;
-  free(m->ids), free(m->rtok), free(m->counts), free(m->offsets), free(m->rows);
-  m->act = NULL, m->ids = m->rtok = NULL, m->counts = m->offsets = NULL, m->rows = NULL;
+  if (m->ops) {
+    OP(release, m->act), OP(release, m->tok), OP(release, m->tgt);
+    OP(release, m->ids), OP(release, m->rtok);
+  }
+  free(m->route_host), free(m->counts), free(m->offsets), free(m->rows);
+  m->act = NULL, m->tok = m->tgt = m->ids = m->rtok = m->route_host = NULL;
+  m->counts = m->offsets = NULL, m->rows = NULL;
 }
 
 /* rows x cols between packed part and full (row stride fstride, from column c0). */

@@ -50,7 +50,8 @@ typedef struct {
   int local_experts; /* experts / ep (0: a dense model) */
   size_t shared;     /* floats at the start of each layer held whole by every expert shard */
   size_t max_rows;   /* the most token rows this shard's experts receive in one layer */
-  int *ids, *rtok;   /* MoE: each layer's top-k ids; in-process routing's row map */
+  int *ids, *rtok;   /* MoE: each layer's top-k ids; in-process routing's row map (back end's) */
+  int *route_host;   /* MoE: host scratch of in-process routing (every layer's ids, then a map) */
   int64_t *counts, *offsets; /* MoE: each layer's rows per local expert, first rows */
   long *rows;                /* MoE: each layer's rows received (per micro-batch: moe_layer.h) */
   size_t nparams;
@@ -74,13 +75,14 @@ int gpt_init(gpt_t *m, const gpt_config_t *c, int batch);
  * whole on every shard. sp: sequence parallel (every forward's B * seq a multiple of tp). */
 int gpt_init_tp(gpt_t *m, const gpt_config_t *c, int batch, int tp, int tp_rank, int sp);
 /* gpt_init_tp on a back end (gpt_init and gpt_init_tp: gpt_ops_cpu; ops must outlive m): the
- * parameters and gradients the hooks return, and every activation, are its memory. The
- * experts' layers run on the CPU only. */
+ * parameters and gradients the hooks return, and every activation, are its memory. */
 int gpt_init_on(gpt_t *m, const gpt_ops_t *ops, const gpt_config_t *c, int batch, int tp,
                 int tp_rank, int sp);
 /* Shard ep_rank of ep of a mixture-of-experts model: experts / ep of each layer's experts
  * (ep_rank's run of them); the rest of the model whole. */
 int gpt_init_ep(gpt_t *m, const gpt_config_t *c, int batch, int ep, int ep_rank);
+int gpt_init_ep_on(gpt_t *m, const gpt_ops_t *ops, const gpt_config_t *c, int batch, int ep,
+                   int ep_rank); /* gpt_init_ep on a back end */
 /* part's parameters (a gpt_init_tp or gpt_init_ep shard) from full's (the whole model's). */
 void gpt_shard(const gpt_t *full, const gpt_t *part, const float *fp, float *pp);
 /* The reverse: part's pieces of fp written from pp, the rest of fp untouched; whole: also

@@ -62,7 +62,6 @@ enum {
   H_MGR,
   H_MSLOT,
   H_MSLOTS,
-  H_MDW,
   H_MDP,
   H_MY,
   H_MYX,

@@ -94,7 +94,6 @@ static moe_scratch_t moe_scratch(const gpt_t *m) {
                          .dg = gpt_act(m, L, H_DFCG),
                          .rslot = gpt_act(m, L, H_MSLOT),
                          .slots = gpt_act(m, L, H_MSLOTS),
-                         .dw = gpt_act(m, L, H_MDW),
                          .dp = gpt_act(m, L, H_MDP),
                          .y = gpt_act(m, L, H_MY),
                          .yx = gpt_act(m, L, H_MYX)};

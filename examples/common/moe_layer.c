@@ -19,16 +19,19 @@ static size_t expert_at(const gpt_t *m, int p, int e) {
 /* ---- routing within the process (hooks NULL) ---- */
 
 /* Each choice to local expert id % local experts: every expert in an unsplit model; in a
- * shard, a stand-in for the exchange with the same expected work (compute-only runs). */
+ * shard, a stand-in for the exchange with the same expected work (compute-only runs). The
+ * map is made on the host (m->route_host) from the ids there. */
 static long local_route(const gpt_t *m, const moe_act_t *a, int N) {
-  int El = m->local_experts, k = m->c.topk;
+  int El = m->local_experts, k = m->c.topk, *ids = m->route_host, *rtok = ids + (size_t)N * k;
   long r = 0;
+  if (OP(get, ids, a->ids, sizeof *ids * (size_t)N * k)) return -1;
   for (int e = 0; e < El; e++) { /* expert-major, tokens in order within an expert */
     a->offsets[e] = r;
     for (int i = 0; i < N * k; i++)
-      if (a->ids[i] >= 0 && a->ids[i] % El == e && (size_t)r < m->max_rows) a->rtok[r++] = i;
+      if (ids[i] >= 0 && ids[i] % El == e && (size_t)r < m->max_rows) rtok[r++] = i;
     a->counts[e] = r - a->offsets[e];
   }
+  OP(put, a->rtok, rtok, sizeof *rtok * (size_t)r);
   return r;
 }
 
@@ -63,25 +66,14 @@ static void route(const gpt_t *m, const gpt_io_t *io, int key, const moe_act_t *
 
 static void dispatch(const gpt_t *m, const gpt_io_t *io, int key, const moe_act_t *a,
                      const float *x, const float *w, float *rows, float *rw) {
-  int C = m->c.channels, k = m->c.topk;
   if (io->dispatch) return io->dispatch(io->arg, key, x, w, rows, rw);
-  for (long r = 0; r < *a->rows; r++) {
-    int t = a->rtok[r] / k;
-    memcpy(rows + (size_t)r * C, x + (size_t)t * C, sizeof(float) * (size_t)C);
-    if (w) rw[r] = w[a->rtok[r]];
-  }
+  MOP(gather, rows, rw, x, w, a->rtok, *a->rows, m->c.channels, m->c.topk);
 }
 
 static void combine(const gpt_t *m, const gpt_io_t *io, int key, const moe_act_t *a,
                     const float *rows, const float *rw, float *y, int N) {
-  int C = m->c.channels, k = m->c.topk;
   if (io->combine) return io->combine(io->arg, key, rows, rw, y);
-  memset(y, 0, sizeof(float) * (size_t)N * C);
-  for (long r = 0; r < *a->rows; r++) {
-    float *o = y + (size_t)(a->rtok[r] / k) * C, s = rw ? rw[r] : 1.0f;
-    for (int i = 0; i < C; i++)
-      o[i] += s * rows[(size_t)r * C + i];
-  }
+  MOP(scatter, y, rows, rw, a->rtok, *a->rows, m->c.channels, m->c.topk, N);
 }
 
 static void wait_for(const gpt_io_t *io, int key) {
@@ -105,61 +97,11 @@ static void route_all(const gpt_t *m, const gpt_io_t *io, int l, const moe_act_t
 
 /* ---- the gate ---- */
 
-static void softmax_rows(float *p, int N, int E) {
-  for (int n = 0; n < N; n++) {
-    float *x = p + (size_t)n * E, most = x[0], sum = 0;
-    for (int e = 1; e < E; e++)
-      most = x[e] > most ? x[e] : most;
-    for (int e = 0; e < E; e++)
-      sum += x[e] = expf(x[e] - most);
-    for (int e = 0; e < E; e++)
-      x[e] /= sum;
-  }
-}
-
-/* Each token's top k (ties to the lower id), then the capacity's drops in token order; f
- * counts the choices before the drops. */
-static void choose(const gpt_t *m, const moe_act_t *a, int B) {
-  int T = m->c.seq, E = m->c.experts, k = m->c.topk, N = B * T;
-  float cap = ceilf(m->c.capacity * (float)T * (float)k / (float)E);
-  for (int n = 0; n < N; n++) {
-    const float *p = a->probs + (size_t)n * E;
-    int *id = a->ids + (size_t)n * k;
-    for (int j = 0; j < k; j++) {
-      int best = -1;
-      for (int e = 0; e < E; e++) {
-        int taken = 0;
-        for (int i = 0; i < j; i++)
-          taken |= id[i] == e;
-        if (!taken && (best < 0 || p[e] > p[best])) best = e;
-      }
-      id[j] = best, a->w[(size_t)n * k + j] = p[best];
-    }
-  }
-  memset(a->f, 0, sizeof(float) * (size_t)B * E);
-  for (int b = 0; b < B; b++) {
-    float *f = a->f + (size_t)b * E; /* choices so far (exact: small integers), then shares */
-    for (int i = b * T * k; i < (b + 1) * T * k; i++) {
-      int e = a->ids[i];
-      if (m->c.capacity > 0 && f[e] >= cap) a->ids[i] = -1, a->w[i] = 0; /* full: dropped */
-      f[e] += 1.0f;
-    }
-    for (int e = 0; e < E; e++)
-      f[e] /= (float)(T * k);
-  }
-}
-
+/* The balance loss, weighted, the mean over the B sequences (moe_ops.h's balance sums). */
 static float balance_loss(const gpt_t *m, const moe_act_t *a, int B) {
   int T = m->c.seq, E = m->c.experts;
-  double total = 0;
-  for (int b = 0; b < B; b++)
-    for (int e = 0; e < E; e++) {
-      double P = 0;
-      for (int t = 0; t < T; t++)
-        P += a->probs[((size_t)b * T + t) * E + e];
-      total += (double)E * a->f[(size_t)b * E + e] * P / T;
-    }
-  return m->c.aux * (float)(total / B);
+  double total = MOP(balance, a->f, a->probs, B, T, E);
+  return m->c.aux * (float)(total * E / T / B);
 }
 
 /* ---- the passes ---- */
@@ -182,9 +124,11 @@ float moe_forward(const gpt_t *m, const gpt_io_t *io, int l, moe_act_t *a, const
                   float *out, int B) {
   int C = m->c.channels, N = B * m->c.seq, U = micros(B), Nu = N / U;
   moe_act_t us[MOE_MICRO];
-  OP(matmul_fwd, a->probs, a->x, lw + at(m, P_GATEW), NULL, N, C, m->c.experts);
-  softmax_rows(a->probs, N, m->c.experts);
-  choose(m, a, B);
+  int T = m->c.seq, E = m->c.experts, k = m->c.topk;
+  float cap = m->c.capacity > 0 ? ceilf(m->c.capacity * (float)T * (float)k / (float)E) : 0;
+  OP(matmul_fwd, a->probs, a->x, lw + at(m, P_GATEW), NULL, N, C, E);
+  MOP(softmax, a->probs, N, E);
+  MOP(gate, a->ids, a->w, a->f, a->probs, B, T, E, k, cap);
   route_all(m, io, l, a, B, us);
   /* every dispatch issued, then each micro-batch's experts while the next one's travel */
   for (int u = 0; u < U; u++)
@@ -210,16 +154,10 @@ static void experts_bwd(const gpt_t *m, const gpt_io_t *io, int key, const moe_a
   size_t f = (size_t)first;
   float *dy = s->dy + f * C, *dx = s->dx + f * C, *gr = s->gr + f * C, *rslot = s->rslot + f;
   float *dh = s->dh + f * H, *dg = s->dg + f * H;
-  memset(gr, 0, sizeof(float) * (size_t)R * C);
-  memset(dx, 0, sizeof(float) * (size_t)R * C);
-  memset(dh, 0, sizeof(float) * (size_t)R * H);
-  memset(dg, 0, sizeof(float) * (size_t)R * H);
-  for (long r = 0; r < R; r++) {
-    float *d = dy + (size_t)r * C, g = 0;
-    for (int i = 0; i < C; i++)
-      g += d[i] * u->ry[(size_t)r * C + i], d[i] *= u->rw[r];
-    gr[(size_t)r * C + (int)rslot[r]] = g;
-  }
+  OP(zero, dx, sizeof(float) * (size_t)R * C);
+  OP(zero, dh, sizeof(float) * (size_t)R * H);
+  OP(zero, dg, sizeof(float) * (size_t)R * H);
+  MOP(rows_bwd, gr, dy, u->ry, u->rw, rslot, R, C);
   combine(m, io, key, u, gr, NULL, yg, Nu);
   for (int e = 0; e < m->local_experts; e++) {
     size_t o = (size_t)u->offsets[e];
@@ -240,9 +178,8 @@ void moe_backward(const gpt_t *m, const gpt_io_t *io, int l, const moe_act_t *a,
   int U = micros(B), Nu = N / U;
   moe_act_t us[MOE_MICRO];
   long first[MOE_MICRO];
-  /* every row gets its token's output gradient, and its slot (to send the gate's back) */
-  for (int i = 0; i < N * k; i++)
-    s->slots[i] = (float)(i % k);
+  /* every row gets its token's output gradient, and its slot (s->slots: i % k, set once by
+   * gpt.c) to send the gate's back */
   for (int u = 0, f = 0; u < U; f += (int)a->rows[u], u++) {
     us[u] = micro(m, a, u, Nu, f), first[u] = f;
     dispatch(m, io, l * MOE_MICRO + u, &us[u], dout + (size_t)u * Nu * C,
@@ -256,22 +193,10 @@ void moe_backward(const gpt_t *m, const gpt_io_t *io, int l, const moe_act_t *a,
   for (int u = 0; u < U; u++)
     wait_for(io, l * MOE_MICRO + u);
   OP(accumulate, dx, s->yx, N * C);
-  for (int i = 0; i < N * k; i++) /* the gate weights' gradients */
-    s->dw[i] = a->ids[i] >= 0 ? s->y[(size_t)(i / k) * C + i % k] : 0.0f;
-  /* the gate: d(probability) from the chosen weights and the balance loss, then softmax */
+  /* the gate: d(probability) from the chosen weights (their gradients in s->y) and the
+   * balance loss, then through the softmax */
   float bal = scale * m->c.aux * (float)E / ((float)B * (float)T);
-  for (int n = 0; n < N; n++) {
-    float *dp = s->dp + (size_t)n * E, dot = 0;
-    const float *p = a->probs + (size_t)n * E, *f = a->f + (size_t)(n / T) * E;
-    for (int e = 0; e < E; e++)
-      dp[e] = bal * f[e];
-    for (int j = 0; j < k; j++)
-      if (a->ids[n * k + j] >= 0) dp[a->ids[n * k + j]] += s->dw[n * k + j];
-    for (int e = 0; e < E; e++)
-      dot += p[e] * dp[e];
-    for (int e = 0; e < E; e++)
-      dp[e] = p[e] * (dp[e] - dot);
-  }
+  MOP(gate_bwd, s->dp, a->probs, a->f, a->ids, s->y, N, T, E, k, C, bal);
   OP(matmul_bwd, dx, lg + at(m, P_GATEW), NULL, s->dp, a->x, lw + at(m, P_GATEW), N, C, E);
 }
 

@@ -26,10 +26,10 @@ typedef struct {
   long *rows;
 } moe_act_t;
 
-/* Backward scratch: [R][C] dy, dx, gr, [R][H] dh, dg, [R] rslot, [N][k] slots, dw, [N][E]
- * dp, [N][C] y, yx. */
+/* Backward scratch: [R][C] dy, dx, gr, [R][H] dh, dg, [R] rslot, [N][k] slots, [N][E] dp,
+ * [N][C] y, yx. */
 typedef struct {
-  float *dy, *dx, *gr, *dh, *dg, *rslot, *slots, *dw, *dp, *y, *yx;
+  float *dy, *dx, *gr, *dh, *dg, *rslot, *slots, *dp, *y, *yx;
 } moe_scratch_t;
 
 /* out[N][C] = the layer's MLP of a->x; returns the balance loss (weighted, mean over the B

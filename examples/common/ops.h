@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "moe_ops.h"
+
 typedef struct {
   float lr, beta1, beta2, eps, weight_decay;
 } adamw_t;
@@ -69,10 +71,12 @@ typedef struct {
                 float *v, size_t n);
 } gpt_ops_vt_t;
 
-/* A back end: its vtable and its state (the CPU's is NULL). */
+/* A back end: its vtables (the model's, the mixture of experts') and its state (the CPU's is
+ * NULL). */
 typedef struct {
   const gpt_ops_vt_t *vt;
   void *ctx;
+  const moe_ops_vt_t *moe;
 } gpt_ops_t;
 
 extern const gpt_ops_t gpt_ops_cpu;
@@ -86,6 +90,8 @@ int gpt_cuda_devices(void);         /* CUDA devices seen (0 without CUDA) */
 
 /* Calls operation f of the back end m->ops (inside functions with a gpt_t *m). */
 #define OP(f, ...) m->ops->vt->f(m->ops->ctx, __VA_ARGS__)
+/* The same for the mixture of experts' operations (moe_ops.h). */
+#define MOP(f, ...) m->ops->moe->f(m->ops->ctx, __VA_ARGS__)
 
 /* AdamW on host arrays (the CPU back end's adamw). */
 void adamw_step(const adamw_t *o, int step, float *params, const float *grads, float *m, float *v,

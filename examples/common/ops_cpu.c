@@ -353,7 +353,7 @@ static const gpt_ops_vt_t cpu_vt = {.name = "cpu",
                                     .xent_bwd = cpu_xent_bwd,
                                     .adamw = cpu_adamw};
 
-const gpt_ops_t gpt_ops_cpu = {.vt = &cpu_vt, .ctx = NULL};
+const gpt_ops_t gpt_ops_cpu = {.vt = &cpu_vt, .ctx = NULL, .moe = &moe_ops_cpu};
 
 void gpt_ops_close(gpt_ops_t *ops) {
   if (ops && ops->vt && ops->vt->close) ops->vt->close(ops->ctx);

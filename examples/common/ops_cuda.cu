@@ -14,6 +14,7 @@
 extern "C" {
 #include "ops.h"
 }
+#include "ops_cuda.h"
 
 namespace {
 
@@ -627,7 +628,7 @@ extern "C" int gpt_ops_cuda_open(gpt_ops_t *ops, int device, int bf16, char *why
     cu_close(x);
     return -1;
   }
-  *ops = gpt_ops_t{&cuda_vt, x};
+  *ops = gpt_ops_t{&cuda_vt, x, &moe_ops_cuda};
   return 0;
 fail:
   snprintf(why, size, "%s on device %d: %s", step, device, cudaGetErrorString(e));
@@ -637,6 +638,10 @@ fail:
   delete x;
   return -1;
 }
+
+cudaStream_t gpt_cuda_stream(void *ctx) { return C_(ctx)->s; }
+double *gpt_cuda_scalar(void *ctx) { return C_(ctx)->loss; }
+int gpt_cuda_finish(void *ctx) { return cu_finish(ctx); }
 
 extern "C" int gpt_cuda_devices(void) {
   int n = 0;

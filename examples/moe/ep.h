@@ -1,9 +1,10 @@
-/* Expert-parallel training of the example GPT's mixture-of-experts model on weft (host
- * buffers). Every rank holds experts / nranks of each layer's experts and trains on its own
- * share of the batch: the rest of the model (attention, norms, gates, embeddings) is data
- * parallel, its gradients allreduced as the backward finishes each block. Each MoE layer
- * sends its tokens to their experts' ranks and back with weft_moe_layout, weft_moe_dispatch
- * and weft_moe_combine, the combine's backward a dispatch and the dispatch's a combine. */
+/* Expert-parallel training of the example GPT's mixture-of-experts model on weft, on the CPU
+ * (host buffers) or the GPU (device buffers and communicators). Every rank holds experts / nranks
+ * of each layer's experts and trains on its own share of the batch: the rest of the model
+ * (attention, norms, gates, embeddings) is data parallel, its gradients allreduced as the backward
+ * finishes each block. Each MoE layer sends its tokens to their experts' ranks and back with
+ * weft_moe_layout, weft_moe_dispatch and weft_moe_combine, the combine's backward a dispatch and
+ * the dispatch's a combine. */
 #ifndef WEFT_EXAMPLES_EP_H
 #define WEFT_EXAMPLES_EP_H
 
@@ -19,8 +20,10 @@ typedef struct {
   gpt_config_t model; /* experts a multiple of the ranks, topk at most channels */
   adamw_t opt;
   unsigned long long seed;
-  int overlap; /* 1: exchanges in halves (experts compute while the next micro-batch's tokens
-                  travel), each block's gradients reduced while the backward goes on */
+  int gpu, bf16; /* the CUDA back end, rank r on device r % devices, bf16: products in bf16;
+                    else the CPU's */
+  int overlap;   /* 1: exchanges in halves (experts compute while the next micro-batch's tokens
+                    travel), each block's gradients reduced while the backward goes on */
   int wrong_reduction; /* tests only: leave the data-parallel gradients unreduced */
   FILE *log;           /* rank 0's progress lines ("step N loss X ..."); NULL: none */
   const char *trace;   /* a Chrome-trace timeline of every rank's spans here; NULL: none */
@@ -28,7 +31,8 @@ typedef struct {
   const char *load;    /* before the first, any checkpoint of this model (checkpoint.h) */
 } ep_opts_t;
 
-/* Trains on comm (a host communicator; one rank is the single-process reference): losses[s]
+/* Trains on comm (a host communicator; with gpu set, device communicators are split from it;
+ * one rank is the single-process reference): losses[s]
  * is step s's mean loss over the global batch, the balance loss included. 0, or -1 with a
  * message on stderr. */
 int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *stats);

@@ -1,4 +1,5 @@
-/* moe: train the example GPT as a mixture of experts, expert-parallel, on local CPU ranks.
+/* moe: train the example GPT as a mixture of experts, expert-parallel, on local CPU ranks
+ * or (--gpu) on GPUs.
  * usage: moe [--experts E] [--topk K] [--capacity X] [--aux X] and the flags of cli.h
  * (defaults: 4 experts, top 2, dropless, balance loss weight 0.01).
  * Started with WEFT_ROOT, WEFT_RANK and WEFT_NRANKS (or torchrun's MASTER_ADDR, MASTER_PORT,
@@ -48,8 +49,6 @@ int main(int argc, char **argv) {
   m.experts = o.model.experts, m.topk = o.model.topk, m.capacity = o.model.capacity;
   m.aux = o.model.aux;
   o.steps = c.steps, o.batch = c.batch, o.model = m, o.opt = c.opt, o.seed = c.seed;
-  o.overlap = c.overlap, o.save = c.save, o.load = c.load;
-  if (c.gpu) /* its hooks and the experts' layers run on host buffers */
-    return fprintf(stderr, "moe: --gpu: the experts' layers run on the CPU only so far\n"), 2;
+  o.overlap = c.overlap, o.save = c.save, o.load = c.load, o.gpu = c.gpu, o.bf16 = c.bf16;
   return cli_main("moe", &c, train, describe, &o);
 }

@@ -4,6 +4,7 @@
  * the CPU's to 1e-4 of the largest value (f32; only the order of sums differs). Then the
  * products again with bf16 inputs: to 1e-2 (bf16 keeps 8 significant bits, so each input
  * moves by up to 2^-9 of itself). Exits 77 (skipped) where no CUDA device can be opened.
+ * The mixture of experts' operations (moe_ops.h) likewise, their top-k choices exactly.
  * usage: test_ops */
 #include <math.h>
 #include <stdio.h>
@@ -203,6 +204,65 @@ static int check_rest(ctx_t *x, int B, int T, int C, int V) {
   return bad;
 }
 
+#define MCPU(f, ...) moe_ops_cpu.f(NULL, __VA_ARGS__)
+#define MGPU(f, ...) x->g.moe->f(x->g.ctx, __VA_ARGS__)
+
+static int same_ints(ctx_t *x, const char *what, const int *d, const int *h, size_t n) {
+  int *got = malloc(n * sizeof *got), bad = !got || x->g.vt->get(x->g.ctx, got, d, n * sizeof *got);
+  for (size_t i = 0; !bad && i < n; i++)
+    bad = got[i] != h[i];
+  free(got);
+  return bad ? printf("test_ops: %s differ\n", what), 1 : 0;
+}
+
+/* The mixture of experts' operations (moe_ops.h): the gate on the CPU's probabilities (so
+ * that both choose alike), its backward, the rows' backward, gather and scatter of R rows. */
+static int check_moe(ctx_t *x, int B, int T, int E, int k, float cap, int C, int R) {
+  size_t N = (size_t)B * T, ne = N * E, nk = N * k, nc = N * C, rc = (size_t)R * C;
+  float *p = host(x, ne, 4), *w = host(x, nk, 1), *f = host(x, (size_t)B * E, 1);
+  float *y = host(x, nc, 1), *dp = host(x, ne, 1), *gr = host(x, rc, 1), *dy = host(x, rc, 1);
+  float *ry = host(x, rc, 1), *rw = host(x, R, 1), *slot = host(x, R, 1), *rows = host(x, rc, 1);
+  int *ids = malloc(nk * sizeof *ids), *rtok = malloc((size_t)R * sizeof *rtok);
+  int bad = x->bad || !ids || !rtok;
+  for (int r = 0; !bad && r < R; r++) {
+    slot[r] = (float)(int)((rnd(x) + 1.0f) * 0.5f * (float)(k - 1) + 0.5f);
+    rtok[r] = (int)((rnd(x) + 1.0f) * 0.5f * (float)(nk - 1));
+  }
+  if (!bad) {
+    float *d_p = dev(x, p, ne * 4);
+    MCPU(softmax, p, (int)N, E), MGPU(softmax, d_p, (int)N, E);
+    bad = same(x, "moe softmax", d_p, p, ne);
+    x->g.vt->put(x->g.ctx, d_p, p, ne * 4);
+    int *d_ids = dev(x, ids, nk * sizeof *ids), *d_rtok = dev(x, rtok, (size_t)R * sizeof *rtok);
+    float *d_w = dev(x, w, nk * 4), *d_f = dev(x, f, (size_t)B * E * 4), *d_y = dev(x, y, nc * 4);
+    float *d_dp = dev(x, dp, ne * 4), *d_gr = dev(x, gr, rc * 4), *d_dy = dev(x, dy, rc * 4);
+    float *d_ry = dev(x, ry, rc * 4), *d_rw = dev(x, rw, (size_t)R * 4);
+    float *d_slot = dev(x, slot, (size_t)R * 4), *d_rows = dev(x, rows, rc * 4);
+    MCPU(gate, ids, w, f, p, B, T, E, k, cap), MGPU(gate, d_ids, d_w, d_f, d_p, B, T, E, k, cap);
+    double bc = MCPU(balance, f, p, B, T, E), bg = MGPU(balance, d_f, d_p, B, T, E);
+    bad = bad || x->bad || same_ints(x, "moe gate ids", d_ids, ids, nk) ||
+          same(x, "moe gate w", d_w, w, nk) || same(x, "moe gate f", d_f, f, (size_t)B * E);
+    if (fabs(bc - bg) > x->tol * fabs(bc))
+      bad = 1, printf("test_ops: moe balance %g, want %g\n", bg, bc);
+    MCPU(gate_bwd, dp, p, f, ids, y, (int)N, T, E, k, C, 0.3f);
+    MGPU(gate_bwd, d_dp, d_p, d_f, d_ids, d_y, (int)N, T, E, k, C, 0.3f);
+    MCPU(rows_bwd, gr, dy, ry, rw, slot, R, C),
+        MGPU(rows_bwd, d_gr, d_dy, d_ry, d_rw, d_slot, R, C);
+    bad = bad || same(x, "moe gate_bwd", d_dp, dp, ne) ||
+          same(x, "moe rows_bwd gr", d_gr, gr, rc) || same(x, "moe rows_bwd dy", d_dy, dy, rc);
+    MCPU(gather, rows, rw, y, w, rtok, R, C, k),
+        MGPU(gather, d_rows, d_rw, d_y, d_w, d_rtok, R, C, k);
+    MCPU(scatter, y, ry, rw, rtok, R, C, k, (int)N),
+        MGPU(scatter, d_y, d_ry, d_rw, d_rtok, R, C, k, (int)N);
+    bad = bad || same(x, "moe gather rows", d_rows, rows, rc) ||
+          same(x, "moe gather rw", d_rw, rw, R) || same(x, "moe scatter", d_y, y, nc);
+  }
+  release(x);
+  free(p), free(w), free(f), free(y), free(dp), free(gr), free(dy), free(ry), free(rw), free(slot),
+      free(rows), free(ids), free(rtok);
+  return bad;
+}
+
 /* The cases of one back end: all of them, or (products) the matrix products only. */
 static int cases(ctx_t *x, int products, int *n) {
   int bad = 0;
@@ -219,6 +279,11 @@ static int cases(ctx_t *x, int products, int *n) {
   int rest[][4] = {{1, 1, 3, 2}, {2, 13, 37, 13}, {4, 64, 128, 1000}};
   for (int i = 0; i < 3 && !products; i++, ++*n)
     bad += check_rest(x, rest[i][0], rest[i][1], rest[i][2], rest[i][3]);
+  /* sequences, tokens, experts, k, capacity (0: dropless), channels, rows */
+  int moes[][7] = {{1, 1, 2, 1, 0, 3, 1}, {2, 13, 5, 2, 3, 37, 40}, {4, 64, 64, 8, 0, 96, 300}};
+  for (int i = 0; i < 3 && !products; i++, ++*n)
+    bad += check_moe(x, moes[i][0], moes[i][1], moes[i][2], moes[i][3], (float)moes[i][4],
+                     moes[i][5], moes[i][6]);
   return bad;
 }
 
