@@ -8,28 +8,6 @@
 
 namespace {
 
-const int TPB = 256;
-int blocks(long n) {
-  long b = (n + TPB - 1) / TPB;
-  return (int)(b < 1 ? 1 : b > 65535 ? 65535 : b);
-}
-
-#define GRID_STRIDE(i, n)                                                                          \
-  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (long)(n);                        \
-       i += (long)gridDim.x * blockDim.x)
-
-__device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o /= 2)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 __global__ void k_softmax(float *p, int N, int E) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
