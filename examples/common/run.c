@@ -23,17 +23,24 @@ int run_step_end(weft_comm_t dc, int replicas, float loss, float *mean, run_cloc
     return -1;
   *mean = total / (float)replicas;
   double dt = run_now_s() - t0;
-  clock->all += dt, clock->wait += waited, clock->steps++;
+  run_clock_add(clock, dt, waited);
   if (log)
     fprintf(log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", step, *mean, tokens / dt,
             100.0 * waited / dt);
   return 0;
 }
 
+void run_clock_add(run_clock_t *clock, double dt, double waited) {
+  if (clock->first_all == 0)
+    clock->first_all = dt, clock->first_wait = waited;
+  else
+    clock->all += dt, clock->wait += waited, clock->steps++;
+}
+
 void run_stats_fill(run_stats_t *stats, const run_clock_t *clock, size_t state_floats) {
   if (!stats) return;
-  stats->step_s = clock->steps ? clock->all / clock->steps : 0;
-  stats->comm_wait_s = clock->steps ? clock->wait / clock->steps : 0;
+  stats->step_s = clock->steps ? clock->all / clock->steps : clock->first_all;
+  stats->comm_wait_s = clock->steps ? clock->wait / clock->steps : clock->first_wait;
   stats->state_bytes = state_floats * sizeof(float);
 }
 

@@ -25,19 +25,24 @@ double run_now_s(void); /* CLOCK_MONOTONIC in seconds */
  * that stopped alone would leave its peers waiting in the next collective). 1 when the
  * vote itself fails. */
 int run_any_rank(weft_comm_t comm, int bad);
-/* A run's clock: the steps' wall time and waiting so far. */
+/* A run's clock: the steps' wall time and waiting so far, but for the run's first step (its
+ * cost is the start: CUDA's and cuBLAS's, the first allocations), counted only when it is
+ * the run's one step. */
 typedef struct {
-  double all, wait;
+  double all, wait, first_all, first_wait;
   int steps;
 } run_clock_t;
 
+/* A step of dt seconds that waited `waited` on the clock. */
+void run_clock_add(run_clock_t *clock, double dt, double waited);
 /* The end of step `step` (counted from 1) that began at t0 and waited `waited` seconds: the
  * mean of the replicas' losses into *mean (allreduced over dc, or with dc NULL this rank's
  * standing for all), the clock advanced, and with log set the progress line for `tokens`
  * tokens. 0, or -1 when the allreduce failed. */
 int run_step_end(weft_comm_t dc, int replicas, float loss, float *mean, run_clock_t *clock,
                  double t0, double waited, FILE *log, int step, double tokens);
-/* The run's statistics from its clock and its state's floats. */
+/* The run's statistics from its clock (the means of the steps after the first) and its
+ * state's floats. */
 void run_stats_fill(run_stats_t *stats, const run_clock_t *clock, size_t state_floats);
 
 /* A run's back end: the CPU's, or with gpu CUDA on device rank % devices (ranks sharing the

@@ -334,7 +334,7 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_
   if (!bad && o->trace) bad = !(r->tr = trace_new(run_now_s()));
   if (run_any_rank(comm, bad)) goto out;
   gpt_io_t io = {.params = params_of, .grads = grads_of, .done = block_done, .arg = r};
-  double t_all = 0, t_wait = 0;
+  run_clock_t clock = {0};
   for (int s = 0; s < o->steps && !r->failed; s++) {
     double t0 = run_now_s();
     for (int i = 0; i < B; i++) /* this rank's part of the global batch */
@@ -366,7 +366,6 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_
       break;
     trace_span(r->tr, TRACE_COMPUTE, "update", tw, run_now_s());
     if (o->stage == 1 || o->stage == 2) wait += run_now_s() - tw; /* mostly the gathers */
-    t_wait += wait;
     if (o->mode == RUN_COMPUTE_ONLY)
       total *= (float)r->nranks; /* this rank's loss stands for the mean */
     else if (weft_allreduce(&loss, &total, 1, WEFT_F32, WEFT_SUM, comm, NULL) != WEFT_SUCCESS) {
@@ -375,16 +374,13 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_
     }
     losses[s] = total / (float)r->nranks;
     double dt = run_now_s() - t0;
-    t_all += dt;
+    run_clock_add(&clock, dt, wait);
     if (o->log && r->rank == 0)
       fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", first + s + 1,
               losses[s], (double)B * T * r->nranks / dt, 100.0 * wait / dt);
   }
-  if (stats) {
-    stats->step_s = o->steps ? t_all / o->steps : 0;
-    stats->comm_wait_s = o->steps ? t_wait / o->steps : 0;
-    stats->state_bytes = state;
-  }
+  run_stats_fill(stats, &clock, 0);
+  if (stats) stats->state_bytes = state;
   rc = r->failed ? -1 : 0;
   /* every rank's file is complete before any rank returns (and a reader starts) */
   if (!rc && o->save && run_any_rank(comm, save(r, am, av, first + o->steps) != 0)) rc = -1;
