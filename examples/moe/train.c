@@ -148,6 +148,7 @@ static void reduce_block(run_t *r, int block) {
   const gpt_t *m = r->m;
   size_t n = block >= 0 ? m->shared : gpt_block_size(m, block);
   if (r->nranks == 1 || r->o->mode == RUN_COMPUTE_ONLY || r->o->wrong_reduction) return;
+  if (r->failed) return; /* out of step with the peers: no more calls on dc */
   float *g = grads_of(r, block);
   trace_issue(r->tr, 0, "allreduce", block, run_now_s());
   fence(r); /* the block's backward is done */
@@ -278,10 +279,10 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
                     m.nparams);
     trace_span(r.tr, TRACE_COMPUTE, "update", tf, run_now_s());
     /* the loss over the caller's communicator: on the GPU dc takes device buffers only */
-    if (run_step_end(o->mode != RUN_COMPUTE_ONLY ? (o->gpu ? comm : r.dc) : NULL, r.nranks, loss,
-                     &losses[s], &clock, t0, r.waited, r.rank == 0 ? o->log : NULL, first + s + 1,
-                     (double)B * T * r.nranks)) {
-      fail(&r, "averaging the loss", r.dc);
+    weft_comm_t lc = o->mode != RUN_COMPUTE_ONLY ? (o->gpu ? comm : r.dc) : NULL;
+    if (run_step_end(lc, r.nranks, loss, &losses[s], &clock, t0, r.waited,
+                     r.rank == 0 ? o->log : NULL, first + s + 1, (double)B * T * r.nranks)) {
+      fail(&r, "averaging the loss", lc);
       break;
     }
   }

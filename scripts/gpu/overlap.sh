@@ -23,13 +23,17 @@ model="--batch $B --seq $T --channels $C --layers $L --heads $H --lr 3e-4"
 steps="--steps ${STEPS:-20}"
 log="$out/overlap.txt" sum="$out/overlap-summary.txt"
 : > "$sum"
+: > "$log"
 [ "$gpus" -lt "$n" ] && mps_start "$log"
-run() { # tag, example, flags...
-  local tag=$1
+run() { # tag, example, flags...: this case's overlap line, or FAILED
+  local tag=$1 from line
   shift
+  from=$(($(wc -l < "$log") + 1))
   # shellcheck disable=SC2086
   step "$log" "$b/examples/$1" --gpu --ranks "$n" $steps $model --measure-overlap "${@:2}"
-  echo "$tag: $(grep '^# overlap' "$log" | tail -1 | sed 's/^# overlap: //')" >> "$sum"
+  line=$(tail -n +"$from" "$log" | grep '^# overlap' | tail -1 | sed 's/^# overlap: //')
+  if tail -n +"$from" "$log" | grep -q '^FAILED'; then line="FAILED (see overlap.txt)"; fi
+  echo "$tag: ${line:-FAILED (no overlap line)}" >> "$sum"
 }
 for stage in 0 1 2 3; do
   run "zero stage $stage" zero --stage $stage

@@ -384,7 +384,15 @@ static weft_result_t dispatch_call(weft_moe_handle_t handle, const void *x,
         h, weft_moe_ll_dispatch(h, v, fn, x, topk_weights, recv_x, recv_weights, recv_s, stream),
         split);
   if (v.code == MOE_OK && order_after(m, stream)) v.code = MOE_FAILED;
+  if (v.code == MOE_OK) v.a = fp8;
   CHECK(weft_moe_agree(m, fn, v));
+  /* both kinds move the same entries, so only the agreement can tell that ranks called
+   * different ones: every rank sees the same verdicts and refuses alike */
+  for (int r = 1; r < m->nranks; r++)
+    if (m->verdicts[r].a != m->verdicts[0].a) {
+      m->verdicts[r] = (weft_moe_verdict_t){MOE_FP8_MISMATCH, m->verdicts[0].a, 0, 0};
+      return weft_moe_judge(m, fn, m->verdicts, sizeof *m->verdicts);
+    }
   return run_call(
       h,
       m->device ? weft_moe_dev_dispatch(h, x, topk_weights, recv_x, recv_weights, recv_s, stream)

@@ -598,6 +598,19 @@ static int run_errors(weft_comm_t comm, int rank, int n) {
                   weft_moe_dispatch(h, rank == 0 ? bx.h : mb(&bx), NULL, mb(&brx), NULL, g_st),
                   WEFT_ERR_INVALID_ARG, "rank 0: x is not device memory", "host x"))
     return 1;
+  if (n > 1) { /* rank 0 alone calls the fp8 dispatch (its rows fit in recv_x) */
+    mb_t bs;
+    if (mb_new(&bs, rows * 4)) FAIL("buffers");
+    weft_result_t rc = rank == 0
+                           ? weft_moe_dispatch_fp8(h, mb(&bx), NULL, mb(&brx), mb(&bs), NULL, g_st)
+                           : weft_moe_dispatch(h, mb(&bx), NULL, mb(&brx), NULL, g_st);
+    mb_free(&bs);
+    if (expect_fail(rank, rc, WEFT_ERR_INVALID_ARG,
+                    "ranks disagree on fp8: rank 0 called weft_moe_dispatch_fp8 and rank 1 "
+                    "weft_moe_dispatch",
+                    "fp8 on rank 0 only"))
+      return 1;
+  }
   if (mb_down(&brx) || memcmp(brx.h, rx0, brx.n)) FAIL("a refused dispatch wrote recv_x");
   if (expect_fail(rank, weft_moe_destroy(moe), WEFT_ERR_INVALID_ARG, "still live",
                   "destroy with a live handle"))
