@@ -31,8 +31,7 @@ typedef struct {
   int split;     /* exchanges in halves: started, finished when needed */
   double waited; /* seconds this step waited for communication */
   trace_t *tr;
-  float *state[4];       /* parameters, gradients, AdamW's two moments (the back end's) */
-  float *params, *grads; /* state[0], state[1] */
+  float *state[4]; /* parameters, gradients, AdamW's two moments (the back end's) */
 } run_t;
 
 static void fail(run_t *r, const char *what, weft_comm_t c) {
@@ -71,12 +70,12 @@ static void waited(run_t *r, const char *what, double t0) {
 
 static const float *params_of(void *arg, int block) {
   run_t *r = arg;
-  return r->params + gpt_block_first(r->m, block);
+  return r->state[0] + gpt_block_first(r->m, block);
 }
 
 static float *grads_of(void *arg, int block) {
   run_t *r = arg;
-  return r->grads + (params_of(arg, block) - r->params);
+  return r->state[1] + gpt_block_first(r->m, block);
 }
 
 static long route(void *arg, int l, const int *ids, int N, int64_t *counts, int64_t *offsets) {
@@ -240,7 +239,6 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
     bad |= !(r.state[i] = ops.vt->alloc(ops.ctx, m.nparams * sizeof(float)));
   for (int i = 0; i < 3; i++)
     host[i] = run_alloc(m.nparams, &bad);
-  r.params = r.state[0], r.grads = r.state[1];
   if (!bad) bad = gpt_init_shard_params(&m, o->seed, host[0]);
   if (!bad && o->load) bad = ckpt_load_split(o->load, &m, host, &first);
   if (!bad) bad = state_io(&r, host, 0);
@@ -260,7 +258,7 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
     double tf = run_now_s();
     float loss = math ? gpt_forward(&m, &io, tok, tgt, B) : (gpt_io_replay(&m, &io, B, 0), 0.0f);
     trace_span(r.tr, TRACE_COMPUTE, "forward", tf, run_now_s());
-    ops.vt->zero(ops.ctx, r.grads, m.nparams * sizeof(float));
+    ops.vt->zero(ops.ctx, r.state[1], m.nparams * sizeof(float));
     tf = run_now_s();
     if (math)
       gpt_backward(&m, &io, B, 1.0f / (float)r.nranks);
@@ -275,7 +273,7 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
     if (r.failed) break;
     tf = run_now_s();
     if (math)
-      ops.vt->adamw(ops.ctx, &o->opt, first + s + 1, r.params, r.grads, r.state[2], r.state[3],
+      ops.vt->adamw(ops.ctx, &o->opt, first + s + 1, r.state[0], r.state[1], r.state[2], r.state[3],
                     m.nparams);
     trace_span(r.tr, TRACE_COMPUTE, "update", tf, run_now_s());
     /* the loss over the caller's communicator: on the GPU dc takes device buffers only */

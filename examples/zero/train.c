@@ -379,8 +379,7 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_
       fprintf(o->log, "step %d loss %.6f tokens/s %.0f comm_wait %.1f%%\n", first + s + 1,
               losses[s], (double)B * T * r->nranks / dt, 100.0 * wait / dt);
   }
-  run_stats_fill(stats, &clock, 0);
-  if (stats) stats->state_bytes = state;
+  run_stats_fill(stats, &clock, state / sizeof(float));
   rc = r->failed ? -1 : 0;
   /* every rank's file is complete before any rank returns (and a reader starts) */
   if (!rc && o->save && run_any_rank(comm, save(r, am, av, first + o->steps) != 0)) rc = -1;
