@@ -7,6 +7,14 @@
 #include "gpu.h"
 #include "op.h"
 
+/* The flag at offset off of a region (kernels/dev.h): what its count counts. */
+static const char *flag_name(uint64_t off) {
+  return off < WEFT_DEV_DONE_OFF(0, 0)   ? "sent-chunk"
+         : off < WEFT_DEV_DIN_OFF(0, 0)  ? "freed-slot"
+         : off < WEFT_DEV_DOUT_OFF(0, 0) ? "entered-operation"
+                                         : "finished-operation";
+}
+
 /* A kernel's error becomes the comm's failure (cheap: one read of host memory). */
 void weft_dev_poll_error(weft_comm_t c) {
   struct weft_dev *d = dev_of(c);
@@ -28,11 +36,15 @@ void weft_dev_poll_error(weft_comm_t c) {
                "must pass the same offset in the same window",
                c->rank, what, e->peer, e->channel);
     } else {
+      char flag[96] = "";
+      if (e->want)
+        snprintf(flag, sizeof flag, " (its %s count stood at %llu, %llu awaited)",
+                 flag_name(e->where), (unsigned long long)e->seen, (unsigned long long)e->want);
       snprintf(msg, sizeof msg,
                "rank %d: the %sdevice kernel of the %s%s (channel %d) waited more than %lld ms for "
-               "rank %d: that rank is hung, dead, or called a different operation",
+               "rank %d%s: that rank is hung, dead, or called a different operation",
                c->rank, weft_dev_proto_prefix(op.proto), what, hint, e->channel,
-               (long long)c->timeout_ms, e->peer);
+               (long long)c->timeout_ms, e->peer, flag);
     }
     pthread_mutex_lock(&c->mu);
     uint64_t seq = c->seq;

@@ -646,7 +646,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   if (g_dev && (cudaSetDevice(0) != cudaSuccess ||
                 cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess ||
                 cudaStreamCreateWithFlags(&st2, cudaStreamNonBlocking) != cudaSuccess))
-    FAIL("no GPU stream");
+    FAIL("no GPU stream: %s", cudaGetErrorString(cudaGetLastError()));
   g_st = (weft_stream_t)st, g_st2 = (weft_stream_t)st2, cfg.device = g_dev ? 0 : -1;
 #endif
   if (weft_comm_init(&comm, n, id, rank, &cfg) != WEFT_SUCCESS) FAIL("init");

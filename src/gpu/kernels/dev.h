@@ -96,6 +96,10 @@ typedef struct {
   int32_t peer;
   int32_t channel;
   uint32_t kind;
+  /* a general kernel's timeout: which flag of its own region it waited on (its offset there),
+   * the count it awaited and the last it read (0, 0, 0 where not known): a flag short of the
+   * operation's first step says the peer did none of it */
+  uint64_t where, want, seen;
 } weft_dev_error_t;
 
 /* MISMATCH: a peer's buffer of a direct operation lies in another window or at another offset,

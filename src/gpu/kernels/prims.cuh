@@ -60,8 +60,8 @@ struct Chan {
   /* Thread 0 waits for *p >= target; everyone learns the outcome. */
   __device__ bool wait_geq(const uint64_t *p, uint64_t target, int peer) const {
     if (threadIdx.x == 0 && !*bail) {
-      uint64_t start = 0;
-      for (uint32_t spins = 0; ld_acquire_sys(p) < target; spins++) {
+      uint64_t start = 0, seen;
+      for (uint32_t spins = 0; (seen = ld_acquire_sys(p)) < target; spins++) {
         if ((spins & 1023) != 1023) continue;
         uint64_t now = global_ns();
         if (!start) start = now;
@@ -75,6 +75,9 @@ struct Chan {
             L->error->peer = peer;
             L->error->channel = ch;
             L->error->kind = kind;
+            L->error->where = (uint64_t)((const char *)p - L->region[L->rank]);
+            L->error->want = target;
+            L->error->seen = seen;
             __threadfence_system();
             L->error->code = code;
             *L->abort_flag = 1; /* the other blocks stop too */
