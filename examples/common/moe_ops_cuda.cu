@@ -123,45 +123,44 @@ __global__ void k_scatter(float *y, const float *rows, const float *rw, const in
 }
 
 void cu_softmax(void *c, float *p, int N, int E) {
-  if (N > 0) k_softmax<<<(N + 7) / 8, TPB, 0, gpt_cuda_stream(c)>>>(p, N, E);
+  if (N > 0) LAUNCH(c, k_softmax, (N + 7) / 8, TPB, 0, p, N, E);
 }
 
 void cu_gate(void *c, int *ids, float *w, float *f, const float *probs, int B, int T, int E, int k,
              float cap) {
   cudaStream_t s = gpt_cuda_stream(c);
-  k_topk<<<blocks((long)B * T), TPB, 0, s>>>(ids, w, probs, B * T, E, k);
-  k_capacity<<<blocks(B), TPB, 0, s>>>(ids, w, f, B, T, E, k, cap);
+  LAUNCH(c, k_topk, blocks((long)B * T), TPB, 0, ids, w, probs, B * T, E, k);
+  LAUNCH(c, k_capacity, blocks(B), TPB, 0, ids, w, f, B, T, E, k, cap);
 }
 
 double cu_balance(void *c, const float *f, const float *probs, int B, int T, int E) {
   double *d = gpt_cuda_scalar(c), total = 0;
-  k_balance<<<1, TPB, 0, gpt_cuda_stream(c)>>>(d, f, probs, B, T, E);
+  LAUNCH(c, k_balance, 1, TPB, 0, d, f, probs, B, T, E);
   cudaMemcpyAsync(&total, d, sizeof total, cudaMemcpyDeviceToHost, gpt_cuda_stream(c));
   return gpt_cuda_finish(c) ? NAN : total;
 }
 
 void cu_gate_bwd(void *c, float *dp, const float *probs, const float *f, const int *ids,
                  const float *y, int N, int T, int E, int k, int C, float bal) {
-  k_gate_bwd<<<blocks(N), TPB, 0, gpt_cuda_stream(c)>>>(dp, probs, f, ids, y, N, T, E, k, C, bal);
+  LAUNCH(c, k_gate_bwd, blocks(N), TPB, 0, dp, probs, f, ids, y, N, T, E, k, C, bal);
 }
 
 void cu_rows_bwd(void *c, float *gr, float *dy, const float *ry, const float *rw, const float *slot,
                  long R, int C) {
-  if (R > 0)
-    k_rows_bwd<<<(int)((R + 7) / 8), TPB, 0, gpt_cuda_stream(c)>>>(gr, dy, ry, rw, slot, R, C);
+  if (R > 0) LAUNCH(c, k_rows_bwd, (int)((R + 7) / 8), TPB, 0, gr, dy, ry, rw, slot, R, C);
 }
 
 void cu_gather(void *c, float *rows, float *rw, const float *x, const float *w, const int *rtok,
                long R, int C, int k) {
   long n = R * C;
-  if (n > 0) k_gather<<<blocks(n), TPB, 0, gpt_cuda_stream(c)>>>(rows, rw, x, w, rtok, C, k, n);
+  if (n > 0) LAUNCH(c, k_gather, blocks(n), TPB, 0, rows, rw, x, w, rtok, C, k, n);
 }
 
 void cu_scatter(void *c, float *y, const float *rows, const float *rw, const int *rtok, long R,
                 int C, int k, int N) {
   long n = R * C;
   cudaMemsetAsync(y, 0, sizeof(float) * (size_t)N * C, gpt_cuda_stream(c));
-  if (n > 0) k_scatter<<<blocks(n), TPB, 0, gpt_cuda_stream(c)>>>(y, rows, rw, rtok, C, k, n);
+  if (n > 0) LAUNCH(c, k_scatter, blocks(n), TPB, 0, y, rows, rw, rtok, C, k, n);
 }
 
 } // namespace

@@ -32,6 +32,13 @@ typedef struct {
   void (*stream_close)(void *ctx, void *stream);
   int (*stream_wait)(void *ctx, void *stream);
   void (*fence)(void *ctx, void *stream);
+  /* A mark: a point on stream after the work queued on it so far (*mark made at its first
+   * record, moved by the next), so that the host can wait for one exchange while later ones
+   * stay queued (0, or -1 with a message); freed by mark_close (NULL is fine). The CPU's
+   * streams order nothing of the math: its marks are NULL and its waits return at once. */
+  int (*mark)(void *ctx, void *stream, void **mark);
+  int (*mark_wait)(void *ctx, void *mark);
+  void (*mark_close)(void *ctx, void *mark);
   /* ---- the model's operations ---- */
   void (*encoder_fwd)(void *ctx, float *out, const int *tokens, const float *wte, const float *wpe,
                       int B, int T, int C);
@@ -50,7 +57,8 @@ typedef struct {
   void (*bias_bwd)(void *ctx, float *dbias, const float *dout, int N, int OC);
   void (*matmul_bwd)(void *ctx, float *din, float *dw, float *dbias, const float *dout,
                      const float *in, const float *w, int N, int C, int OC);
-  /* qkv [B][T][3C] -> out [B][T][C]; att [B][NH][T][T] keeps the softmax for the backward */
+  /* qkv [B][T][3C] -> out [B][T][C]; att [B][NH][T][T] keeps the softmax for the backward, in
+   * the back end's form (CUDA with bf16 products: bf16, in the first half) */
   void (*attention_fwd)(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C,
                         int NH);
   /* datt: scratch of T floats (the CPU's; CUDA keeps its own) */

@@ -67,6 +67,19 @@ static void cpu_fence(void *ctx, void *stream) { /* the math is done when it ret
   (void)ctx, (void)stream;
 }
 
+static int cpu_mark(void *ctx, void *stream, void **mark) {
+  (void)ctx, (void)stream;
+  *mark = NULL;
+  return 0;
+}
+
+static int cpu_mark_wait(void *ctx, void *mark) {
+  (void)ctx, (void)mark;
+  return 0;
+}
+
+static void cpu_mark_close(void *ctx, void *mark) { (void)ctx, (void)mark; }
+
 /* ---- the model's operations ---- */
 
 static void cpu_encoder_fwd(void *ctx, float *out, const int *tokens, const float *wte,
@@ -335,6 +348,9 @@ static const gpt_ops_vt_t cpu_vt = {.name = "cpu",
                                     .stream_close = cpu_stream_close,
                                     .stream_wait = cpu_stream_wait,
                                     .fence = cpu_fence,
+                                    .mark = cpu_mark,
+                                    .mark_wait = cpu_mark_wait,
+                                    .mark_close = cpu_mark_close,
                                     .encoder_fwd = cpu_encoder_fwd,
                                     .encoder_bwd = cpu_encoder_bwd,
                                     .layernorm_fwd = cpu_layernorm_fwd,

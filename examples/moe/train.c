@@ -6,8 +6,8 @@
  * own stream, a block's allreduce running while the backward goes on below it. On the GPU
  * both communicators are device ones and share that stream (ranks sharing a GPU must not run
  * two communicators' kernels at once: docs/gpu.md); each exchange and reduction is fenced
- * after the compute that feeds it, and the host waits for the stream where compute needs
- * its result. */
+ * after the compute that feeds it, and where compute needs an exchange's result the host
+ * waits for the stream up to that exchange's mark, not for the exchanges queued after it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +27,7 @@ typedef struct {
   weft_stream_t ms;     /* the exchanges' stream: cs on the GPU; NULL on host buffers */
   weft_moe_t moe;
   weft_moe_handle_t *h; /* each layer's layouts, a micro-batch a key */
+  void **marks;         /* on the GPU, each key's last started exchange on cs (ops.h) */
   int rank, nranks, failed;
   int split;     /* exchanges in halves: started, finished when needed */
   double waited; /* seconds this step waited for communication */
@@ -47,13 +48,14 @@ static void fence(run_t *r) {
   if (r->o->gpu) BE(fence, r->cs);
 }
 
-/* On the GPU, the host waits for the exchanges' stream (their outputs are needed now) and
- * asks the communicator whether its kernels failed: 0, or -1 (failed). */
-static int settle(run_t *r) {
+/* On the GPU, the host waits for the exchanges' stream up to mark (NULL: all of it; their
+ * outputs are needed now) and asks the communicator whether its kernels failed: 0, or -1
+ * (failed). A mark leaves the exchanges started after it running. */
+static int settle(run_t *r, void *mark) {
   weft_result_t e = WEFT_SUCCESS;
   if (!r->o->gpu) return 0;
-  if (BE(stream_wait, r->cs) || weft_comm_get_async_error(r->mc, &e) != WEFT_SUCCESS ||
-      e != WEFT_SUCCESS)
+  if ((mark ? BE(mark_wait, mark) : BE(stream_wait, r->cs)) ||
+      weft_comm_get_async_error(r->mc, &e) != WEFT_SUCCESS || e != WEFT_SUCCESS)
     return fail(r, "an exchange", r->mc), -1;
   return 0;
 }
@@ -100,7 +102,7 @@ static void wait_key(void *arg, int key) {
   run_t *r = arg;
   double t0 = run_now_s();
   if (r->h[key] && weft_moe_finish(r->h[key]) != WEFT_SUCCESS) fail(r, "an exchange", r->mc);
-  settle(r);
+  settle(r, r->marks[key]);
   r->waited += run_now_s() - t0;
   trace_span(r->tr, TRACE_WAIT, "exchange", t0, run_now_s());
   trace_settle(r->tr, 1, run_now_s());
@@ -122,11 +124,13 @@ static void exchange(run_t *r, int combine, int key, const float *x, const float
     trace_issue(r->tr, 1, what, key / MOE_MICRO, run_now_s());
     rc = combine ? weft_moe_combine_start(h, x, w, out, r->ms)
                  : weft_moe_dispatch_start(h, x, w, out, rw, r->ms);
+    if (rc == WEFT_SUCCESS && r->o->gpu && BE(mark, r->cs, &r->marks[key]))
+      return fail(r, "marking an exchange", r->mc);
   } else {
     double t0 = run_now_s();
     rc = combine ? weft_moe_combine(h, x, w, out, r->ms)
                  : weft_moe_dispatch(h, x, w, out, rw, r->ms);
-    if (rc == WEFT_SUCCESS && settle(r)) return;
+    if (rc == WEFT_SUCCESS && settle(r, NULL)) return;
     waited(r, what, t0);
   }
   if (rc != WEFT_SUCCESS)
@@ -165,11 +169,14 @@ static void block_done(void *arg, int block) {
 static void teardown(run_t *r) {
   for (int k = 0; r->h && k < r->m->c.layers * MOE_MICRO; k++)
     if (r->h[k]) weft_moe_handle_destroy(r->h[k]);
+  for (int k = 0; r->marks && k < r->m->c.layers * MOE_MICRO; k++)
+    BE(mark_close, r->marks[k]);
   if (r->moe) weft_moe_destroy(r->moe);
   if (r->cs) r->ops->vt->finish(r->ops->ctx), BE(stream_wait, r->cs), BE(stream_close, r->cs);
   if (r->mc) weft_comm_destroy(r->mc);
   if (r->dc) weft_comm_destroy(r->dc);
   free(r->h);
+  free(r->marks);
   for (int i = 0; i < 4; i++)
     BE(release, r->state[i]);
 }
@@ -232,7 +239,8 @@ int ep_train(weft_comm_t comm, const ep_opts_t *o, float *losses, run_stats_t *s
   bad = run_backend("moe", r.rank, o->gpu, o->bf16, &ops, &dev); /* says why itself */
   if (!bad && (!tok || !tgt || gpt_init_ep_on(&m, &ops, &o->model, B, r.nranks, r.rank) ||
                data_init(&data, 1u << 16, o->seed) ||
-               !(r.h = calloc((size_t)o->model.layers * MOE_MICRO, sizeof *r.h))))
+               !(r.h = calloc((size_t)o->model.layers * MOE_MICRO, sizeof *r.h)) ||
+               !(r.marks = calloc((size_t)o->model.layers * MOE_MICRO, sizeof *r.marks))))
     bad = 1, fprintf(stderr, "moe: rank %d: bad options or out of memory\n", r.rank);
   if (run_any_rank(comm, bad) || run_any_rank(comm, setup(&r, comm, &m, &dev) != 0)) goto out;
   for (int i = 0; i < 4; i++)

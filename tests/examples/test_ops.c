@@ -7,6 +7,7 @@
  * The mixture of experts' operations (moe_ops.h) likewise, their top-k choices exactly.
  * usage: test_ops */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ typedef struct {
   void *dev[64];
   int ndev;
   int bad;
+  int bf16;    /* products on bf16 copies: the back end keeps att as bf16 (ops_cuda.h) */
   double tol;  /* of the largest value */
   double seen; /* the worst difference met */
 } ctx_t;
@@ -45,13 +47,18 @@ static void *dev(ctx_t *x, const void *h, size_t bytes) {
   return d;
 }
 
-/* The device's n floats against the CPU's: 0, or 1 with a line naming them. */
-static int same(ctx_t *x, const char *what, const float *d, const float *h, size_t n) {
+/* The device's n values (floats, or bf16 where half) against the CPU's floats: 0, or 1 with
+ * a line naming them. */
+static int same_as(ctx_t *x, const char *what, const void *d, const float *h, size_t n, int half) {
   float *got = malloc(n * sizeof *got);
   double most = 0, worst = 0;
-  if (!got || x->g.vt->get(x->g.ctx, got, d, n * sizeof *got)) {
+  if (!got || x->g.vt->get(x->g.ctx, got, d, n * (half ? 2 : 4))) {
     free(got);
     return printf("test_ops: %s: reading the device back failed\n", what), 1;
+  }
+  for (size_t i = n; half && i-- > 0;) { /* in place, from the end: bf16 is a float's top half */
+    uint32_t u = (uint32_t)((const uint16_t *)got)[i] << 16;
+    memcpy(&got[i], &u, 4);
   }
   for (size_t i = 0; i < n; i++)
     most = fabs(h[i]) > most ? fabs(h[i]) : most;
@@ -63,6 +70,10 @@ static int same(ctx_t *x, const char *what, const float *d, const float *h, size
   x->seen = worst > x->seen ? worst : x->seen;
   if (worst <= x->tol) return 0;
   return printf("test_ops: %s: worst difference %.3g of the largest value\n", what, worst), 1;
+}
+
+static int same(ctx_t *x, const char *what, const float *d, const float *h, size_t n) {
+  return same_as(x, what, d, h, n, 0);
 }
 
 static void release(ctx_t *x) {
@@ -140,7 +151,7 @@ static int check_attention(ctx_t *x, int B, int T, int C, int NH) {
     CPU(attention_bwd, dqkv, dout, qkv, att, B, T, C, NH, scratch);
     GPU(attention_bwd, d_dqkv, d_dout, d_qkv, d_att, B, T, C, NH, NULL);
     bad = x->bad || same(x, "attention_fwd out", d_out, out, o) ||
-          same(x, "attention_fwd att", d_att, att, a) ||
+          same_as(x, "attention_fwd att", d_att, att, a, x->bf16) ||
           same(x, "attention_bwd dqkv", d_dqkv, dqkv, q);
   }
   release(x);
@@ -291,7 +302,7 @@ int main(void) {
   char why[256];
   int bad = 0, n = 0, nb = 0, badb = 0;
   for (int bf16 = 0; bf16 < 2; bf16++) {
-    ctx_t x = {.seed = 7, .tol = bf16 ? 1e-2 : 1e-4};
+    ctx_t x = {.seed = 7, .bf16 = bf16, .tol = bf16 ? 1e-2 : 1e-4};
     if (gpt_ops_cuda_open(&x.g, 0, bf16, why, sizeof why))
       return printf("test_ops: skipped: %s\n", why), 77;
     if (bf16) {
