@@ -68,6 +68,27 @@ static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind, int wi
   return (int)((bytes + per - 1) / per);
 }
 
+/* One rank: a collective's result is its input (a reduction over one rank included), so no
+ * kernel runs; a device-to-device copy where the output lies elsewhere, nothing in place (a
+ * 1-rank data-parallel trainer's gradient allreduce costs nothing). */
+static weft_result_t one_rank(const weft_task_t *tasks, int ntasks, cudaStream_t s) {
+  for (int i = 0; i < ntasks; i++) {
+    const weft_task_t *t = &tasks[i];
+    const weft_coll_args_t *a = &t->args;
+    size_t es = weft_dtype_size(t->dtype), n = a->count;
+    const char *from = t->sendbuf;
+    char *to = t->recvbuf;
+    if (a->coll == WEFT_COLL_ALLTOALLV) /* the kernel moves sendcounts[me] elements */
+      from += a->sdispls[0] * es, to += a->rdispls[0] * es, n = a->sendcounts[0];
+    if (!n || from == to) continue;
+    cudaError_t e = cudaMemcpyAsync(to, from, n * es, cudaMemcpyDeviceToDevice, s);
+    if (e != cudaSuccess)
+      return weft_set_error(WEFT_ERR_SYSTEM, "%s on one rank: the copy failed: %s",
+                            weft_coll_name(a->coll), cudaGetErrorString(e));
+  }
+  return WEFT_SUCCESS;
+}
+
 static weft_result_t launch(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream,
                             uint64_t seq) {
   struct weft_dev *d = dev_of(c);
@@ -81,6 +102,11 @@ static weft_result_t launch(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_
   int llk = ll ? weft_dev_op_kind(weft_dev_op_of(tasks, proto)) : -1;
   uint8_t placed[WEFT_DEV_MAX_GROUP];
   rc = check_buffers(c, tasks, ntasks);
+  if (rc == WEFT_SUCCESS && c->nranks == 1) {
+    rc = one_rank(tasks, ntasks, s);
+    weft_dev_leave(d->device, saved);
+    return rc;
+  }
   weft_task_t parts[2];
   /* a forced ring runs as one, through staging, windows or not */
   int windows = ntasks == 1 && d->wins && tasks->algo != WEFT_ALGO_RING;
