@@ -1,8 +1,8 @@
-/* The GPT's CUDA back end: cuBLAS for the matrix products, one small kernel for each other
- * operation (the attention's in attention_cuda.cu), all on the back end's own stream. Same
- * shapes and sums as ops_cpu.c (ops.h); parameters' gradients from many rows are summed with
- * atomics, so the order of a sum varies from run to run. Storage is f32; with bf16 the products
- * read bf16 copies of their inputs (tensor cores, f32 accumulation and results). */
+/* The GPT's CUDA back end: memory, order and one small kernel for each operation but the
+ * products (products_cuda.cu) and the attention (attention_cuda.cu), all on the back end's own
+ * stream. Same shapes and sums as ops_cpu.c (ops.h); parameters' gradients from many rows are
+ * summed with atomics, so the order of a sum varies from run to run. Storage is f32; with bf16
+ * the products read bf16 copies of their inputs (tensor cores, f32 accumulation and results). */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -86,34 +86,6 @@ __global__ void k_layernorm_bwd(float *din, float *dw, float *db, const float *d
     atomicAdd(&dw[i], sdw[i]), atomicAdd(&db[i], sdb[i]);
 }
 
-__global__ void k_bias_fwd(float *out, const float *bias, int OC, long n) {
-  GRID_STRIDE(i, n) out[i] += bias[i % OC];
-}
-
-/* out[n][o] = bias[o] (a product adds to it) */
-__global__ void k_bias_fill(float *out, const float *bias, int OC, long n) {
-  GRID_STRIDE(i, n) out[i] = bias[i % OC];
-}
-
-/* blocks of 32 columns x 8 row lanes, over BIAS_ROWS rows each: enough blocks to fill the GPU
- * when OC is a few hundred and N thousands */
-const int BIAS_ROWS = 256;
-__global__ void k_bias_bwd(float *dbias, const float *dout, int N, int OC) {
-  __shared__ float part[8][33];
-  int o = blockIdx.x * 32 + threadIdx.x, end = (blockIdx.y + 1) * BIAS_ROWS;
-  float acc = 0;
-  if (o < OC)
-    for (int n = blockIdx.y * BIAS_ROWS + threadIdx.y; n < N && n < end; n += 8)
-      acc += dout[(long)n * OC + o];
-  part[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && o < OC) {
-    for (int y = 1; y < 8; y++)
-      acc += part[y][threadIdx.x];
-    atomicAdd(&dbias[o], acc);
-  }
-}
-
 #define GELU_S 0.7978845608f
 
 __global__ void k_gelu_fwd(float *out, const float *in, long n) {
@@ -179,10 +151,6 @@ __global__ void k_xent_bwd(float *dlogits, const float *probs, const int *tgt, i
     long row = i / V;
     dlogits[i] += (probs[i] - ((int)(i % V) == tgt[row] ? 1.0f : 0.0f)) * scale;
   }
-}
-
-__global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, long n) {
-  GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(src[i]);
 }
 
 __global__ void k_adamw(float *p, const float *g, float *m, float *v, adamw_t o, float c1, float c2,
@@ -315,6 +283,8 @@ void cu_close(void *c) {
   for (int i = 0; i < 4; i++)
     cudaFree(x->half[i]);
   cublasDestroy(x->h);
+  if (x->lt) cublasLtDestroy(x->lt);
+  cudaFree(x->lt_ws);
   cudaEventDestroy(x->ev);
   cudaStreamDestroy(x->s);
   delete x;
@@ -349,40 +319,6 @@ void cu_layernorm_bwd(void *c, float *din, float *dw, float *db, const float *do
   }
   LAUNCH(c, k_layernorm_bwd, g, TPB, 2 * (size_t)C * sizeof(float), din, dw, db, dout, in, w, mean,
          rstd, N, C);
-}
-
-void cu_bias_fwd(void *c, float *out, const float *bias, int N, int OC) {
-  long n = (long)N * OC;
-  LAUNCH(c, k_bias_fwd, blocks(n), TPB, 0, out, bias, OC, n);
-}
-
-void cu_bias_bwd(void *c, float *dbias, const float *dout, int N, int OC) {
-  dim3 grid((OC + 31) / 32, (N + BIAS_ROWS - 1) / BIAS_ROWS);
-  if (N > 0) LAUNCH(c, k_bias_bwd, grid, dim3(32, 8), 0, dbias, dout, N, OC);
-}
-
-/* row-major out[N][OC] = in[N][C] . w[OC][C]^T, as cuBLAS's column-major out^T = w . in^T; a
- * bias is written first and the product added to it (one pass over out, not two) */
-void cu_matmul_fwd(void *c, float *out, const float *in, const float *w, const float *bias, int N,
-                   int C, int OC) {
-  gpt_cuda_t *x = C_(c);
-  long n = (long)N * OC;
-  if (bias && n) LAUNCH(c, k_bias_fill, blocks(n), TPB, 0, out, bias, OC, n);
-  const void *W = gpt_cuda_in(x, 0, w, (size_t)OC * C), *I = gpt_cuda_in(x, 1, in, (size_t)N * C);
-  gpt_cuda_gemm(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, W, C, 0, I, C, 0, bias ? 1.0f : 0.0f,
-                out, OC, 0, 1);
-}
-
-void cu_matmul_bwd(void *c, float *din, float *dw, float *dbias, const float *dout, const float *in,
-                   const float *w, int N, int C, int OC) {
-  gpt_cuda_t *x = C_(c);
-  const void *W = gpt_cuda_in(x, 0, w, (size_t)OC * C),
-             *D = gpt_cuda_in(x, 1, dout, (size_t)N * OC);
-  const void *I = gpt_cuda_in(x, 2, in, (size_t)N * C);
-  /* din[N][C] += dout[N][OC] . w[OC][C]; dw[OC][C] += dout^T . in */
-  gpt_cuda_gemm(x, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, W, C, 0, D, OC, 0, 1.0f, din, C, 0, 1);
-  gpt_cuda_gemm(x, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, I, C, 0, D, OC, 0, 1.0f, dw, C, 0, 1);
-  if (dbias) cu_bias_bwd(c, dbias, dout, N, OC);
 }
 
 void cu_gelu_fwd(void *c, float *out, const float *in, int n) {
@@ -443,10 +379,10 @@ const gpt_ops_vt_t cuda_vt = {.name = "cuda",
                               .encoder_bwd = cu_encoder_bwd,
                               .layernorm_fwd = cu_layernorm_fwd,
                               .layernorm_bwd = cu_layernorm_bwd,
-                              .matmul_fwd = cu_matmul_fwd,
-                              .bias_fwd = cu_bias_fwd,
-                              .bias_bwd = cu_bias_bwd,
-                              .matmul_bwd = cu_matmul_bwd,
+                              .matmul_fwd = gpt_cuda_matmul_fwd,
+                              .bias_fwd = gpt_cuda_bias_fwd,
+                              .bias_bwd = gpt_cuda_bias_bwd,
+                              .matmul_bwd = gpt_cuda_matmul_bwd,
                               .attention_fwd = gpt_cuda_attention_fwd,
                               .attention_bwd = gpt_cuda_attention_bwd,
                               .gelu_fwd = cu_gelu_fwd,
@@ -487,6 +423,12 @@ extern "C" int gpt_ops_cuda_open(gpt_ops_t *ops, int device, int bf16, char *why
   if ((e = cudaFuncSetAttribute(k_layernorm_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 x->smem)) != cudaSuccess)
     goto fail;
+  /* cuBLASLt (the bias in the product's epilogue) is optional: without it the bias is
+   * written first and the product added to it */
+  x->lt_ws_n = (size_t)32 << 20;
+  if (cublasLtCreate(&x->lt) != CUBLAS_STATUS_SUCCESS) x->lt = NULL;
+  if (x->lt && cudaMalloc(&x->lt_ws, x->lt_ws_n) != cudaSuccess)
+    cudaGetLastError(), cublasLtDestroy(x->lt), x->lt = NULL, x->lt_ws = NULL;
   if (cublasCreate(&x->h) != CUBLAS_STATUS_SUCCESS) x->h = NULL;
   if (!x->h || cublasSetStream(x->h, x->s) != CUBLAS_STATUS_SUCCESS) {
     snprintf(why, size, "cuBLAS could not start on device %d", device);
@@ -516,46 +458,4 @@ extern "C" int gpt_cuda_devices(void) {
 void gpt_cuda_launched(void *ctx) {
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess && C_(ctx)->launch == cudaSuccess) C_(ctx)->launch = e;
-}
-
-__nv_bfloat16 *gpt_cuda_half(gpt_cuda_t *x, int slot, size_t n) {
-  if (n <= x->half_n[slot]) return x->half[slot];
-  cudaStreamSynchronize(x->s);
-  cudaFree(x->half[slot]);
-  x->half_n[slot] = 0;
-  if (cudaMalloc(&x->half[slot], n * sizeof(__nv_bfloat16)) != cudaSuccess)
-    return cudaGetLastError(), x->half[slot] = NULL, x->oom = 1, nullptr;
-  x->half_n[slot] = n;
-  return x->half[slot];
-}
-
-const void *gpt_cuda_in(gpt_cuda_t *x, int slot, const float *src, size_t n) {
-  if (!x->bf16) return src;
-  __nv_bfloat16 *h = gpt_cuda_half(x, slot, n);
-  if (h && n) LAUNCH(x, k_to_bf16, blocks((long)n), TPB, 0, h, src, (long)n);
-  return h;
-}
-
-const void *gpt_cuda_at(const gpt_cuda_t *x, const void *p, long off) {
-  if (!p) return NULL;
-  return static_cast<const char *>(p) + off * (x->bf16 ? 2 : 4);
-}
-
-void gpt_cuda_gemm(gpt_cuda_t *x, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                   float alpha, const void *A, int lda, long long sa, const void *B, int ldb,
-                   long long sb, float beta, float *C, int ldc, long long sc, int batch) {
-  if (!A || !B) return; /* no memory for a copy: x->oom is set */
-  cublasStatus_t st;
-  if (x->bf16)
-    st = cublasGemmStridedBatchedEx(x->h, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, sa, B,
-                                    CUDA_R_16BF, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  else if (batch == 1)
-    st = cublasSgemm(x->h, ta, tb, m, n, k, &alpha, static_cast<const float *>(A), lda,
-                     static_cast<const float *>(B), ldb, &beta, C, ldc);
-  else
-    st = cublasSgemmStridedBatched(x->h, ta, tb, m, n, k, &alpha, static_cast<const float *>(A),
-                                   lda, sa, static_cast<const float *>(B), ldb, sb, &beta, C, ldc,
-                                   sc, batch);
-  if (st != CUBLAS_STATUS_SUCCESS && x->blas == CUBLAS_STATUS_SUCCESS) x->blas = st;
 }

@@ -1,10 +1,11 @@
 /* What the CUDA back end's files share (C++, internal to examples/common): the context (its
- * stream, cuBLAS handle, scratch and bf16 copies), launch shapes and warp reductions, the
- * products and their inputs in the math's type, the attention's operations
+ * stream, cuBLAS handles, scratch and bf16 copies), launch shapes and warp reductions, the
+ * products and their inputs in the math's type (products_cuda.cu), the attention's operations
  * (attention_cuda.cu) and the mixture of experts' vtable (moe_ops_cuda.cu). */
 #ifndef WEFT_EXAMPLES_OPS_CUDA_H
 #define WEFT_EXAMPLES_OPS_CUDA_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -12,6 +13,13 @@
 extern "C" {
 #include "moe_ops.h"
 }
+
+/* A forward product's shape and the cuBLASLt algorithm found for it (products_cuda.cu). */
+enum { GPT_CUDA_LT_ALGOS = 16 };
+struct gpt_cuda_lt_algo_t {
+  int n, c, oc;
+  cublasLtMatmulAlgo_t algo;
+};
 
 struct gpt_cuda_t {
   int device;
@@ -29,6 +37,11 @@ struct gpt_cuda_t {
   int smem;               /* bytes of shared memory a block may have (a norm's backward: 8 C) */
   __nv_bfloat16 *half[4]; /* those copies, by slot */
   size_t half_n[4];
+  cublasLtHandle_t lt; /* the products with a bias (NULL: cuBLAS, the bias written first) */
+  void *lt_ws;
+  size_t lt_ws_n;
+  gpt_cuda_lt_algo_t lt_algo[GPT_CUDA_LT_ALGOS];
+  unsigned lt_next;
 };
 
 static inline gpt_cuda_t *C_(void *c) { return static_cast<gpt_cuda_t *>(c); }
@@ -83,6 +96,12 @@ void gpt_cuda_gemm(gpt_cuda_t *x, cublasOperation_t ta, cublasOperation_t tb, in
                    float alpha, const void *A, int lda, long long sa, const void *B, int ldb,
                    long long sb, float beta, float *C, int ldc, long long sc, int batch);
 
+void gpt_cuda_matmul_fwd(void *c, float *out, const float *in, const float *w, const float *bias,
+                         int N, int C, int OC);
+void gpt_cuda_matmul_bwd(void *c, float *din, float *dw, float *dbias, const float *dout,
+                         const float *in, const float *w, int N, int C, int OC);
+void gpt_cuda_bias_fwd(void *c, float *out, const float *bias, int N, int OC);
+void gpt_cuda_bias_bwd(void *c, float *dbias, const float *dout, int N, int OC);
 void gpt_cuda_attention_fwd(void *c, float *out, float *att, const float *qkv, int B, int T, int C,
                             int NH);
 void gpt_cuda_attention_bwd(void *c, float *dqkv, const float *dout, const float *qkv,
