@@ -137,6 +137,7 @@ double cu_balance(void *c, const float *f, const float *probs, int B, int T, int
   double *d = gpt_cuda_scalar(c), total = 0;
   LAUNCH(c, k_balance, 1, TPB, 0, d, f, probs, B, T, E);
   cudaMemcpyAsync(&total, d, sizeof total, cudaMemcpyDeviceToHost, gpt_cuda_stream(c));
+  gpt_cuda_launched(c);
   return gpt_cuda_finish(c) ? NAN : total;
 }
 
@@ -160,6 +161,7 @@ void cu_scatter(void *c, float *y, const float *rows, const float *rw, const int
                 int C, int k, int N) {
   long n = R * C;
   cudaMemsetAsync(y, 0, sizeof(float) * (size_t)N * C, gpt_cuda_stream(c));
+  gpt_cuda_launched(c);
   if (n > 0) LAUNCH(c, k_scatter, blocks(n), TPB, 0, y, rows, rw, rtok, C, k, n);
 }
 

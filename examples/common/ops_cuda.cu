@@ -169,6 +169,7 @@ void *cu_alloc(void *c, size_t bytes) {
   void *p = NULL;
   if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) return (void)cudaGetLastError(), nullptr;
   if (cudaMemsetAsync(p, 0, bytes ? bytes : 1, C_(c)->s) != cudaSuccess) {
+    cudaGetLastError(); /* the caller is told: NULL */
     cudaFree(p);
     return nullptr;
   }
@@ -182,11 +183,12 @@ void cu_release(void *c, void *p) {
 }
 
 void cu_zero(void *c, void *p, size_t bytes) {
-  if (bytes) cudaMemsetAsync(p, 0, bytes, C_(c)->s);
+  if (bytes) cudaMemsetAsync(p, 0, bytes, C_(c)->s), gpt_cuda_launched(c);
 }
 
 void cu_copy(void *c, void *dst, const void *src, size_t bytes) {
-  if (bytes && dst != src) cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, C_(c)->s);
+  if (bytes && dst != src)
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, C_(c)->s), gpt_cuda_launched(c);
 }
 
 int cu_finish(void *c) {
@@ -215,11 +217,13 @@ int cu_finish(void *c) {
 void cu_put(void *c, void *dst, const void *host, size_t bytes) {
   if (!bytes) return;
   cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, C_(c)->s);
+  gpt_cuda_launched(c);
   cudaStreamSynchronize(C_(c)->s);
 }
 
 int cu_get(void *c, void *host, const void *src, size_t bytes) {
-  if (bytes) cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, C_(c)->s);
+  if (bytes)
+    cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, C_(c)->s), gpt_cuda_launched(c);
   return cu_finish(c);
 }
 

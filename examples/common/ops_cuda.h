@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
 
 extern "C" {
 #include "moe_ops.h"
@@ -18,6 +19,8 @@ extern "C" {
 enum { GPT_CUDA_LT_ALGOS = 16 };
 struct gpt_cuda_lt_algo_t {
   int n, c, oc;
+  uint32_t al[3]; /* the alignment of the weights, the input and the output */
+  int ok;         /* 0: cuBLASLt declined it */
   cublasLtMatmulAlgo_t algo;
 };
 
@@ -31,7 +34,7 @@ struct gpt_cuda_t {
   double *loss; /* the mean loss, or another sum the host waits for */
   int oom;      /* 1: an operation found no memory, 2: a norm too wide for shared memory; the next
                    finish fails */
-  cudaError_t launch;     /* the first failed launch: the next finish fails */
+  cudaError_t launch;     /* the first failed launch or copy: every later finish fails */
   cublasStatus_t blas;    /* the first failed product: likewise */
   int bf16;               /* products on bf16 copies of their inputs */
   int smem;               /* bytes of shared memory a block may have (a norm's backward: 8 C) */
@@ -79,6 +82,8 @@ static __device__ inline float warp_max(float v) {
 
 cudaStream_t gpt_cuda_stream(void *ctx);
 double *gpt_cuda_scalar(void *ctx);
+/* Keeps CUDA's last error, if any, as the context's failure (every later finish reports
+ * it: a run's state is not to be trusted after one). */
 void gpt_cuda_launched(void *ctx);
 /* Waits for the stream: 0, or -1 with the error on stderr (what any failed operation left). */
 int gpt_cuda_finish(void *ctx);

@@ -50,12 +50,27 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, long n) {
   GRID_STRIDE(i, n - 4 * n4) dst[4 * n4 + i] = __float2bfloat16_rn(src[4 * n4 + i]);
 }
 
+/* The largest power of two (at most 256) that divides p's address. */
+uint32_t align_of(const void *p) {
+  uintptr_t a = (uintptr_t)p & 255;
+  return a ? (uint32_t)(a & (~a + 1)) : 256;
+}
+
 /* The bias product by cuBLASLt (column-major out^T[OC][N] = W^T . in^T + bias, the bias in
- * the epilogue): 0, or -1 where cuBLASLt declines (nothing was queued). The algorithm for a
- * shape is asked for once and kept. */
+ * the epilogue): 0, or -1 where cuBLASLt declines (nothing was queued). The algorithm is asked
+ * for once per shape and alignment of the pointers (the preference states them, so an
+ * algorithm never assumes more) and kept, a refusal too. A bias below 16-byte alignment is
+ * not offered: the preference cannot state it. */
 int lt_bias(gpt_cuda_t *x, float *out, const void *W, const void *I, const float *bias, int N,
             int C, int OC) {
-  if (!x->lt) return -1;
+  uint32_t al[3] = {align_of(W), align_of(I), align_of(out)};
+  if (!x->lt || align_of(bias) < 16) return -1;
+  gpt_cuda_lt_algo_t *k = NULL;
+  for (int i = 0; i < GPT_CUDA_LT_ALGOS && !k; i++) {
+    gpt_cuda_lt_algo_t *e = &x->lt_algo[i];
+    if (e->n == N && e->c == C && e->oc == OC && !memcmp(e->al, al, sizeof al)) k = e;
+  }
+  if (k && !k->ok) return -1;
   cudaDataType_t t = x->bf16 ? CUDA_R_16BF : CUDA_R_32F, bt = CUDA_R_32F;
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
@@ -74,26 +89,29 @@ int lt_bias(gpt_cuda_t *x, float *out, const void *W, const void *I, const float
       cublasLtMatrixLayoutCreate(&a, t, C, OC, C) == 0 &&
       cublasLtMatrixLayoutCreate(&b, t, C, N, C) == 0 &&
       cublasLtMatrixLayoutCreate(&o, CUDA_R_32F, OC, N, OC) == 0;
-  gpt_cuda_lt_algo_t *k = NULL;
-  for (int i = 0; ok && i < GPT_CUDA_LT_ALGOS && !k; i++) {
-    gpt_cuda_lt_algo_t *e = &x->lt_algo[i];
-    if (e->n == N && e->c == C && e->oc == OC) k = e;
-  }
-  if (ok && !k) {
+  if (ok && !k) { /* the oldest entry makes room; a refusal is kept as well */
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
+    const cublasLtMatmulPreferenceAttributes_t min[3] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES};
     ok = cublasLtMatmulPreferenceCreate(&pref) == 0 &&
          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                               &x->lt_ws_n, sizeof x->lt_ws_n) == 0 &&
-         cublasLtMatmulAlgoGetHeuristic(x->lt, d, a, b, o, o, pref, 1, &res, &found) == 0 &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                              &al[2], sizeof al[2]) == 0;
+    for (int i = 0; i < 3 && ok; i++)
+      ok = cublasLtMatmulPreferenceSetAttribute(pref, min[i], &al[i], sizeof al[i]) == 0;
+    ok = ok && cublasLtMatmulAlgoGetHeuristic(x->lt, d, a, b, o, o, pref, 1, &res, &found) == 0 &&
          found == 1;
-    if (ok) { /* the oldest entry makes room */
-      k = &x->lt_algo[x->lt_next++ % GPT_CUDA_LT_ALGOS];
-      k->n = N, k->c = C, k->oc = OC, k->algo = res.algo;
-    }
+    k = &x->lt_algo[x->lt_next++ % GPT_CUDA_LT_ALGOS];
+    k->n = N, k->c = C, k->oc = OC, k->ok = ok;
+    memcpy(k->al, al, sizeof al);
+    if (ok) k->algo = res.algo;
   }
   ok = ok && cublasLtMatmul(x->lt, d, &one, W, a, I, b, &zero, out, o, out, o, &k->algo, x->lt_ws,
                             x->lt_ws_n, x->s) == CUBLAS_STATUS_SUCCESS;
+  if (!ok && k) k->ok = 0; /* declined at the call: the shape takes the fallback from now on */
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   if (o) cublasLtMatrixLayoutDestroy(o);
   if (b) cublasLtMatrixLayoutDestroy(b);

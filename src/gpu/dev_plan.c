@@ -80,9 +80,8 @@ int weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, siz
   return 1;
 }
 
-/* Refusals, checked before anything is placed so that a refused group changes nothing. */
-static weft_result_t check_group(const weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks,
-                                 int *ncoll) {
+weft_result_t weft_dev_plan_check(const weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks,
+                                  int *ncoll) {
   int na2av = 0;
   *ncoll = 0;
   for (int i = 0; i < ntasks; i++) {
@@ -176,7 +175,7 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
   for (int i = 0; i < ntasks && first; i++)
     first = !placed[i];
   if (first) { /* later launches of the group passed these already; ncoll serves the first */
-    CHECK(check_group(d, tasks, ntasks, &ncoll));
+    CHECK(weft_dev_plan_check(d, tasks, ntasks, &ncoll));
     if (d->p2p_sets < 1 || d->p2p_sets > WEFT_DEV_P2P_MAX_SETS ||
         WEFT_DEV_P2P_CHANNELS % d->p2p_sets)
       return weft_set_error(WEFT_ERR_INVALID_ARG, "device planner: %d send/recv sets", d->p2p_sets);

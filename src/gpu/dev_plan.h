@@ -22,6 +22,12 @@ typedef struct {
   uint64_t p2p_sent[WEFT_DEV_MAX_RANKS], p2p_recv[WEFT_DEV_MAX_RANKS]; /* messages so far */
 } weft_dev_planner_t;
 
+/* A group's refusals, checked before anything is placed so that a refused group changes
+ * nothing (also where no kernel runs: a one-rank communicator refuses what others do);
+ * ncoll: its collectives. */
+weft_result_t weft_dev_plan_check(const weft_dev_planner_t *p, const weft_task_t *tasks, int ntasks,
+                                  int *ncoll);
+
 /* Bytes of sendbuf and recvbuf the task touches on this rank; 0 where one does not fit in
  * size_t (the API refuses such calls first: this keeps the device checks from trusting it). */
 int weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, size_t *out);

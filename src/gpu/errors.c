@@ -9,7 +9,8 @@
 
 /* The flag at offset off of a region (kernels/dev.h): what its count counts. */
 static const char *flag_name(uint64_t off) {
-  return off < WEFT_DEV_DONE_OFF(0, 0)   ? "sent-chunk"
+  return off == WEFT_DEV_WHERE_PROGRESS  ? "own sender block's round"
+         : off < WEFT_DEV_DONE_OFF(0, 0) ? "sent-chunk"
          : off < WEFT_DEV_DIN_OFF(0, 0)  ? "freed-slot"
          : off < WEFT_DEV_DOUT_OFF(0, 0) ? "entered-operation"
                                          : "finished-operation";

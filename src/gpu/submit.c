@@ -102,8 +102,14 @@ static weft_result_t launch(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_
   int llk = ll ? weft_dev_op_kind(weft_dev_op_of(tasks, proto)) : -1;
   uint8_t placed[WEFT_DEV_MAX_GROUP];
   rc = check_buffers(c, tasks, ntasks);
-  if (rc == WEFT_SUCCESS && c->nranks == 1) {
-    rc = one_rank(tasks, ntasks, s);
+  if (rc == WEFT_SUCCESS && ntasks > WEFT_DEV_MAX_GROUP)
+    rc = weft_set_error(WEFT_ERR_UNSUPPORTED,
+                        "a group on a device communicator holds at most %d operations (%d given)",
+                        WEFT_DEV_MAX_GROUP, ntasks);
+  if (rc == WEFT_SUCCESS && c->nranks == 1) { /* what more ranks refuse, one refuses too */
+    int ncoll = 0;
+    rc = weft_dev_plan_check(&d->plan, tasks, ntasks, &ncoll);
+    if (rc == WEFT_SUCCESS) rc = one_rank(tasks, ntasks, s);
     weft_dev_leave(d->device, saved);
     return rc;
   }
@@ -131,10 +137,6 @@ static weft_result_t launch(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_
     direct = (!ll || yield) && weft_window_direct(c, tasks, &d->launch);
     if (direct) ll = 0;
   }
-  if (rc == WEFT_SUCCESS && ntasks > WEFT_DEV_MAX_GROUP)
-    rc = weft_set_error(WEFT_ERR_UNSUPPORTED,
-                        "a group on a device communicator holds at most %d operations (%d given)",
-                        WEFT_DEV_MAX_GROUP, ntasks);
   if (rc == WEFT_SUCCESS && ll) {
     nblocks = prepare_ll(d, tasks, llk, wide);
     if (wide && !d->logged_ll128) {

@@ -47,6 +47,17 @@ static void *dev(ctx_t *x, const void *h, size_t bytes) {
   return d;
 }
 
+/* Like dev, with the copy `shift` floats into its allocation (shift 1: a pointer 4 bytes past
+ * an alignment, as slices of the model's packed arrays can be). */
+static float *dev_at(ctx_t *x, const float *h, size_t n, int shift) {
+  char *d = x->g.vt->alloc(x->g.ctx, (n + (size_t)shift) * sizeof *h);
+  if (!d || x->ndev == 64) return x->bad = 1, (float *)d;
+  x->dev[x->ndev++] = d;
+  float *p = (float *)d + shift;
+  x->g.vt->put(x->g.ctx, p, h, n * sizeof *h);
+  return p;
+}
+
 /* The device's n values (floats, or bf16 where half) against the CPU's floats: 0, or 1 with
  * a line naming them. */
 static int same_as(ctx_t *x, const char *what, const void *d, const float *h, size_t n, int half) {
@@ -112,14 +123,15 @@ static int check_norm(ctx_t *x, int N, int C) {
   return bad;
 }
 
-static int check_matmul(ctx_t *x, int N, int C, int OC, int bias) {
+static int check_matmul(ctx_t *x, int N, int C, int OC, int bias, int shift) {
   size_t nc = (size_t)N * C, no = (size_t)N * OC, oc = (size_t)OC * C;
   float *in = host(x, nc, 1), *w = host(x, oc, 1), *b = host(x, OC, 1), *out = host(x, no, 1);
   float *dout = host(x, no, 1), *din = host(x, nc, 1), *dw = host(x, oc, 1), *db = host(x, OC, 1);
   int bad = x->bad;
   if (!bad) {
-    float *d_in = dev(x, in, nc * 4), *d_w = dev(x, w, oc * 4), *d_b = dev(x, b, OC * 4);
-    float *d_out = dev(x, out, no * 4), *d_dout = dev(x, dout, no * 4),
+    float *d_in = dev_at(x, in, nc, shift), *d_w = dev_at(x, w, oc, shift),
+          *d_b = dev_at(x, b, OC, shift);
+    float *d_out = dev_at(x, out, no, shift), *d_dout = dev(x, dout, no * 4),
           *d_din = dev(x, din, nc * 4);
     float *d_dw = dev(x, dw, oc * 4), *d_db = dev(x, db, OC * 4);
     CPU(matmul_fwd, out, in, w, bias ? b : NULL, N, C, OC);
@@ -281,9 +293,14 @@ static int cases(ctx_t *x, int products, int *n) {
   int norms[][2] = {{1, 5}, {37, 67}, {64, 256}, {300, 1000}};
   for (int i = 0; i < 4 && !products; i++, ++*n)
     bad += check_norm(x, norms[i][0], norms[i][1]);
-  int mats[][4] = {{1, 3, 5, 1}, {37, 67, 45, 1}, {37, 67, 45, 0}, {256, 192, 576, 1}};
-  for (int i = 0; i < 4; i++, ++*n)
-    bad += check_matmul(x, mats[i][0], mats[i][1], mats[i][2], mats[i][3]);
+  /* N, C, OC, bias, shift (pointers off 16-byte alignment: the bias product's fallback) */
+  int mats[][5] = {{1, 3, 5, 1, 0},
+                   {37, 67, 45, 1, 0},
+                   {37, 67, 45, 0, 0},
+                   {256, 192, 576, 1, 0},
+                   {256, 192, 576, 1, 1}};
+  for (int i = 0; i < 5; i++, ++*n)
+    bad += check_matmul(x, mats[i][0], mats[i][1], mats[i][2], mats[i][3], mats[i][4]);
   int atts[][4] = {{1, 1, 4, 1}, {2, 13, 24, 3}, {3, 64, 64, 4}, {2, 100, 96, 2}};
   for (int i = 0; i < 4; i++, ++*n)
     bad += check_attention(x, atts[i][0], atts[i][1], atts[i][2], atts[i][3]);

@@ -102,6 +102,10 @@ typedef struct {
   uint64_t where, want, seen;
 } weft_dev_error_t;
 
+/* weft_dev_error_t.where of a wait on the in-place rounds' progress (weft_dev_launch_t.progress):
+ * the block waited for its own rank's sender block, not for a flag of the region. */
+#define WEFT_DEV_WHERE_PROGRESS UINT64_MAX
+
 /* MISMATCH: a peer's buffer of a direct operation lies in another window or at another offset,
  * or holds another size, than ours (it was neither read nor written). */
 enum {

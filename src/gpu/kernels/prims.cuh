@@ -75,7 +75,11 @@ struct Chan {
             L->error->peer = peer;
             L->error->channel = ch;
             L->error->kind = kind;
-            L->error->where = (uint64_t)((const char *)p - L->region[L->rank]);
+            /* a flag of the region, or (in-place rounds) this block's own sender's count in
+             * private memory: WEFT_DEV_WHERE_PROGRESS */
+            const char *q = (const char *)p, *r = L->region[L->rank];
+            L->error->where =
+                q >= r && q < r + WEFT_DEV_STAGE_OFF ? (uint64_t)(q - r) : WEFT_DEV_WHERE_PROGRESS;
             L->error->want = target;
             L->error->seen = seen;
             __threadfence_system();
