@@ -73,14 +73,8 @@ void apply(gpt_cuda_t *x, float *Z, int ldz, const void *P, const void *Y, int l
 
 /* x's f32 scratch of at least n floats, or NULL (x->oom set: the next finish reports it) */
 float *scratch(gpt_cuda_t *x, size_t n) {
-  if (n <= x->scratch_n) return x->scratch;
-  cudaStreamSynchronize(x->s);
-  cudaFree(x->scratch);
-  x->scratch_n = 0;
-  if (cudaMalloc(&x->scratch, n * sizeof(float)) != cudaSuccess)
-    return cudaGetLastError(), x->scratch = NULL, x->oom = 1, nullptr;
-  x->scratch_n = n;
-  return x->scratch;
+  return static_cast<float *>(gpt_cuda_grow(x, reinterpret_cast<void **>(&x->scratch),
+                                            &x->scratch_bytes, n * sizeof(float)));
 }
 
 int rows_blocks(long rows) { return (int)((rows + 7) / 8); } /* a warp a row */

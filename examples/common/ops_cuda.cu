@@ -463,3 +463,14 @@ void gpt_cuda_launched(void *ctx) {
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess && C_(ctx)->launch == cudaSuccess) C_(ctx)->launch = e;
 }
+
+void *gpt_cuda_grow(gpt_cuda_t *x, void **buf, size_t *have, size_t bytes) {
+  if (bytes <= *have) return *buf;
+  cudaStreamSynchronize(x->s); /* the old buffer's readers are done */
+  cudaFree(*buf);
+  *have = 0;
+  if (cudaMalloc(buf, bytes) != cudaSuccess)
+    return cudaGetLastError(), *buf = NULL, x->oom = 1, nullptr;
+  *have = bytes;
+  return *buf;
+}

@@ -30,7 +30,7 @@ struct gpt_cuda_t {
   cudaEvent_t ev;
   cublasHandle_t h;
   float *scratch; /* attention's: one batch element's scores [NH][T][T] */
-  size_t scratch_n;
+  size_t scratch_bytes;
   double *loss; /* the mean loss, or another sum the host waits for */
   int oom;      /* 1: an operation found no memory, 2: a norm too wide for shared memory; the next
                    finish fails */
@@ -39,7 +39,7 @@ struct gpt_cuda_t {
   int bf16;               /* products on bf16 copies of their inputs */
   int smem;               /* bytes of shared memory a block may have (a norm's backward: 8 C) */
   __nv_bfloat16 *half[4]; /* those copies, by slot */
-  size_t half_n[4];
+  size_t half_bytes[4];
   cublasLtHandle_t lt; /* the products with a bias (NULL: cuBLAS, the bias written first) */
   void *lt_ws;
   size_t lt_ws_n;
@@ -88,6 +88,9 @@ void gpt_cuda_launched(void *ctx);
 /* Waits for the stream: 0, or -1 with the error on stderr (what any failed operation left). */
 int gpt_cuda_finish(void *ctx);
 
+/* *buf (of *have bytes) grown to at least bytes, its contents dropped once the stream is
+ * done with them; NULL (x->oom set) when there is no memory. */
+void *gpt_cuda_grow(gpt_cuda_t *x, void **buf, size_t *have, size_t bytes);
 /* bf16 slot `slot` of at least n values (grown as needed), or NULL (x->oom set). */
 __nv_bfloat16 *gpt_cuda_half(gpt_cuda_t *x, int slot, size_t n);
 /* A product's input in the math's type: src itself (f32), or its copy into bf16 slot `slot`

@@ -9,13 +9,9 @@
 
 namespace {
 
-__global__ void k_bias_fwd(float *out, const float *bias, int OC, long n) {
-  GRID_STRIDE(i, n) out[i] += bias[i % OC];
-}
-
-/* out[n][o] = bias[o] (a product adds to it) */
-__global__ void k_bias_fill(float *out, const float *bias, int OC, long n) {
-  GRID_STRIDE(i, n) out[i] = bias[i % OC];
+/* out[n][o] += bias[o], or (fill) = bias[o], which a product then adds to */
+__global__ void k_bias_fwd(float *out, const float *bias, int OC, long n, int fill) {
+  GRID_STRIDE(i, n) out[i] = (fill ? 0.0f : out[i]) + bias[i % OC];
 }
 
 /* blocks of 32 columns x 8 row lanes, over BIAS_ROWS rows each: enough blocks to fill the GPU
@@ -124,7 +120,7 @@ int lt_bias(gpt_cuda_t *x, float *out, const void *W, const void *I, const float
 
 void gpt_cuda_bias_fwd(void *c, float *out, const float *bias, int N, int OC) {
   long n = (long)N * OC;
-  LAUNCH(c, k_bias_fwd, blocks(n), TPB, 0, out, bias, OC, n);
+  LAUNCH(c, k_bias_fwd, blocks(n), TPB, 0, out, bias, OC, n, 0);
 }
 
 void gpt_cuda_bias_bwd(void *c, float *dbias, const float *dout, int N, int OC) {
@@ -139,7 +135,7 @@ void gpt_cuda_matmul_fwd(void *c, float *out, const float *in, const float *w, c
   long n = (long)N * OC;
   const void *W = gpt_cuda_in(x, 0, w, (size_t)OC * C), *I = gpt_cuda_in(x, 1, in, (size_t)N * C);
   if (bias && n && W && I && lt_bias(x, out, W, I, bias, N, C, OC) == 0) return;
-  if (bias && n) LAUNCH(c, k_bias_fill, blocks(n), TPB, 0, out, bias, OC, n);
+  if (bias && n) LAUNCH(c, k_bias_fwd, blocks(n), TPB, 0, out, bias, OC, n, 1);
   gpt_cuda_gemm(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, W, C, 0, I, C, 0, bias ? 1.0f : 0.0f,
                 out, OC, 0, 1);
 }
@@ -157,14 +153,9 @@ void gpt_cuda_matmul_bwd(void *c, float *din, float *dw, float *dbias, const flo
 }
 
 __nv_bfloat16 *gpt_cuda_half(gpt_cuda_t *x, int slot, size_t n) {
-  if (n <= x->half_n[slot]) return x->half[slot];
-  cudaStreamSynchronize(x->s);
-  cudaFree(x->half[slot]);
-  x->half_n[slot] = 0;
-  if (cudaMalloc(&x->half[slot], n * sizeof(__nv_bfloat16)) != cudaSuccess)
-    return cudaGetLastError(), x->half[slot] = NULL, x->oom = 1, nullptr;
-  x->half_n[slot] = n;
-  return x->half[slot];
+  return static_cast<__nv_bfloat16 *>(gpt_cuda_grow(x, reinterpret_cast<void **>(&x->half[slot]),
+                                                    &x->half_bytes[slot],
+                                                    n * sizeof(__nv_bfloat16)));
 }
 
 const void *gpt_cuda_in(gpt_cuda_t *x, int slot, const float *src, size_t n) {
