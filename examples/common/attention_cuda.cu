@@ -84,6 +84,7 @@ int rows_blocks(long rows) { return (int)((rows + 7) / 8); } /* a warp a row */
 void gpt_cuda_attention_fwd(void *c, float *out, float *att, const float *qkv, int B, int T, int C,
                             int NH) {
   gpt_cuda_t *x = C_(c);
+  if (gpt_cuda_fused_fwd(x, out, att, qkv, B, T, C, NH) == 0) return;
   int hs = C / NH;
   long q3 = (long)T * 3 * C, tt = (long)NH * T * T, rows = (long)NH * T;
   float scale = 1.0f / sqrtf((float)hs);
@@ -104,10 +105,17 @@ void gpt_cuda_attention_fwd(void *c, float *out, float *att, const float *qkv, i
   }
 }
 
+size_t gpt_cuda_attention_keep(void *c, int B, int T, int C, int NH) {
+  size_t rows = (size_t)B * NH * T;
+  return gpt_cuda_fused_serves(C_(c), C, NH) == 0 ? rows : rows * T;
+}
+
 void gpt_cuda_attention_bwd(void *c, float *dqkv, const float *dout, const float *qkv,
-                            const float *att, int B, int T, int C, int NH, float *datt) {
+                            const float *out, const float *att, int B, int T, int C, int NH,
+                            float *datt) {
   (void)datt;
   gpt_cuda_t *x = C_(c);
+  if (gpt_cuda_fused_bwd(x, dqkv, dout, qkv, out, att, B, T, C, NH) == 0) return;
   int hs = C / NH;
   long q3 = (long)T * 3 * C, tt = (long)NH * T * T, tc = (long)T * C, rows = (long)NH * T;
   float scale = 1.0f / sqrtf((float)hs);

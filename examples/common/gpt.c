@@ -39,7 +39,7 @@ static void act_sizes(const gpt_t *m, size_t *layer, size_t *head) {
   const gpt_config_t *c = &m->c;
   size_t N = (size_t)m->batch * c->seq, C = (size_t)c->channels, V = (size_t)c->vocab;
   size_t R = (size_t)gpt_rows_here(m, (int)N), q = C / (size_t)m->tp, X = m->sp ? N * C : 0;
-  size_t att = (size_t)m->batch * (c->heads / m->tp) * c->seq * c->seq;
+  size_t att = OP(attention_keep, m->batch, c->seq, (int)q, c->heads / m->tp);
   /* the dense MLP's hidden rows, or the experts' (M rows, G gate entries, K choices) */
   size_t moe = m->local_experts > 0, M = m->max_rows, F = moe ? 0 : 4 * N * q;
   size_t G = moe ? N * (size_t)c->experts : 0, K = moe ? N * (size_t)c->topk : 0;
@@ -93,12 +93,12 @@ static int init(gpt_t *m, const gpt_config_t *c, int batch) {
   m->layer_first = ((size_t)c->vocab + (size_t)c->seq) * (size_t)c->channels;
   m->lnf = m->layer_first + L * m->layer_size;
   m->nparams = m->lnf + 2 * (size_t)c->channels;
+  if (!m->ops) m->ops = &gpt_ops_cpu;
   act_sizes(m, ls, hs);
   for (int i = 0; i < A_NLAYER; i++)
     m->nact += ls[i] * L;
   for (int i = 0; i < H_N; i++)
     m->nact += hs[i];
-  if (!m->ops) m->ops = &gpt_ops_cpu;
   m->act = OP(alloc, m->nact * sizeof *m->act);
   m->tok = OP(alloc, N * sizeof *m->tok), m->tgt = OP(alloc, N * sizeof *m->tgt);
   if (!m->act || !m->tok || !m->tgt) return gpt_free(m), -1;

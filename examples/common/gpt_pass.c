@@ -199,7 +199,7 @@ void gpt_backward(gpt_t *m, const gpt_io_t *io, int B, float scale) {
     /* attention branch: res2 = res + attproj(attention(qkv(ln1(res)))) */
     OP(zero, dln, sizeof(float) * rc);
     row_bwd(m, io, datty, part, G(P_ATTW), G(P_ATTB), dres, A(A_ATTY), W(P_ATTW), N, q);
-    OP(attention_bwd, dqkv, datty, A(A_QKV), A(A_ATT), B, T, q, NH, scratch);
+    OP(attention_bwd, dqkv, datty, A(A_QKV), A(A_ATTY), A(A_ATT), B, T, q, NH, scratch);
     column_bwd(m, io, dln, part, G(P_QKVW), G(P_QKVB), dqkv, x1, W(P_QKVW), N, 3 * q);
     OP(layernorm_bwd, dres, G(P_LN1W), G(P_LN1B), dln, res, W(P_LN1W), A(A_LN1M), A(A_LN1R), R, C);
     done(io, l);

@@ -57,13 +57,18 @@ typedef struct {
   void (*bias_bwd)(void *ctx, float *dbias, const float *dout, int N, int OC);
   void (*matmul_bwd)(void *ctx, float *din, float *dw, float *dbias, const float *dout,
                      const float *in, const float *w, int N, int C, int OC);
-  /* qkv [B][T][3C] -> out [B][T][C]; att [B][NH][T][T] keeps the softmax for the backward, in
-   * the back end's form (CUDA with bf16 products: bf16, in the first half) */
+  /* qkv [B][T][3C] -> out [B][T][C]; att (attention_keep floats) keeps what the backward
+   * needs, in the back end's form: the softmax [B][NH][T][T] (CUDA with bf16 products: each
+   * query row's log-sum-exp [B][NH][T], where the head size suits the fused kernels; else
+   * the softmax as bf16, in the first half) */
   void (*attention_fwd)(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C,
                         int NH);
-  /* datt: scratch of T floats (the CPU's; CUDA keeps its own) */
+  /* out: the forward's; datt: scratch of T floats (the CPU's; CUDA keeps its own) */
   void (*attention_bwd)(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                        const float *att, int B, int T, int C, int NH, float *datt);
+                        const float *out, const float *att, int B, int T, int C, int NH,
+                        float *datt);
+  /* the floats att holds for that shape */
+  size_t (*attention_keep)(void *ctx, int B, int T, int C, int NH);
   void (*gelu_fwd)(void *ctx, float *out, const float *in, int n);
   void (*gelu_bwd)(void *ctx, float *din, const float *in, const float *dout, int n);
   void (*add)(void *ctx, float *out, const float *a, const float *b, int n);

@@ -227,9 +227,15 @@ static void cpu_attention_fwd(void *ctx, float *out, float *att, const float *qk
       }
 }
 
+static size_t cpu_attention_keep(void *ctx, int B, int T, int C, int NH) {
+  (void)ctx, (void)C;
+  return (size_t)B * NH * T * T;
+}
+
 static void cpu_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                              const float *att, int B, int T, int C, int NH, float *datt) {
-  (void)ctx;
+                              const float *out, const float *att, int B, int T, int C, int NH,
+                              float *datt) {
+  (void)ctx, (void)out;
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
   for (int b = 0; b < B; b++)
@@ -361,6 +367,7 @@ static const gpt_ops_vt_t cpu_vt = {.name = "cpu",
                                     .matmul_bwd = cpu_matmul_bwd,
                                     .attention_fwd = cpu_attention_fwd,
                                     .attention_bwd = cpu_attention_bwd,
+                                    .attention_keep = cpu_attention_keep,
                                     .gelu_fwd = cpu_gelu_fwd,
                                     .gelu_bwd = cpu_gelu_bwd,
                                     .add = cpu_add,

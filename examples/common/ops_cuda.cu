@@ -56,7 +56,11 @@ __global__ void k_layernorm_fwd(float *out, float *mean, float *rstd, const floa
   if (lane == 0) mean[row] = m, rstd[row] = s;
 }
 
-/* a warp a row; the block's dw and db gathered in shared memory, then added once */
+/* a warp a row; the block's dw and db gathered in shared memory, then added once. CPL > 0
+ * (C <= 32 CPL): each lane keeps its columns (lane, lane + 32, ...) of w and of a row, and its
+ * sums of dw and db, in registers, reading each row once; 0: any C, a row read twice and
+ * summed by shared-memory atomics */
+template <int CPL>
 __global__ void k_layernorm_bwd(float *din, float *dw, float *db, const float *dout,
                                 const float *in, const float *w, const float *mean,
                                 const float *rstd, int N, int C) {
@@ -66,25 +70,54 @@ __global__ void k_layernorm_bwd(float *din, float *dw, float *db, const float *d
     sh[i] = 0;
   __syncthreads();
   int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  const int K = CPL > 0 ? CPL : 1;
+  float wv[K], pw[K], pb[K];
+  for (int j = 0; j < K; j++)
+    wv[j] = CPL && lane + 32 * j < C ? w[lane + 32 * j] : 0.0f, pw[j] = pb[j] = 0;
   for (int row = blockIdx.x * warps + threadIdx.x / 32; row < N; row += gridDim.x * warps) {
     const float *x = in + (long)row * C, *d = dout + (long)row * C;
     float *dx = din + (long)row * C, m = mean[row], s = rstd[row], dm = 0, dnm = 0;
-    for (int i = lane; i < C; i += 32) {
-      float norm = (x[i] - m) * s, dn = w[i] * d[i];
-      dm += dn, dnm += dn * norm;
-    }
-    dm = warp_sum(dm) / (float)C, dnm = warp_sum(dnm) / (float)C;
-    for (int i = lane; i < C; i += 32) {
-      float norm = (x[i] - m) * s, dn = w[i] * d[i];
-      atomicAdd(&sdb[i], d[i]);
-      atomicAdd(&sdw[i], norm * d[i]);
-      dx[i] += (dn - dm - norm * dnm) * s;
+    if constexpr (CPL > 0) {
+      float nv[K], dv[K];
+      for (int j = 0; j < K; j++) {
+        int i = lane + 32 * j;
+        nv[j] = i < C ? (x[i] - m) * s : 0.0f, dv[j] = i < C ? d[i] : 0.0f;
+        dm += wv[j] * dv[j], dnm += wv[j] * dv[j] * nv[j];
+      }
+      dm = warp_sum(dm) / (float)C, dnm = warp_sum(dnm) / (float)C;
+      for (int j = 0; j < K; j++) {
+        int i = lane + 32 * j;
+        pb[j] += dv[j], pw[j] += nv[j] * dv[j];
+        if (i < C) dx[i] += (wv[j] * dv[j] - dm - nv[j] * dnm) * s;
+      }
+    } else {
+      for (int i = lane; i < C; i += 32) {
+        float norm = (x[i] - m) * s, dn = w[i] * d[i];
+        dm += dn, dnm += dn * norm;
+      }
+      dm = warp_sum(dm) / (float)C, dnm = warp_sum(dnm) / (float)C;
+      for (int i = lane; i < C; i += 32) {
+        float norm = (x[i] - m) * s, dn = w[i] * d[i];
+        atomicAdd(&sdb[i], d[i]);
+        atomicAdd(&sdw[i], norm * d[i]);
+        dx[i] += (dn - dm - norm * dnm) * s;
+      }
     }
   }
+  for (int j = 0; CPL && j < K && lane + 32 * j < C; j++)
+    atomicAdd(&sdw[lane + 32 * j], pw[j]), atomicAdd(&sdb[lane + 32 * j], pb[j]);
   __syncthreads();
   for (int i = threadIdx.x; i < C; i += blockDim.x)
     atomicAdd(&dw[i], sdw[i]), atomicAdd(&db[i], sdb[i]);
 }
+
+/* the norm's backward kernels by columns a lane (a launch's kernel is one macro argument) */
+const auto k_norm_bwd_any = k_layernorm_bwd<0>;
+const auto k_norm_bwd_4 = k_layernorm_bwd<4>;
+const auto k_norm_bwd_8 = k_layernorm_bwd<8>;
+const auto k_norm_bwd_16 = k_layernorm_bwd<16>;
+const auto k_norm_bwd_24 = k_layernorm_bwd<24>;
+const auto k_norm_bwd_32 = k_layernorm_bwd<32>;
 
 #define GELU_S 0.7978845608f
 
@@ -315,14 +348,27 @@ void cu_layernorm_fwd(void *c, float *out, float *mean, float *rstd, const float
 
 void cu_layernorm_bwd(void *c, float *din, float *dw, float *db, const float *dout, const float *in,
                       const float *w, const float *mean, const float *rstd, int N, int C) {
-  int g = (N + 7) / 8;
+  int g = (N + 7) / 8, cpl = (C + 31) / 32;
   g = g > 264 ? 264 : g < 1 ? 1 : g;
-  if (2 * (size_t)C * sizeof(float) > (size_t)C_(c)->smem) { /* the next finish reports it */
+  size_t sm = 2 * (size_t)C * sizeof(float);
+  if (sm > (size_t)C_(c)->smem) { /* the next finish reports it */
     C_(c)->oom = 2;
     return;
   }
-  LAUNCH(c, k_layernorm_bwd, g, TPB, 2 * (size_t)C * sizeof(float), din, dw, db, dout, in, w, mean,
-         rstd, N, C);
+#define NORM_BWD(k) LAUNCH(c, k, g, TPB, sm, din, dw, db, dout, in, w, mean, rstd, N, C)
+  if (cpl <= 4)
+    NORM_BWD(k_norm_bwd_4);
+  else if (cpl <= 8)
+    NORM_BWD(k_norm_bwd_8);
+  else if (cpl <= 16)
+    NORM_BWD(k_norm_bwd_16);
+  else if (cpl <= 24)
+    NORM_BWD(k_norm_bwd_24);
+  else if (cpl <= 32)
+    NORM_BWD(k_norm_bwd_32);
+  else
+    NORM_BWD(k_norm_bwd_any);
+#undef NORM_BWD
 }
 
 void cu_gelu_fwd(void *c, float *out, const float *in, int n) {
@@ -389,6 +435,7 @@ const gpt_ops_vt_t cuda_vt = {.name = "cuda",
                               .matmul_bwd = gpt_cuda_matmul_bwd,
                               .attention_fwd = gpt_cuda_attention_fwd,
                               .attention_bwd = gpt_cuda_attention_bwd,
+                              .attention_keep = gpt_cuda_attention_keep,
                               .gelu_fwd = cu_gelu_fwd,
                               .gelu_bwd = cu_gelu_bwd,
                               .add = cu_add,
@@ -424,7 +471,7 @@ extern "C" int gpt_ops_cuda_open(gpt_ops_t *ops, int device, int bf16, char *why
       cudaSuccess)
     goto fail;
   step = "cudaFuncSetAttribute";
-  if ((e = cudaFuncSetAttribute(k_layernorm_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if ((e = cudaFuncSetAttribute(k_norm_bwd_any, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 x->smem)) != cudaSuccess)
     goto fail;
   /* cuBLASLt (the bias in the product's epilogue) is optional: without it the bias is

@@ -45,6 +45,7 @@ struct gpt_cuda_t {
   size_t lt_ws_n;
   gpt_cuda_lt_algo_t lt_algo[GPT_CUDA_LT_ALGOS];
   unsigned lt_next;
+  unsigned fused_ready; /* bit hs / 16: the fused attention's kernels of head size hs may run */
 };
 
 static inline gpt_cuda_t *C_(void *c) { return static_cast<gpt_cuda_t *>(c); }
@@ -112,8 +113,19 @@ void gpt_cuda_bias_fwd(void *c, float *out, const float *bias, int N, int OC);
 void gpt_cuda_bias_bwd(void *c, float *dbias, const float *dout, int N, int OC);
 void gpt_cuda_attention_fwd(void *c, float *out, float *att, const float *qkv, int B, int T, int C,
                             int NH);
+size_t gpt_cuda_attention_keep(void *c, int B, int T, int C, int NH);
 void gpt_cuda_attention_bwd(void *c, float *dqkv, const float *dout, const float *qkv,
-                            const float *att, int B, int T, int C, int NH, float *datt);
+                            const float *out, const float *att, int B, int T, int C, int NH,
+                            float *datt);
+
+/* The fused attention (attention_fused_cuda.cu): whether it serves a shape (0, else -1), and
+ * its passes: 0 when they ran (att keeps each query row's log-sum-exp), -1 (nothing queued)
+ * where it does not serve the shape. */
+int gpt_cuda_fused_serves(gpt_cuda_t *x, int C, int NH);
+int gpt_cuda_fused_fwd(gpt_cuda_t *x, float *out, float *att, const float *qkv, int B, int T, int C,
+                       int NH);
+int gpt_cuda_fused_bwd(gpt_cuda_t *x, float *dqkv, const float *dout, const float *qkv,
+                       const float *out, const float *att, int B, int T, int C, int NH);
 
 extern const moe_ops_vt_t moe_ops_cuda;
 
