@@ -71,12 +71,6 @@ void apply(gpt_cuda_t *x, float *Z, int ldz, const void *P, const void *Y, int l
                 P, T, (long long)T * T, beta, Z, ldz, hs, NH);
 }
 
-/* x's f32 scratch of at least n floats, or NULL (x->oom set: the next finish reports it) */
-float *scratch(gpt_cuda_t *x, size_t n) {
-  return static_cast<float *>(gpt_cuda_grow(x, reinterpret_cast<void **>(&x->scratch),
-                                            &x->scratch_bytes, n * sizeof(float)));
-}
-
 int rows_blocks(long rows) { return (int)((rows + 7) / 8); } /* a warp a row */
 
 } // namespace
@@ -89,7 +83,7 @@ void gpt_cuda_attention_fwd(void *c, float *out, float *att, const float *qkv, i
   long q3 = (long)T * 3 * C, tt = (long)NH * T * T, rows = (long)NH * T;
   float scale = 1.0f / sqrtf((float)hs);
   const void *Q = gpt_cuda_in(x, 0, qkv, (size_t)B * q3);
-  float *S = x->bf16 ? scratch(x, (size_t)tt) : NULL;
+  float *S = x->bf16 ? gpt_cuda_scratch(x, (size_t)tt) : NULL;
   if (x->bf16 && !S) return;
   for (int b = 0; b < B; b++) {
     const void *q = gpt_cuda_at(x, Q, b * q3), *k = gpt_cuda_at(x, Q, b * q3 + C);
@@ -119,7 +113,7 @@ void gpt_cuda_attention_bwd(void *c, float *dqkv, const float *dout, const float
   int hs = C / NH;
   long q3 = (long)T * 3 * C, tt = (long)NH * T * T, tc = (long)T * C, rows = (long)NH * T;
   float scale = 1.0f / sqrtf((float)hs);
-  float *ds = scratch(x, (size_t)tt);
+  float *ds = gpt_cuda_scratch(x, (size_t)tt);
   __nv_bfloat16 *dsh = x->bf16 ? gpt_cuda_half(x, 3, (size_t)tt) : NULL;
   if (!ds || (x->bf16 && !dsh)) return;
   const void *Q = gpt_cuda_in(x, 0, qkv, (size_t)B * q3),

@@ -383,8 +383,7 @@ int gpt_cuda_fused_bwd(gpt_cuda_t *x, float *dqkv, const float *dout, const floa
   long rows = (long)B * T * NH;
   float scale = 1.0f / sqrtf((float)(C / NH));
   if (!rows) return 0;
-  float *D = static_cast<float *>(gpt_cuda_grow(x, reinterpret_cast<void **>(&x->scratch),
-                                                &x->scratch_bytes, (size_t)rows * sizeof(float)));
+  float *D = gpt_cuda_scratch(x, (size_t)rows);
   const bf16 *Q = static_cast<const bf16 *>(gpt_cuda_in(x, 0, qkv, (size_t)B * T * 3 * C));
   const bf16 *DY = static_cast<const bf16 *>(gpt_cuda_in(x, 2, dout, (size_t)B * T * C));
   if (!D || !Q || !DY) return 0; /* x->oom: the next finish reports it */

@@ -511,6 +511,11 @@ void gpt_cuda_launched(void *ctx) {
   if (e != cudaSuccess && C_(ctx)->launch == cudaSuccess) C_(ctx)->launch = e;
 }
 
+float *gpt_cuda_scratch(gpt_cuda_t *x, size_t n) {
+  return static_cast<float *>(gpt_cuda_grow(x, reinterpret_cast<void **>(&x->scratch),
+                                            &x->scratch_bytes, n * sizeof(float)));
+}
+
 void *gpt_cuda_grow(gpt_cuda_t *x, void **buf, size_t *have, size_t bytes) {
   if (bytes <= *have) return *buf;
   cudaStreamSynchronize(x->s); /* the old buffer's readers are done */

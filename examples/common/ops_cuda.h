@@ -29,7 +29,8 @@ struct gpt_cuda_t {
   cudaStream_t s;
   cudaEvent_t ev;
   cublasHandle_t h;
-  float *scratch; /* attention's: one batch element's scores [NH][T][T] */
+  float *scratch; /* attention's: one batch element's scores [NH][T][T], or the fused
+                     backward's row terms [B][NH][T] */
   size_t scratch_bytes;
   double *loss; /* the mean loss, or another sum the host waits for */
   int oom;      /* 1: an operation found no memory, 2: a norm too wide for shared memory; the next
@@ -92,6 +93,8 @@ int gpt_cuda_finish(void *ctx);
 /* *buf (of *have bytes) grown to at least bytes, its contents dropped once the stream is
  * done with them; NULL (x->oom set) when there is no memory. */
 void *gpt_cuda_grow(gpt_cuda_t *x, void **buf, size_t *have, size_t bytes);
+/* The attention's f32 scratch of at least n floats, or NULL (x->oom set). */
+float *gpt_cuda_scratch(gpt_cuda_t *x, size_t n);
 /* bf16 slot `slot` of at least n values (grown as needed), or NULL (x->oom set). */
 __nv_bfloat16 *gpt_cuda_half(gpt_cuda_t *x, int slot, size_t n);
 /* A product's input in the math's type: src itself (f32), or its copy into bf16 slot `slot`
