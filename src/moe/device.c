@@ -4,6 +4,7 @@
  * (the ranks still trade verdicts over the bootstrap ring before data moves). Staging comes
  * stream-ordered from the layer's own memory pool, so nothing here waits for other kernels of the
  * process. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +69,7 @@ void weft_moe_dev_free(weft_moe_handle_t h) {
   if (d->block) cudaFreeAsync(d->block, d->last);
   if (d->block2) cudaFreeAsync(d->block2, d->last);
   if (d->done) cudaEventDestroy(d->done);
+  if (d->packed) cudaEventDestroy(d->packed);
   free(d->tables);
   free(d);
   h->dev = NULL;
@@ -140,6 +142,31 @@ static void call_end(weft_moe_handle_t h, cudaStream_t st, call_t *c, int ran) {
   free(c->cnt);
 }
 
+/* Ranks sharing one GPU: under MPS a kernel launched after a peer's alltoallv kernel started
+ * spinning for this rank's chunks may not be scheduled until that kernel gives up (measured
+ * on one H200, 4 ranks: the packing kernel of the last rank to launch ran 5 s late, exactly
+ * when a peer's alltoallv timed out, in 40 of 748 runs; bench/results/
+ * 2026-12-03-h200-staged-defect.txt). So there the packing kernel (rc: its launch) finishes
+ * on every rank before any rank's alltoallv starts, and a failed one stops every rank. */
+static weft_result_t packed_everywhere(weft_moe_handle_t h, cudaStream_t st, weft_result_t rc,
+                                       const char *fn) {
+  weft_moe_t m = h->moe;
+  moe_dev_t *d = h->dev;
+  if (!weft_ipc_gpu_shared(moe_dev(m)->ipc)) return rc;
+  weft_moe_verdict_t v = {MOE_OK, 0, 0, 0};
+  if (rc != WEFT_SUCCESS || cudaEventRecord(d->packed, st) != cudaSuccess ||
+      cudaEventSynchronize(d->packed) != cudaSuccess)
+    v.code = MOE_FAILED;
+  if (v.code == MOE_FAILED && rc == WEFT_SUCCESS)
+    rc = weft_set_error(WEFT_ERR_SYSTEM, "%s: packing: %s", fn,
+                        cudaGetErrorString(cudaGetLastError()));
+  char mine[256] = "";
+  if (rc != WEFT_SUCCESS) snprintf(mine, sizeof mine, "%s", weft_thread_error());
+  weft_result_t all = weft_moe_agree(m, fn, v);
+  /* the failing rank keeps its own reason; the others learn whose it was */
+  return rc != WEFT_SUCCESS ? weft_set_error(rc, "%s", mine) : all;
+}
+
 /* The alltoallv counts of one side, `per` elements an entry, without this rank's own entries
  * (they take the direct path). */
 static void others(const weft_moe_plan_t *p, int rank, int recv, size_t per, size_t *cnt,
@@ -190,6 +217,7 @@ static weft_result_t dispatch_fp8(weft_moe_handle_t h, const void *x, const floa
   rc = kernel_rc(weft_moe_k_gather_fp8(moe_kcode(m->cfg.dtype), x, d->send_list, ns, hid, wire,
                                        buf[0], w, (float *)buf[1], (int)k, st),
                  fn, "fp8 gather");
+  rc = packed_everywhere(h, st, rc, fn);
   weft_moe_plan_counts(p, 0, wire, c.cnt, c.dsp);
   weft_moe_plan_counts(p, 1, wire, c.rcnt, c.rdsp);
   if (rc == WEFT_SUCCESS)
@@ -260,6 +288,7 @@ weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const fl
   rc = kernel_rc(
       weft_moe_k_gather(x, d->send_list, ns, lo, hi, row, buf[0], w, (float *)buf[1], (int)k, st),
       fn, "gather");
+  rc = packed_everywhere(h, st, rc, fn);
   others(p, me, 0, hid, c.cnt, c.dsp);
   others(p, me, 1, hid, c.rcnt, c.rdsp);
   if (rc == WEFT_SUCCESS)
@@ -311,6 +340,7 @@ weft_result_t weft_moe_dev_combine(weft_moe_handle_t h, const void *rows, const 
                            c.buf[1] ? c.buf[1] + p->send_off[me] * row : NULL};
   rc = kernel_rc(weft_moe_k_partials(t, rows, w, d->row_of, nr, (int)k, hid, c.buf[0], own, st), fn,
                  "partials");
+  rc = packed_everywhere(h, st, rc, fn);
   others(p, me, 1, hid, c.cnt, c.dsp);
   others(p, me, 0, hid, c.rcnt, c.rdsp);
   if (rc == WEFT_SUCCESS)
