@@ -81,7 +81,15 @@ weft_result_t weft_moe_judge(weft_moe_t m, const char *fn, const void *all, size
                           "%s: rank %d: an earlier operation on its stream, or a CUDA call, failed "
                           "(its error says which)",
                           fn, r);
-  default: return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: rank %d: out of memory", fn, r);
+  case MOE_NO_MEM: return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: rank %d: out of memory", fn, r);
+  default:
+    /* what a rank sends from another collective call: one that failed an earlier call and
+     * went on while its peers are still in this one */
+    return weft_set_error(WEFT_ERR_MISMATCH,
+                          "%s: rank %d answered with %lld, which is no verdict of this call: "
+                          "the ranks are in different calls (did one fail an earlier call and "
+                          "go on?)",
+                          fn, r, (long long)v.code);
   }
 }
 
