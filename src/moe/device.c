@@ -1,9 +1,9 @@
 /* MoE dispatch and combine on device communicators (CUDA builds): the direct path's kernels
  * on the shared window (direct.c) or, staged, kernels around weft's device alltoallv, over the
  * plan device_layout.c left on the GPU, all on the caller's stream with no wait for the GPU
- * (the ranks still trade verdicts over the bootstrap ring before data moves). Staging comes
- * stream-ordered from the layer's own memory pool, so nothing here waits for other kernels of the
- * process. */
+ * (the ranks still trade verdicts over the bootstrap ring before data moves), except that
+ * where ranks share a GPU the staged path waits for its packing kernel. Staging comes
+ * stream-ordered from the layer's own memory pool. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,8 +144,8 @@ static void call_end(weft_moe_handle_t h, cudaStream_t st, call_t *c, int ran) {
 
 /* Ranks sharing one GPU: under MPS a kernel launched after a peer's alltoallv kernel started
  * spinning for this rank's chunks may not be scheduled until that kernel gives up (measured
- * on one H200, 4 ranks: the packing kernel of the last rank to launch ran 5 s late, exactly
- * when a peer's alltoallv timed out, in 40 of 748 runs; bench/results/
+ * on one H200, 4 ranks: in each of the 8 traced failures, the packing kernel of the last
+ * rank to launch ran 5 s late, exactly when a peer's alltoallv timed out; bench/results/
  * 2026-12-03-h200-staged-defect.txt). So there the packing kernel (rc: its launch) finishes
  * on every rank before any rank's alltoallv starts, and a failed one stops every rank. */
 static weft_result_t packed_everywhere(weft_moe_handle_t h, cudaStream_t st, weft_result_t rc,
@@ -160,7 +160,7 @@ static weft_result_t packed_everywhere(weft_moe_handle_t h, cudaStream_t st, wef
   if (v.code == MOE_FAILED && rc == WEFT_SUCCESS)
     rc = weft_set_error(WEFT_ERR_SYSTEM, "%s: packing: %s", fn,
                         cudaGetErrorString(cudaGetLastError()));
-  char mine[256] = "";
+  char mine[1024] = "";
   if (rc != WEFT_SUCCESS) snprintf(mine, sizeof mine, "%s", weft_thread_error());
   weft_result_t all = weft_moe_agree(m, fn, v);
   /* the failing rank keeps its own reason; the others learn whose it was */
@@ -281,7 +281,8 @@ weft_result_t weft_moe_dev_dispatch(weft_moe_handle_t h, const void *x, const fl
   }
   char **buf = c.buf;
   /* past here a failure is this rank's alone (a launch, or an alltoallv that failed and
-   * told its peers): weft's own timeouts and notices end the peers' waits */
+   * told its peers; but see packed_everywhere): weft's own timeouts and notices end the
+   * peers' waits */
   int me = m->rank;
   size_t lo = p->send_off[me], hi = p->send_off[me + 1];
   weft_moe_k_self_t own = {p->recv_off[me], p->recv_off[me + 1], x, d->send_list + lo, w, NULL};
