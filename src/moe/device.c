@@ -4,7 +4,6 @@
  * (the ranks still trade verdicts over the bootstrap ring before data moves), except that
  * where ranks share a GPU the staged path waits for its packing kernel. Staging comes
  * stream-ordered from the layer's own memory pool. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,18 +152,11 @@ static weft_result_t packed_everywhere(weft_moe_handle_t h, cudaStream_t st, wef
   weft_moe_t m = h->moe;
   moe_dev_t *d = h->dev;
   if (!weft_ipc_gpu_shared(moe_dev(m)->ipc)) return rc;
-  weft_moe_verdict_t v = {MOE_OK, 0, 0, 0};
-  if (rc != WEFT_SUCCESS || cudaEventRecord(d->packed, st) != cudaSuccess ||
-      cudaEventSynchronize(d->packed) != cudaSuccess)
-    v.code = MOE_FAILED;
-  if (v.code == MOE_FAILED && rc == WEFT_SUCCESS)
+  if (rc == WEFT_SUCCESS && (cudaEventRecord(d->packed, st) != cudaSuccess ||
+                             cudaEventSynchronize(d->packed) != cudaSuccess))
     rc = weft_set_error(WEFT_ERR_SYSTEM, "%s: packing: %s", fn,
                         cudaGetErrorString(cudaGetLastError()));
-  char mine[1024] = "";
-  if (rc != WEFT_SUCCESS) snprintf(mine, sizeof mine, "%s", weft_thread_error());
-  weft_result_t all = weft_moe_agree(m, fn, v);
-  /* the failing rank keeps its own reason; the others learn whose it was */
-  return rc != WEFT_SUCCESS ? weft_set_error(rc, "%s", mine) : all;
+  return weft_moe_settle(m, fn, rc);
 }
 
 /* The alltoallv counts of one side, `per` elements an entry, without this rank's own entries

@@ -43,16 +43,6 @@ static weft_moe_verdict_t failed_with(cudaError_t e) {
 
 static weft_moe_verdict_t failed(void) { return failed_with(cudaSuccess); }
 
-/* Every rank's word on a step after the counts, so that all go on or none: a rank whose own
- * step failed keeps its own message. */
-static weft_result_t settle(weft_moe_t m, weft_result_t mine) {
-  char why[512] = "";
-  if (mine != WEFT_SUCCESS) snprintf(why, sizeof why, "%s", weft_thread_error());
-  weft_moe_verdict_t v = {mine == WEFT_SUCCESS ? MOE_OK : MOE_FAILED, 0, 0, 0};
-  weft_result_t rc = weft_moe_agree(m, FN, v);
-  return mine != WEFT_SUCCESS ? weft_set_error(mine, "%s", why) : rc;
-}
-
 /* The send side on the GPU, which writes its counts into rec (this rank's exchange record,
  * host-mapped); the first bad id, if the GPU found one, as the verdict. */
 static weft_moe_verdict_t route(weft_moe_handle_t h, moe_dev_t *d, const void *ids, size_t tokens,
@@ -259,7 +249,7 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
       step = weft_set_error(WEFT_ERR_SYSTEM, "%s: placing the received rows: %s", FN,
                             cudaGetErrorString(e ? (cudaError_t)e : cudaGetLastError()));
   }
-  rc = settle(m, step); /* every rank makes the handle, or none does */
+  rc = weft_moe_settle(m, FN, step); /* every rank makes the handle, or none does */
 out:
   if (entered) weft_dev_leave(moe_dev(m)->device, saved);
   free(cnt);

@@ -1,6 +1,7 @@
 /* The MoE API: a layer's configuration checked and agreed, each batch's layout exchanged,
  * and dispatch and combine checked on every rank before any data moves (a refusal on one
  * rank is a refusal on all, so that no rank waits for a peer that gave up). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,14 @@ weft_result_t weft_moe_agree(weft_moe_t m, const char *fn, weft_moe_verdict_t mi
   all[m->rank] = mine;
   CHECK(weft_bootstrap_allgather(m->comm->boot, all, sizeof *all));
   return weft_moe_judge(m, fn, all, sizeof *all);
+}
+
+weft_result_t weft_moe_settle(weft_moe_t m, const char *fn, weft_result_t mine) {
+  char why[1024] = "";
+  if (mine != WEFT_SUCCESS) snprintf(why, sizeof why, "%s", weft_thread_error());
+  weft_moe_verdict_t v = {mine == WEFT_SUCCESS ? MOE_OK : MOE_FAILED, 0, 0, 0};
+  weft_result_t rc = weft_moe_agree(m, fn, v);
+  return mine != WEFT_SUCCESS ? weft_set_error(mine, "%s", why) : rc;
 }
 
 weft_result_t weft_moe_judge(weft_moe_t m, const char *fn, const void *all, size_t stride) {

@@ -97,6 +97,9 @@ typedef struct weft_moe_verdict {
 /* moe.c. Collective over the bootstrap ring: WEFT_SUCCESS when every rank's verdict is
  * MOE_OK, else the lowest refusing rank's reason as everyone's error. */
 weft_result_t weft_moe_agree(weft_moe_t m, const char *fn, weft_moe_verdict_t mine);
+/* moe.c. Collective: every rank's word on a step it took alone (mine: its result), so that all
+ * go on or none; a rank whose own step failed keeps its own message. */
+weft_result_t weft_moe_settle(weft_moe_t m, const char *fn, weft_result_t mine);
 /* Local: the same judgement over records already gathered, each starting with a verdict,
  * `stride` bytes apart. */
 weft_result_t weft_moe_judge(weft_moe_t m, const char *fn, const void *all, size_t stride);
