@@ -1,8 +1,9 @@
 #!/bin/bash
-# MoE layout on one GPU (src/moe/route.cu, device_layout.c): the device tests on 1-4 ranks
-# sharing it under CUDA MPS, moebench's layout beside PyTorch's (argsort + bincount) on the
-# DeepSeek-V3 and decode shapes, shapes that take the other code paths (8192 experts: masks
-# in global memory; top-32), compute-sanitizer memcheck and racecheck over test_moe's device
+# MoE layout on one GPU (src/moe/route.cu, device_layout.c): the route kernels against a
+# host model (tests/gpu/test_route), the device tests on 1-4 ranks sharing it under CUDA
+# MPS, moebench's layout beside PyTorch's (argsort + bincount) on the DeepSeek-V3 and decode
+# shapes, shapes that take the other code paths (8192 experts: masks in global memory;
+# top-32), compute-sanitizer memcheck and racecheck over test_route and test_moe's device
 # run, and each layout kernel's time by Nsight Compute. Writes OUT/moe-layout-*.txt, *.json.
 # usage: scripts/gpu/moe_layout.sh OUT [BUILD]    (run from the repository root)
 source "$(dirname "$0")/common.sh"
@@ -11,6 +12,7 @@ t="$out/moe-layout-tests.txt" bench="$out/moe-layout-bench.txt" san="$out/moe-la
 mb="$b/bench/moebench --gpu"
 ds="--tokens 4096 --hidden 7168 --topk 8 --experts 256 -d bf16"
 dec="--mode ll --tokens 128 --hidden 7168 --topk 8 --experts 256 -d bf16 -n 50 -w 10"
+step "$t" "$b/tests/gpu/test_route"
 mps_start "$t"
 for n in 1 2 3 4; do step "$t" "$b/tests/mp/test_moe" $n --device; done
 for n in 2 4; do step "$t" "$b/tests/gpu/test_moe_ll" $n --share; done
@@ -24,6 +26,7 @@ mps_stop
 cs=/usr/local/cuda/bin/compute-sanitizer
 if [ -x "$cs" ]; then
   for tool in memcheck racecheck; do
+    step "$san" "$cs" --tool $tool "$b/tests/gpu/test_route"
     WEFT_TIMEOUT_MS=120000 step "$san" "$cs" --tool $tool --target-processes all \
       "$b/tests/mp/test_moe" 2 --device
   done
