@@ -149,14 +149,13 @@ static void call_end(weft_moe_handle_t h, cudaStream_t st, call_t *c, int ran) {
  * on every rank before any rank's alltoallv starts, and a failed one stops every rank. */
 static weft_result_t packed_everywhere(weft_moe_handle_t h, cudaStream_t st, weft_result_t rc,
                                        const char *fn) {
-  weft_moe_t m = h->moe;
   moe_dev_t *d = h->dev;
-  if (!weft_ipc_gpu_shared(moe_dev(m)->ipc)) return rc;
+  if (!d->packed) return rc; /* GPUs of their own: the layout made no event */
   if (rc == WEFT_SUCCESS && (cudaEventRecord(d->packed, st) != cudaSuccess ||
                              cudaEventSynchronize(d->packed) != cudaSuccess))
     rc = weft_set_error(WEFT_ERR_SYSTEM, "%s: packing: %s", fn,
                         cudaGetErrorString(cudaGetLastError()));
-  return weft_moe_settle(m, fn, rc);
+  return weft_moe_settle(h->moe, fn, rc);
 }
 
 /* The alltoallv counts of one side, `per` elements an entry, without this rank's own entries

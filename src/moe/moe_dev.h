@@ -31,7 +31,7 @@ typedef struct {
    * last one's event when its stream differs; the blocks are freed in the last stream's order */
   cudaEvent_t done;
   cudaStream_t last;
-  cudaEvent_t packed; /* a staged call's packing kernel where ranks share a GPU, else NULL */
+  cudaEvent_t packed; /* where ranks share a GPU (only there): a staged call's packing kernel */
 } moe_dev_t;
 
 static inline struct weft_dev *moe_dev(weft_moe_t m) { return dev_of(m->comm); }
