@@ -11,6 +11,7 @@ threaded=(test_api collectives_3_shm collectives_4_tcp3 comm_3 resources_2
 # threads are weft's own (TSan covers those in the threaded list)
 asan_tests=(test_ring test_rhd test_tree test_direct test_pairwise test_chain test_p2p test_tuner test_dtype test_tcp test_socket
             test_engine test_param test_op test_window_rules test_shm test_bootstrap test_self_pairs test_moe_layout
+            test_budget test_sharers test_dev_plan
             test_gpt test_err tp_2_of_4_sp
             "${threaded[@]}")
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -100,8 +100,11 @@ weft_result_t weft_dev_plan_check(const weft_dev_planner_t *d, const weft_task_t
   if (*ncoll > WEFT_DEV_MAX_ITEMS || *ncoll > d->max_channels)
     return weft_set_error(
         WEFT_ERR_UNSUPPORTED,
-        "a group on a device communicator holds at most %d collectives (%d given)",
-        WEFT_DEV_MAX_ITEMS < d->max_channels ? WEFT_DEV_MAX_ITEMS : d->max_channels, *ncoll);
+        "a group on a device communicator holds at most %d collectives (%d given)%s",
+        WEFT_DEV_MAX_ITEMS < d->max_channels ? WEFT_DEV_MAX_ITEMS : d->max_channels, *ncoll,
+        d->max_blocks ? ": each rank's kernels on this shared GPU hold that many channels "
+                        "(WEFT_SHARED_SM_PERCENT, docs/gpu.md)"
+                      : "");
   if (na2av > WEFT_DEV_MAX_A2AV)
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
                           "a group on a device communicator holds at most %d alltoallv",
@@ -114,7 +117,21 @@ static void place_p2p(const weft_dev_planner_t *d, int set, uint64_t want, weft_
   int per_set = WEFT_DEV_P2P_CHANNELS / d->p2p_sets;
   it->chan0 = (uint16_t)(WEFT_DEV_COLL_CHANNELS + set * per_set);
   it->roles = 1;
-  it->nblocks = (uint16_t)(want < (uint64_t)per_set ? want : (uint64_t)per_set);
+  uint64_t most = (uint64_t)weft_dev_plan_p2p_channels(d);
+  it->nblocks = (uint16_t)(want < most ? want : most);
+}
+
+int weft_dev_plan_items(const weft_dev_planner_t *d) {
+  return d->max_blocks > 0 && d->max_blocks < WEFT_DEV_MAX_ITEMS ? d->max_blocks
+                                                                 : WEFT_DEV_MAX_ITEMS;
+}
+
+/* A message's channels follow from the message alone, so that both of its ends agree. */
+int weft_dev_plan_p2p_channels(const weft_dev_planner_t *d) {
+  int per_set = WEFT_DEV_P2P_CHANNELS / (d->p2p_sets > 0 ? d->p2p_sets : 1);
+  if (d->max_blocks <= 0) return per_set;
+  int k = d->max_blocks / weft_dev_plan_items(d);
+  return k < 1 ? 1 : k > per_set ? per_set : k;
 }
 
 /* A collective on its share of the collective channels; slot is its place among the
@@ -153,8 +170,8 @@ static void place_coll(const weft_dev_planner_t *d, const weft_task_t *t, int ki
 
 /* Whether one launch holds the whole group: at most WEFT_DEV_MAX_ITEMS operations that
  * move data, and at most one message per set for each (peer, direction). */
-static int group_fits(const weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks,
-                      int ncoll) {
+static int group_fits(const weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks, int ncoll,
+                      int limit) {
   int per[WEFT_DEV_MAX_RANKS][2], items = ncoll;
   memset(per, 0, sizeof per);
   for (int i = 0; i < ntasks; i++) {
@@ -163,7 +180,7 @@ static int group_fits(const weft_dev_planner_t *d, const weft_task_t *tasks, int
     if (++per[tasks[i].args.root][kind == WEFT_DEV_RECV] > d->p2p_sets) return 0;
     items++;
   }
-  return items <= WEFT_DEV_MAX_ITEMS;
+  return items <= limit;
 }
 
 weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks,
@@ -182,6 +199,10 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
   }
   memset(taken, 0, sizeof taken);
   int sets = d->p2p_sets, per_coll = ncoll ? d->max_channels / ncoll : 0;
+  /* Under a block budget the first launch of a group with collectives holds them alone, and
+   * messages take the launches after it, which hold collectives no more. */
+  int items = weft_dev_plan_items(d), budget = d->max_blocks > 0;
+  int p2p_here = !(budget && first && ncoll > 0), coll_items = budget ? 0 : ncoll;
   /* Messages of one (peer, direction) this launch takes. A group that fits takes all at
    * once. One that does not is cut by a rule both ends of every message apply alike when
    * their groups hold the same messages: each launch takes the next `quota` of each (peer,
@@ -190,9 +211,14 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
    * one end of a message in a rank's first launch and the other in its peer's second, and
    * a send that waits for a receive queued behind it deadlocks. */
   int quota = sets;
-  if (d->nranks > 1 && (!first || !group_fits(d, tasks, ntasks, ncoll))) {
-    int room = (WEFT_DEV_MAX_ITEMS - (first ? ncoll : 0)) / (2 * (d->nranks - 1));
+  if (d->nranks > 1 && (!first || !group_fits(d, tasks, ntasks, coll_items, items))) {
+    int room = (items - (first ? coll_items : 0)) / (2 * (d->nranks - 1));
     quota = room < sets ? room : sets;
+    if (quota < 1 && !first) /* budget.c refuses such a budget at init */
+      return weft_set_error(WEFT_ERR_INTERNAL,
+                            "device planner: %d items a launch hold no message to and from "
+                            "each of %d peers",
+                            items, d->nranks - 1);
   }
   L->nitems = 0;
   for (int i = 0; i < ntasks; i++) {
@@ -207,7 +233,7 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
     }
     int peer = t->args.root, dir = kind == WEFT_DEV_RECV, set = 0;
     if (p2p) {
-      if (taken[peer][dir] >= quota) {
+      if (!p2p_here || taken[peer][dir] >= quota) {
         *more = 1;
         continue;
       }

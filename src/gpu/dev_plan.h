@@ -19,6 +19,7 @@ typedef struct {
   size_t block_bytes; /* WEFT_P2P_BLOCK_BYTES */
   int split;          /* WEFT_P2P_SPLIT: steps of a round on blocks of their own */
   int p2p_sets;       /* WEFT_P2P_SETS (1, 2, 4, 8): a message gets 32 / p2p_sets channels */
+  int max_blocks;     /* 0, or a shared GPU's budget (budget.h): the most blocks of a launch */
   uint64_t p2p_sent[WEFT_DEV_MAX_RANKS], p2p_recv[WEFT_DEV_MAX_RANKS]; /* messages so far */
 } weft_dev_planner_t;
 
@@ -79,11 +80,19 @@ int64_t weft_dev_ll128_max(const char *param, int nranks, int reduces);
  * else that). */
 int weft_dev_place_direct(const weft_dev_planner_t *d, const weft_task_t *t, int64_t most,
                           weft_dev_item_t *it);
+/* Channels of one send or receive (one message), and work items of one launch: with a block
+ * budget (max_blocks), as many items as it holds blocks, up to WEFT_DEV_MAX_ITEMS, and an
+ * equal part of it each; else the limits alone. */
+int weft_dev_plan_p2p_channels(const weft_dev_planner_t *d);
+int weft_dev_plan_items(const weft_dev_planner_t *d);
 /* Fills L's items (and alltoallv table) and *nblocks for one launch of a call or group.
  * placed[i] (zeroed by the caller before the first launch) marks the tasks already given a
  * launch: the first takes every collective and the sends and receives that fit; *more says
  * that others wait for a following launch (more messages to one peer than WEFT_P2P_SETS,
- * or more items than a launch holds). A refused group changes nothing. */
+ * or more items than a launch holds). With a block budget, a launch holds at most max_blocks
+ * blocks, and collectives and sends or receives go in launches apart (the collectives first),
+ * since a collective's channels must be the same on every rank, whatever messages each rank
+ * adds to the group. A refused group changes nothing. */
 weft_result_t weft_dev_plan(weft_dev_planner_t *p, const weft_task_t *tasks, int ntasks,
                             uint8_t *placed, weft_dev_launch_t *L, int *nblocks, int *more);
 

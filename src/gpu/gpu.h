@@ -6,11 +6,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include "budget.h"
 #include "comm.h"
 #include "dev.h"
 #include "dev_plan.h"
 #include "ipc.h"
 #include "op.h"
+#include "sharers.h"
 
 /* In CUDA code: a failed call returns WEFT_ERR_SYSTEM with what and CUDA's reason. */
 #define CUDA_CHECK(call, what)                                                                     \
@@ -37,7 +39,10 @@ struct weft_dev {
   uint64_t ce_min;       /* WEFT_CE_MIN_BYTES as it applies here */
   uint64_t direct_min, direct_read_max; /* WEFT_DIRECT_MIN_BYTES, WEFT_DIRECT_READ_MAX_BYTES */
   int direct_channels;                  /* WEFT_DIRECT_CHANNELS */
-  weft_dev_planner_t plan;              /* channels per operation; send/recv message counts */
+  int ll_channels;          /* most blocks of the low-latency kernel (the budget's, or all) */
+  weft_dev_budget_t budget; /* ranks sharing the GPU and the blocks each may hold (share.c) */
+  weft_sharers_t *sharers;  /* this communicator's slot in its GPU's registry */
+  weft_dev_planner_t plan;  /* channels per operation; send/recv message counts */
   cudaEvent_t order;
   cudaStream_t last; /* stream of the last launch */
   int launched;
@@ -82,6 +87,15 @@ weft_result_t weft_dev_check_ptr(struct weft_dev *d, const char *what, const voi
 weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d);
 /* Collective: fails where some rank read a parameter differently (params.c says why). */
 weft_result_t weft_dev_agree_params(struct weft_comm *c, const struct weft_dev *d);
+/* share.c. Collective: how many ranks each rank's GPU serves, and from that the block budget
+ * of d's kernels (d->budget), the same on every rank; fails where it cannot hold the kernels. */
+weft_result_t weft_dev_share_agree(struct weft_comm *c, struct weft_dev *d);
+/* Whether this process's contexts on device are MPS clients (0 where CUDA cannot say). */
+int weft_dev_mps(int device);
+/* Fits d's channels and kernels to d->budget (nothing where the GPU serves one rank). */
+void weft_dev_budget_apply(struct weft_dev *d);
+/* INFO: what a launch of d may hold, budgeted or not. */
+void weft_dev_budget_log(const struct weft_comm *c, const struct weft_dev *d);
 /* Once the mapping is known: limits for host-staged regions, and the low-latency kernels'. */
 void weft_dev_host_sizing(struct weft_dev *d);
 void weft_dev_ll_limits(struct weft_dev *d);

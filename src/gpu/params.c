@@ -177,9 +177,13 @@ void weft_dev_host_sizing(struct weft_dev *d) {
  * WEFT_LL_MAX_BYTES sets one limit for the small kernel's every collective. */
 enum { LL_COPY_MAX_BYTES = 1 << 20, LL_UNDER_LL128_BYTES = 256 << 10 };
 void weft_dev_ll_limits(struct weft_dev *d) {
-  for (int reduces = 0; reduces < 2; reduces++)
+  /* a block carries at most half its slot: fewer blocks (a shared GPU's budget), fewer bytes */
+  uint64_t fits = (uint64_t)d->ll_channels * (WEFT_DEV_LL_SLOT_BYTES / 2);
+  for (int reduces = 0; reduces < 2; reduces++) {
     d->ll_lim[reduces] = d->ll_max_set                                   ? d->ll_max
                          : d->ll128_max[reduces] >= LL_UNDER_LL128_BYTES ? LL_UNDER_LL128_BYTES
                          : reduces || d->ll_max < LL_COPY_MAX_BYTES      ? d->ll_max
                                                                          : LL_COPY_MAX_BYTES;
+    if (d->ll_lim[reduces] > fits) d->ll_lim[reduces] = fits;
+  }
 }

@@ -61,25 +61,12 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
 
 static void dev_release(struct weft_dev *d) {
   weft_ipc_unmap(d->ipc);
+  weft_sharers_leave(d->sharers);
   if (d->counters) cudaFree(d->counters);
   if (d->abort_h) cudaFreeHost(d->abort_h);
   if (d->err_h) cudaFreeHost(d->err_h);
   if (d->order) cudaEventDestroy(d->order);
   free(d);
-}
-
-/* Whether this process's contexts on device are MPS clients (0 where CUDA cannot say). */
-static int mps_enabled(int device) {
-  int on = 0;
-#if CUDART_VERSION >= 12040
-  if (cudaDeviceGetAttribute(&on, cudaDevAttrMpsEnabled, device) != cudaSuccess) {
-    (void)cudaGetLastError(); /* an older driver: not known, so warn */
-    on = 0;
-  }
-#else
-  (void)device;
-#endif
-  return on;
 }
 
 weft_result_t weft_dev_setup(weft_comm_t c, int device) {
@@ -90,6 +77,8 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   cudaGetDevice(&saved);
   weft_result_t rc = weft_comm_agree(c, dev_init(c, d, device), "could not set up its GPU");
   if (rc == WEFT_SUCCESS) rc = weft_dev_agree_params(c, d);
+  if (rc == WEFT_SUCCESS) rc = weft_dev_share_agree(c, d);
+  if (rc == WEFT_SUCCESS) weft_dev_budget_apply(d); /* before the region is sized */
   if (rc == WEFT_SUCCESS) {
     struct weft_dev h = *d;
     weft_dev_host_sizing(&h);
@@ -116,13 +105,12 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
     d->ll128_max[0] = d->ll128_max[1] = 0;
   }
   weft_dev_ll_limits(d);
-  d->ce_min = (uint64_t)weft_dev_ce_min(weft_param_get_str(WEFT_PARAM_CE_MIN_BYTES), c->nranks,
-                                        weft_ipc_gpu_shared(d->ipc));
-  /* Ranks sharing a GPU share its SMs too: with split roles their kernels could hold every
-   * SM with blocks that wait for blocks not yet resident. One block per channel there. */
-  if (weft_ipc_gpu_shared(d->ipc)) {
-    d->plan.split = 0;
-    if (c->rank == 0 && !mps_enabled(device))
+  int shared = d->budget.sharers > 1;
+  d->ce_min =
+      (uint64_t)weft_dev_ce_min(weft_param_get_str(WEFT_PARAM_CE_MIN_BYTES), c->nranks, shared);
+  weft_dev_budget_log(c, d);
+  if (shared && weft_ipc_gpu_shared(d->ipc)) {
+    if (c->rank == 0 && !weft_dev_mps(device))
       WEFT_WARN(WEFT_SUB_INIT,
                 "several ranks of this communicator share a GPU without MPS: CUDA time-slices "
                 "kernels of different processes, so each collective waits for a time slice "

@@ -61,7 +61,7 @@ static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind, int wi
   /* Blocks of ll_block bytes, fewer and fuller once that would pass the channels: a thread
    * polls its packets one after another, so short blocks answer sooner. */
   size_t bytes = t->args.count * weft_dtype_size(t->dtype), per = d->ll_block;
-  size_t fit = (bytes + WEFT_DEV_LL_CHANNELS - 1) / WEFT_DEV_LL_CHANNELS;
+  size_t fit = (bytes + (size_t)d->ll_channels - 1) / (size_t)d->ll_channels;
   fit = (fit + 15) / 16 * 16;
   if (fit > per) per = fit;
   P->block_bytes = (uint32_t)per;

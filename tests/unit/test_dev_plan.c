@@ -3,7 +3,8 @@
  * on its blocks although each rank sees other sizes, a group's collectives get disjoint
  * channels (with and without split roles), groups too large for one launch continue in
  * further ones, a refused group changes nothing, which operations on windows run straight
- * between the peers' buffers, and which run as rings. */
+ * between the peers' buffers, and which run as rings; and all of it under a shared GPU's
+ * block budget, whose launches never pass it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +23,17 @@ static weft_dev_planner_t planner(int rank, int n) {
       .rank = rank, .nranks = n, .max_channels = 64, .block_bytes = 32768, .p2p_sets = 8};
   return p;
 }
+
+/* The same under a shared GPU's budget of `blocks` (budget.c: at least one send and one
+ * receive per peer), as share.c sets it: channels within it, one role. */
+static weft_dev_planner_t budgeted(weft_dev_planner_t p, int blocks) {
+  p.max_blocks = blocks;
+  if (p.max_channels > blocks) p.max_channels = blocks;
+  p.split = 0;
+  return p;
+}
+
+static int random_budget(int n) { return 2 * (n - 1) + rand() % 70; }
 
 /* One past the last channel an item uses. */
 static int chan_end(const weft_dev_item_t *it) {
@@ -61,6 +73,15 @@ static int plan_all(weft_dev_planner_t *p, const weft_task_t *t, int n, int *lau
     assert_int_equal(weft_dev_plan(p, t, n, placed, &L, &nb, &more), WEFT_SUCCESS);
     assert_true(L.nitems <= WEFT_DEV_MAX_ITEMS);
     assert_true(L.nitems > 0 || !more);
+    if (p->max_blocks) { /* a shared GPU's budget: blocks, items, collectives apart */
+      int colls = 0, msgs = 0;
+      for (int j = 0; j < L.nitems; j++)
+        *(L.items[j].kind == WEFT_DEV_SEND || L.items[j].kind == WEFT_DEV_RECV ? &msgs : &colls) +=
+            1;
+      assert_true(nb <= p->max_blocks);
+      assert_true(L.nitems <= weft_dev_plan_items(p));
+      assert_false(colls && msgs);
+    }
     for (int i = 0; i < n; i++) {
       if (before[i] || !placed[i]) continue;
       if (t[i].args.count == 0) {
@@ -84,8 +105,8 @@ static int plan_all(weft_dev_planner_t *p, const weft_task_t *t, int n, int *lau
 static void p2p_ends_agree(void **st) {
   (void)st;
   srand(7);
-  for (int trial = 0; trial < 200; trial++) {
-    int n = 2 + rand() % 7, nmsg = 1 + rand() % 40;
+  for (int trial = 0; trial < 400; trial++) {
+    int n = 2 + rand() % 7, nmsg = 1 + rand() % 40, budget = trial % 2 ? random_budget(n) : 0;
     int src[40], dst[40];
     uint64_t cnt[40];
     for (int m = 0; m < nmsg; m++) {
@@ -98,6 +119,7 @@ static void p2p_ends_agree(void **st) {
     for (int r = 0; r < n; r++) {
       pl[r] = planner(r, n);
       pl[r].p2p_sets = sets;
+      if (budget) pl[r] = budgeted(pl[r], budget);
     }
     uint16_t send_ch[40], send_nb[40], recv_ch[40], recv_nb[40];
     for (int side = 0; side < 2; side++)
@@ -123,6 +145,7 @@ static void p2p_ends_agree(void **st) {
             assert_true(ch[j] >= WEFT_DEV_COLL_CHANNELS);
             assert_true(ch[j] + nb[j] <= WEFT_DEV_MAX_CHANNELS);
             assert_true(nb[j] <= WEFT_DEV_P2P_CHANNELS / sets);
+            assert_true(nb[j] <= weft_dev_plan_p2p_channels(&pl[r]));
             (side ? recv_ch : send_ch)[m] = (uint16_t)ch[j];
             (side ? recv_nb : send_nb)[m] = (uint16_t)nb[j];
           }
@@ -297,8 +320,9 @@ static void groups_split_into_launches(void **st) {
 static void matching_groups_cut_alike(void **st) {
   (void)st;
   srand(11);
-  for (int trial = 0; trial < 300; trial++) {
+  for (int trial = 0; trial < 600; trial++) {
     int n = 2 + rand() % 7, sets = 1 << (rand() % 4), ncoll = rand() % 4;
+    int budget = trial % 2 ? random_budget(n) : 0;
     int cnt[8][8]; /* messages r -> q */
     for (int r = 0; r < n; r++)
       for (int q = 0; q < n; q++)
@@ -333,6 +357,7 @@ static void matching_groups_cut_alike(void **st) {
       }
       weft_dev_planner_t p = planner(r, n);
       p.p2p_sets = sets;
+      if (budget) p = budgeted(p, budget);
       int launch[64 * 8], ch[64 * 8], nb[64 * 8];
       single[r] = plan_all(&p, t, nt, launch, ch, nb) == 1;
       for (int i = 0; i < nt; i++) {
@@ -352,6 +377,48 @@ static void matching_groups_cut_alike(void **st) {
         for (int k = 0; k < cnt[r][q]; k++)
           if (!single[r] && !single[q]) assert_int_equal(at_send[r][q][k], at_recv[r][q][k]);
   }
+}
+
+/* Under the budget of 8 ranks sharing an H100 (16 blocks of the general kernel): a group's
+ * collective takes the first launch alone, on the budget's channels, and its sends and
+ * receives to every peer follow, one channel a message and fourteen messages a launch; a
+ * budget of 66 (2 ranks) gives a message 4 channels. More collectives than the budget's
+ * channels are refused, naming the shared GPU. */
+static void budget_launches(void **st) {
+  (void)st;
+  weft_dev_planner_t p = budgeted(planner(3, 8), 16);
+  p.p2p_sets = 2;
+  weft_task_t t[15];
+  int n = 0, launch[15], ch[15], nb[15];
+  t[n++] = (weft_task_t){.args = {.coll = WEFT_COLL_ALLREDUCE, .count = 1 << 24},
+                         .dtype = WEFT_F32,
+                         .algo = WEFT_ALGO_TWOSHOT};
+  for (int q = 0; q < 8; q++)
+    if (q != 3) {
+      t[n++] = p2p(WEFT_COLL_SEND, q, 1 << 20);
+      t[n++] = p2p(WEFT_COLL_RECV, q, 1 << 20);
+    }
+  assert_int_equal(plan_all(&p, t, n, launch, ch, nb), 2);
+  assert_int_equal(launch[0], 0);
+  assert_int_equal(nb[0], 16);
+  for (int i = 1; i < n; i++) {
+    assert_int_equal(launch[i], 1);
+    assert_int_equal(nb[i], 1);
+  }
+  weft_dev_planner_t two = budgeted(planner(0, 2), 66), alone = planner(0, 2);
+  assert_int_equal(weft_dev_plan_p2p_channels(&two), 4);
+  assert_int_equal(weft_dev_plan_p2p_channels(&alone), WEFT_DEV_P2P_CHANNELS / 8);
+  weft_dev_planner_t small = budgeted(planner(0, 2), 10);
+  weft_task_t g[11];
+  weft_dev_launch_t L;
+  uint8_t placed[11] = {0};
+  int blocks = 0, more = 0;
+  for (int i = 0; i < 11; i++)
+    g[i] = (weft_task_t){.args = {.coll = WEFT_COLL_ALLGATHER, .count = 10}, .dtype = WEFT_F32};
+  assert_int_equal(weft_dev_plan(&small, g, 11, placed, &L, &blocks, &more), WEFT_ERR_UNSUPPORTED);
+  assert_non_null(strstr(weft_get_last_error(NULL), "shared GPU"));
+  assert_int_equal(weft_dev_plan(&small, g, 10, placed, &L, &blocks, &more), WEFT_SUCCESS);
+  assert_int_equal(blocks, 10);
 }
 
 static void refusals_change_nothing(void **st) {
@@ -591,6 +658,7 @@ int main(void) {
       cmocka_unit_test(ring_items),
       cmocka_unit_test(groups_split_into_launches),
       cmocka_unit_test(matching_groups_cut_alike),
+      cmocka_unit_test(budget_launches),
       cmocka_unit_test(refusals_change_nothing),
       cmocka_unit_test(direct_placement),
       cmocka_unit_test(ce_threshold),

@@ -199,6 +199,10 @@ int weft_dev_launch_ll(const weft_dev_ll_t *l, int nblocks, void *stream);
 int weft_dev_launch_ll128(const weft_dev_ll_t *l, void *stream);
 /* Launches one kernel running all items on stream; returns a cudaError_t as int. */
 int weft_dev_launch(const weft_dev_launch_t *l, int nblocks, void *stream);
+/* Blocks of the general kernel, and of the low-latency one, that one SM keeps resident (CUDA's
+ * occupancy; 1 where CUDA cannot say). */
+int weft_dev_occupancy(void);
+int weft_dev_occupancy_ll(void);
 /* cudaGetErrorString of such a code. */
 const char *weft_dev_error_string(int code);
 #ifdef __cplusplus
