@@ -10,13 +10,12 @@
 # written by the kernels straight into the peers (also 3 ranks on one GPU) or by the copy
 # engines, and their misuse), and compute-sanitizer memcheck and
 # racecheck over a short collbench run of every collective and over the oracle matrix
-# (memcheck over the windows test too).
-# usage: scripts/gpu/suite.sh OUT [BUILD]   (BUILD: a build dir made with -Dcuda=enabled)
+# (memcheck over the windows test too). On one GPU: every test whose ranks share it, once
+# time-sliced and once under CUDA MPS, which the script starts and stops itself.
+# usage: scripts/gpu/suite.sh OUT [BUILD]   (BUILD: a build dir made with -Dcuda=enabled;
+#        WEFT_SUITE_MODES="plain mps" on one GPU: without MPS, under it, or both)
 set -uo pipefail
-out=${1:?usage: scripts/gpu/suite.sh OUT [BUILD]}
-b=${2:-build-dev}
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+source "$(dirname "$0")/common.sh" # OUT, BUILD (b), the environment, mps_start and mps_stop
 if [ ! -x "$b/tests/gpu/test_collectives_gpu" ]; then
   meson setup "$b" -Dcuda=enabled -Dmpi=disabled > "$out/build.log" 2>&1 && ninja -C "$b" >> "$out/build.log" 2>&1 ||
     { echo "build failed"; tail -30 "$out/build.log"; exit 1; }
@@ -64,29 +63,61 @@ pack_logs() {
   tar -czf "$out/gpu_suite_logs.tgz" -C "$out" $(cd "$out" && ls *.log hoststaged_*.txt windows_*.txt 2> /dev/null) &&
     rm -f "$out"/*.log "$out"/hoststaged_*.txt "$out"/windows_*.txt
 }
+# Every test whose ranks share the one GPU, named MODE_*: the oracle matrix on 2, 3, 4 and 8
+# ranks, pairs split from 8 ranks running at once (the sharers' registry) and budgets too
+# small refused, graphs and concurrent communicators, windows, the MoE paths (staged, direct,
+# low-latency), the NCCL ABI, and a 2-minute soak of 4 ranks x 2 communicators.
+shared_set() { # mode
+  local m=$1 n
+  for n in 2 3 4 8; do
+    run "${m}_collectives_$n" "$b/tests/gpu/test_collectives_gpu" "$n" --share
+  done
+  run "${m}_share_8" "$b/tests/gpu/test_share" 8
+  run "${m}_refused_8" env WEFT_SHARED_SM_PERCENT=1 "$b/tests/gpu/test_share" 8 --refuse
+  run "${m}_dev_comm_3" "$b/tests/gpu/test_dev_comm" 3 --share
+  run "${m}_window_3" "$b/tests/gpu/test_window" 3 --share
+  for n in 2 3 4; do
+    run "${m}_moe_$n" "$b/tests/mp/test_moe" "$n" --device
+    run "${m}_moe_ll_$n" "$b/tests/gpu/test_moe_ll" "$n" --share
+    run "${m}_moe_direct_$n" "$b/tests/gpu/test_moe_direct" "$n" --share
+  done
+  for n in 2 3; do
+    run "${m}_nccl_$n" "$b/tests/nccl/test_nccl_gpu" "$n" --share
+  done
+  run "${m}_soak_4x2" "$b/tests/soak/soak" 120 4 --device --comms=2
+}
 ngpu=$(nvidia-smi -L | grep -c '^GPU')
 if [ "$ngpu" -lt 2 ]; then
-  # One GPU: the tests whose ranks share it (every collective and algorithm, host-staged too,
-  # and the matrix under memcheck); what needs two GPUs is left out, and the report says so.
+  # One GPU: the tests whose ranks share it, without MPS (time-sliced) and under MPS
+  # (WEFT_SUITE_MODES chooses, both by default); what needs two GPUs is left out.
   echo "one GPU: only the tests whose ranks share it" | tee -a "$rep"
-  run dev_comm_3_share "$b/tests/gpu/test_dev_comm" 3 --share
-  run window_3_share "$b/tests/gpu/test_window" 3 --share
-  run collectives_2_share "$b/tests/gpu/test_collectives_gpu" 2 --share
-  run collectives_3_share "$b/tests/gpu/test_collectives_gpu" 3 --share
-  run collectives_2_share_hoststaged bash -c 'host_matrix "$@"' _ "$out/hoststaged_share.txt" \
-    "$b/tests/gpu/test_collectives_gpu" 2 --share
-  run sanitizer_memcheck_matrix_share compute-sanitizer --tool memcheck --target-processes all \
-    --error-exitcode 9 "$b/tests/gpu/test_collectives_gpu" 2 --share
-  # the API fuzzer's corpus on device communicators (tests/fuzz/replay_device.c)
-  run sanitizer_memcheck_api_corpus compute-sanitizer --tool memcheck --target-processes all \
-    --error-exitcode 9 "$b/tests/fuzz/replay_api_device" --fork tests/fuzz/corpus/api \
-    tests/fuzz/corpus/api_device
-  # MoE dispatch and combine on device buffers (tests/mp/test_moe.c --device)
-  run moe_2_share "$b/tests/mp/test_moe" 2 --device
-  run moe_3_share "$b/tests/mp/test_moe" 3 --device
-  run moe_4_share "$b/tests/mp/test_moe" 4 --device
-  run sanitizer_memcheck_moe compute-sanitizer --tool memcheck --target-processes all \
-    --error-exitcode 9 "$b/tests/mp/test_moe" 2 --device
+  for mode in ${WEFT_SUITE_MODES:-plain mps}; do
+    if [ "$mode" = mps ]; then
+      if ! mps_start "$rep"; then
+        fail=$((fail + 1)); echo "FAIL mps: the MPS daemon did not start" | tee -a "$rep"
+        continue
+      fi
+      # MPS's active thread percentage: 3% of the SMs cannot hold 8 ranks' kernels; refused
+      # with the SMs MPS leaves named (a one-digit count)
+      run mps_refused_mps_limit bash -c 'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=3 "$@" > "$0" 2>&1;
+        rc=$?; cat "$0"; [ $rc -eq 0 ] && grep -Eq "of the [0-9] SMs a process may use" "$0"' \
+        "$out/mps_limit.txt" "$b/tests/gpu/test_share" 8 --refuse
+    fi
+    shared_set "$mode"
+    [ "$mode" = mps ] && mps_stop
+  done
+  if [ "${WEFT_SUITE_MODES:-plain}" != mps ]; then
+    run collectives_2_share_hoststaged bash -c 'host_matrix "$@"' _ "$out/hoststaged_share.txt" \
+      "$b/tests/gpu/test_collectives_gpu" 2 --share
+    run sanitizer_memcheck_matrix_share compute-sanitizer --tool memcheck --target-processes all \
+      --error-exitcode 9 "$b/tests/gpu/test_collectives_gpu" 2 --share
+    # the API fuzzer's corpus on device communicators (tests/fuzz/replay_device.c)
+    run sanitizer_memcheck_api_corpus compute-sanitizer --tool memcheck --target-processes all \
+      --error-exitcode 9 "$b/tests/fuzz/replay_api_device" --fork tests/fuzz/corpus/api \
+      tests/fuzz/corpus/api_device
+    run sanitizer_memcheck_moe compute-sanitizer --tool memcheck --target-processes all \
+      --error-exitcode 9 "$b/tests/mp/test_moe" 2 --device
+  fi
   echo "gpu suite (one GPU): $pass passed, $fail failed" | tee -a "$rep"
   pack_logs
   [ "$fail" -eq 0 ]
