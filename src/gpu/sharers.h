@@ -1,7 +1,7 @@
 /* Which processes hold a device communicator on a GPU: a small segment per GPU in /dev/shm
- * (2 KiB, unlinked by the last to leave), a slot per communicator owned by its process. A communicator
- * that sees only some of the ranks sharing its GPU (a data-parallel group across GPUs, made
- * after the world) learns here how many processes its GPU serves. No CUDA here. */
+ * (2 KiB, unlinked by the last to leave), a slot per communicator owned by its process. A
+ * communicator that sees only some of the ranks sharing its GPU (a data-parallel group across GPUs,
+ * made after the world) learns here how many processes its GPU serves. No CUDA here. */
 #ifndef WEFT_SHARERS_H
 #define WEFT_SHARERS_H
 
