@@ -709,12 +709,4 @@ extern "C" const char *weft_dev_error_string(int code) {
   return cudaGetErrorString((cudaError_t)code);
 }
 
-extern "C" int weft_dev_occupancy(void) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, weft::kernel, WEFT_DEV_THREADS, 0) !=
-      cudaSuccess) {
-    cudaGetLastError();
-    return 1;
-  }
-  return n > 0 ? n : 1;
-}
+extern "C" int weft_dev_occupancy(void) { return weft::occupancy(weft::kernel); }

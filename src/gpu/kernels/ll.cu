@@ -161,12 +161,4 @@ extern "C" int weft_dev_launch_ll(const weft_dev_ll_t *l, int nblocks, void *str
                                args, 0, (cudaStream_t)stream);
 }
 
-extern "C" int weft_dev_occupancy_ll(void) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, weft::ll_kernel, WEFT_DEV_THREADS, 0) !=
-      cudaSuccess) {
-    cudaGetLastError();
-    return 1;
-  }
-  return n > 0 ? n : 1;
-}
+extern "C" int weft_dev_occupancy_ll(void) { return weft::occupancy(weft::ll_kernel); }

@@ -332,6 +332,17 @@ __device__ inline void store_bytes(char *p, uint64_t v, uint64_t n) {
     p[b] = (char)(v >> (8 * b));
 }
 
+/* Blocks of kernel k (WEFT_DEV_THREADS each) that one SM keeps resident; 1 where CUDA cannot
+ * say. A shared GPU's block budget is counted in these (src/gpu/share.c). */
+template <typename K> inline int occupancy(K k) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, WEFT_DEV_THREADS, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  return n > 0 ? n : 1;
+}
+
 } // namespace weft
 
 #endif
