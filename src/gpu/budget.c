@@ -19,3 +19,45 @@ int weft_dev_budget(const weft_dev_share_in_t *in, weft_dev_budget_t *out) {
   out->need = in->nranks > 1 ? 2 * (in->nranks - 1) : 1;
   return out->general >= out->need && out->ll >= 1 ? 0 : -1;
 }
+
+/* Ranks rank r's GPU serves, and (ours) how many of them are of this communicator. */
+static int sharers_of(const weft_dev_share_card_t *cards, int nranks, int r, int *ours) {
+  int n = 0, most = 1;
+  for (int p = 0; p < nranks; p++) {
+    if (strncmp(cards[p].bus, cards[r].bus, sizeof cards[r].bus) != 0) continue;
+    n++;
+    if (cards[p].listed > most) most = cards[p].listed;
+    if (cards[p].asked > most) most = cards[p].asked;
+  }
+  *ours = n;
+  return n > most ? n : most;
+}
+
+int weft_dev_budget_agree(const weft_dev_share_card_t *cards, int nranks, weft_dev_budget_t *out,
+                          int *bad, int *ours) {
+  weft_dev_budget_t all = {.sharers = 1};
+  *bad = -1;
+  for (int r = 0; r < nranks && nranks > 1; r++) {
+    weft_dev_share_in_t in = {.sms_total = cards[r].sms,
+                              .sms_usable = cards[r].usable,
+                              .sharers = sharers_of(cards, nranks, r, ours),
+                              .percent = cards[r].percent,
+                              .occ_general = cards[r].occ,
+                              .occ_ll = cards[r].occ_ll,
+                              .nranks = nranks};
+    weft_dev_budget_t b;
+    if (weft_dev_budget(&in, &b) != 0) {
+      *bad = r;
+      *out = b;
+      return -1;
+    }
+    if (b.sharers == 1) continue;
+    if (all.sharers == 1 || b.sms < all.sms) all.sms = b.sms;
+    if (all.sharers == 1 || b.general < all.general) all.general = b.general;
+    if (all.sharers == 1 || b.ll < all.ll) all.ll = b.ll;
+    if (b.sharers > all.sharers) all.sharers = b.sharers;
+    all.need = b.need;
+  }
+  *out = all;
+  return 0;
+}

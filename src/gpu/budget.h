@@ -5,6 +5,8 @@
 #ifndef WEFT_BUDGET_H
 #define WEFT_BUDGET_H
 
+#include <stdint.h>
+
 typedef struct {
   int sms_total;           /* SMs of the GPU */
   int sms_usable;          /* SMs this process may use (an MPS limit), at most sms_total */
@@ -23,10 +25,29 @@ typedef struct {
                   per peer in a launch */
 } weft_dev_budget_t;
 
+/* What each rank of a device communicator tells the others at init (exchanged whole). */
+typedef struct {
+  char bus[32];          /* its GPU's PCI bus id */
+  int32_t listed;        /* processes holding a device communicator on it (sharers.h) */
+  int32_t asked;         /* WEFT_GPU_SHARERS */
+  int32_t sms, usable;   /* the GPU's SMs, and those this process may use */
+  int32_t occ, occ_ll;   /* blocks an SM keeps of the general and the low-latency kernel */
+  int32_t percent, pad_; /* WEFT_SHARED_SM_PERCENT (agreed already) */
+} weft_dev_share_card_t;
+
 /* Fills *out; returns 0, or -1 where the budget holds fewer blocks than the kernels need (out
  * then says how many it holds and needs). sms_usable counts as the whole pool even where MPS
  * may give each process other SMs: CUDA does not say which SMs a limited client gets, so the
  * clients may all draw on the same ones. */
 int weft_dev_budget(const weft_dev_share_in_t *in, weft_dev_budget_t *out);
+
+/* Every rank's cards to the communicator's one budget: a rank's GPU serves the most that any
+ * rank on it counts (its ranks here, the registry's, WEFT_GPU_SHARERS); the budget is the
+ * smallest of the ranks' whose GPU is shared (their kernels must agree on channels), and none
+ * where no GPU is, or on one rank (which launches no kernel). Returns -1 where some rank's
+ * budget cannot hold the kernels: *bad is that rank, *ours its communicator's ranks on its
+ * GPU, and *out its budget. */
+int weft_dev_budget_agree(const weft_dev_share_card_t *cards, int nranks, weft_dev_budget_t *out,
+                          int *bad, int *ours);
 
 #endif

@@ -11,16 +11,6 @@
 #include "gpu.h"
 #include "param.h"
 
-typedef struct {
-  char bus[32];
-  int32_t listed; /* processes with a device communicator on this GPU (registry) */
-  int32_t asked;  /* WEFT_GPU_SHARERS */
-  int32_t sms, usable;
-  int32_t occ, occ_ll;
-  int32_t percent; /* WEFT_SHARED_SM_PERCENT (agreed already) */
-  int32_t pad_;
-} share_card_t;
-
 /* Whether this process's contexts on device are MPS clients (0 where CUDA cannot say). */
 int weft_dev_mps(int device) {
   int on = 0;
@@ -62,7 +52,7 @@ static int usable_sms(int device, int sms) {
 }
 
 /* This rank's card: its GPU, what it may use, and who else uses it. */
-static void fill_card(struct weft_dev *d, share_card_t *me) {
+static void fill_card(struct weft_dev *d, weft_dev_share_card_t *me) {
   char name[64];
   memset(me, 0, sizeof *me);
   if (cudaDeviceGetPCIBusId(me->bus, sizeof me->bus, d->device) != cudaSuccess) {
@@ -85,21 +75,8 @@ static void fill_card(struct weft_dev *d, share_card_t *me) {
   me->percent = (int32_t)weft_param_get_int(WEFT_PARAM_SHARED_SM_PERCENT);
 }
 
-/* Ranks rank r's GPU serves: the most that any rank on it counts. */
-static int sharers_of(const share_card_t *cards, int nranks, int r, int *ours) {
-  int n = 0, most = 1;
-  for (int p = 0; p < nranks; p++) {
-    if (strcmp(cards[p].bus, cards[r].bus) != 0) continue;
-    n++;
-    if (cards[p].listed > most) most = cards[p].listed;
-    if (cards[p].asked > most) most = cards[p].asked;
-  }
-  *ours = n;
-  return n > most ? n : most;
-}
-
-static weft_result_t refuse(const struct weft_comm *c, const share_card_t *k, int r, int ours,
-                            const weft_dev_budget_t *b) {
+static weft_result_t refuse(const struct weft_comm *c, const weft_dev_share_card_t *k, int r,
+                            int ours, const weft_dev_budget_t *b) {
   return weft_set_error(
       WEFT_ERR_UNSUPPORTED,
       "weft_comm_init: GPU %s serves %d ranks (%d of this communicator, rank %d among them): "
@@ -114,34 +91,15 @@ static weft_result_t refuse(const struct weft_comm *c, const share_card_t *k, in
 }
 
 weft_result_t weft_dev_share_agree(struct weft_comm *c, struct weft_dev *d) {
-  share_card_t *cards = calloc((size_t)c->nranks, sizeof *cards);
+  weft_dev_share_card_t *cards = calloc((size_t)c->nranks, sizeof *cards);
   if (!cards) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
   fill_card(d, &cards[c->rank]);
   weft_result_t rc = weft_bootstrap_allgather(c->boot, cards, sizeof *cards);
-  weft_dev_budget_t all = {.sharers = 1};
-  for (int r = 0; r < c->nranks && c->nranks > 1 && rc == WEFT_SUCCESS; r++) {
-    int ours = 0;
-    weft_dev_share_in_t in = {.sms_total = cards[r].sms,
-                              .sms_usable = cards[r].usable,
-                              .sharers = sharers_of(cards, c->nranks, r, &ours),
-                              .percent = cards[r].percent,
-                              .occ_general = cards[r].occ,
-                              .occ_ll = cards[r].occ_ll,
-                              .nranks = c->nranks};
-    weft_dev_budget_t b;
-    if (weft_dev_budget(&in, &b) != 0) {
-      rc = refuse(c, &cards[r], r, ours, &b);
-      break;
-    }
-    if (b.sharers == 1) continue;
-    if (all.sharers == 1 || b.sms < all.sms) all.sms = b.sms;
-    if (all.sharers == 1 || b.general < all.general) all.general = b.general;
-    if (all.sharers == 1 || b.ll < all.ll) all.ll = b.ll;
-    if (b.sharers > all.sharers) all.sharers = b.sharers;
-    all.need = b.need;
-  }
-  /* a communicator of one rank launches no kernel of its own (submit.c copies) */
-  if (rc == WEFT_SUCCESS) d->budget = c->nranks > 1 ? all : (weft_dev_budget_t){.sharers = 1};
+  weft_dev_budget_t b;
+  int bad = -1, ours = 0;
+  if (rc == WEFT_SUCCESS && weft_dev_budget_agree(cards, c->nranks, &b, &bad, &ours) != 0)
+    rc = refuse(c, &cards[bad], bad, ours, &b);
+  if (rc == WEFT_SUCCESS) d->budget = b;
   free(cards);
   return rc;
 }

@@ -1,11 +1,12 @@
 /* The block budget of ranks sharing a GPU (src/gpu/budget.c): nothing where the GPU serves
  * one rank; an equal part of WEFT_SHARED_SM_PERCENT of the usable SMs otherwise, in each
  * kernel's blocks; MPS's limit counted as the whole pool; a budget that cannot hold one send
- * and one receive per peer refused. */
+ * and one receive per peer refused; and the communicator's one budget from its ranks' cards. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <stdio.h>
 
 #include "budget.h"
 
@@ -104,12 +105,60 @@ static void too_small_refused(void **st) {
   assert_int_equal(weft_dev_budget(&in, &b), -1);
 }
 
+static weft_dev_share_card_t card(const char *bus, int listed) {
+  weft_dev_share_card_t k = {
+      .listed = listed, .sms = 132, .usable = 132, .occ = 2, .occ_ll = 1, .percent = 50};
+  snprintf(k.bus, sizeof k.bus, "%s", bus);
+  return k;
+}
+
+/* The communicator's one budget from every rank's card: sharing seen by the ranks of the
+ * communicator, by the registry, or asked for; the smallest budget of a shared GPU; none on
+ * one rank; the rank whose budget cannot hold the kernels named. */
+static void agreement(void **st) {
+  (void)st;
+  weft_dev_budget_t b;
+  int bad = -1, ours = 0;
+  weft_dev_share_card_t k[8] = {card("A", 1), card("A", 2), card("B", 1), card("B", 1)};
+  assert_int_equal(weft_dev_budget_agree(k, 4, &b, &bad, &ours), 0); /* 2 on each GPU */
+  assert_int_equal(b.sharers, 2);
+  assert_int_equal(b.general, 66);
+  assert_int_equal(bad, -1);
+  k[0] = card("A", 1), k[1] = card("B", 1); /* a GPU each, alone */
+  assert_int_equal(weft_dev_budget_agree(k, 2, &b, &bad, &ours), 0);
+  assert_int_equal(b.sharers, 1);
+  assert_int_equal(b.general, 0);
+  k[1].listed = 8; /* the registry: B serves 8 processes, so both ranks keep its budget */
+  assert_int_equal(weft_dev_budget_agree(k, 2, &b, &bad, &ours), 0);
+  assert_int_equal(b.sharers, 8);
+  assert_int_equal(b.general, 16);
+  assert_int_equal(b.ll, 8);
+  assert_int_equal(b.need, 2);
+  assert_int_equal(weft_dev_budget_agree(k + 1, 1, &b, &bad, &ours), 0); /* one rank */
+  assert_int_equal(b.sharers, 1);
+  k[1].listed = 1, k[0].asked = 4; /* WEFT_GPU_SHARERS */
+  assert_int_equal(weft_dev_budget_agree(k, 2, &b, &bad, &ours), 0);
+  assert_int_equal(b.sharers, 4);
+  assert_int_equal(b.sms, 16);                                        /* 66 SMs in 4 */
+  k[0].asked = 0, k[0].listed = 2, k[1].listed = 2, k[1].usable = 40; /* MPS limits rank 1 */
+  assert_int_equal(weft_dev_budget_agree(k, 2, &b, &bad, &ours), 0);
+  assert_int_equal(b.sms, 10); /* 20 of 40 SMs in 2, not 33 */
+  for (int r = 0; r < 8; r++)  /* 8 ranks on 2 GPUs, and GPU B serves 16 processes */
+    k[r] = card(r < 4 ? "A" : "B", r == 6 ? 16 : 1);
+  assert_int_equal(weft_dev_budget_agree(k, 8, &b, &bad, &ours), -1);
+  assert_int_equal(bad, 4); /* the first rank on B */
+  assert_int_equal(ours, 4);
+  assert_int_equal(b.sharers, 16);
+  assert_int_equal(b.general, 8); /* 4 SMs each: short of 14 */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(alone_has_no_budget),
       cmocka_unit_test(equal_parts_of_the_share),
       cmocka_unit_test(mps_limit_is_the_pool),
       cmocka_unit_test(too_small_refused),
+      cmocka_unit_test(agreement),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
