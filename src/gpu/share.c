@@ -25,10 +25,10 @@ int weft_dev_mps(int device) {
   return on;
 }
 
-/* SMs this process may use: fewer than the GPU has where MPS limits its clients (an active
- * thread percentage, from CUDA_MPS_ACTIVE_THREAD_PERCENTAGE or the MPS daemon), as the
- * context's execution affinity reports, or as the variable says where CUDA does not. */
-static int usable_sms(int device, int sms) {
+/* SMs this process may use: where MPS limits its clients (an active thread percentage, from
+ * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE or the daemon), CUDA's SM count is already the limited
+ * one (8 of an H100's 132 at 3%, measured), and the context's execution affinity says so too. */
+static int usable_sms(int sms) {
   int n = sms;
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -45,9 +45,6 @@ static int usable_sms(int device, int sms) {
   } else {
     cudaGetLastError();
   }
-  const char *pct = weft_dev_mps(device) ? getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") : NULL;
-  double p = pct && pct[0] ? strtod(pct, NULL) : 0;
-  if (p > 0 && p < 100 && (int)(sms * p / 100) < n) n = (int)(sms * p / 100);
   return n > 0 ? n : 1;
 }
 
@@ -69,7 +66,7 @@ static void fill_card(struct weft_dev *d, weft_dev_share_card_t *me) {
     cudaGetLastError();
     me->sms = 1;
   }
-  me->usable = usable_sms(d->device, me->sms);
+  me->usable = usable_sms(me->sms);
   me->occ = weft_dev_occupancy();
   me->occ_ll = weft_dev_occupancy_ll();
   me->percent = (int32_t)weft_param_get_int(WEFT_PARAM_SHARED_SM_PERCENT);
@@ -81,13 +78,13 @@ static weft_result_t refuse(const struct weft_comm *c, const weft_dev_share_card
       WEFT_ERR_UNSUPPORTED,
       "weft_comm_init: GPU %s serves %d ranks (%d of this communicator, rank %d among them): "
       "their kernels may hold WEFT_SHARED_SM_PERCENT=%d%% of the %d SMs a process may use "
-      "there (of %d; MPS's active thread percentage sets that), %d SMs a rank, room for %d "
+      "there (CUDA's count: MPS's active thread percentage lowers it), %d SMs a rank, room for %d "
       "blocks of weft's general kernel and %d of its low-latency kernel, where a communicator of "
       "%d ranks needs %d and 1; raise CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (or the MPS daemon's "
       "set_default_active_thread_percentage) or WEFT_SHARED_SM_PERCENT, or put fewer ranks on "
       "the GPU",
-      k->bus, b->sharers, ours, r, k->percent, k->usable, k->sms, b->sms, b->general, b->ll,
-      c->nranks, b->need);
+      k->bus, b->sharers, ours, r, k->percent, k->usable, b->sms, b->general, b->ll, c->nranks,
+      b->need);
 }
 
 weft_result_t weft_dev_share_agree(struct weft_comm *c, struct weft_dev *d) {
