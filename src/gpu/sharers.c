@@ -111,7 +111,7 @@ weft_result_t weft_sharers_join(const char *name, weft_sharers_t **out) {
   uint64_t me = owner_of((int)getpid());
   for (int i = 0; i < WEFT_SHARERS_SLOTS && s->slot < 0; i++) {
     uint64_t w = atomic_load(&s->seg->owner[i]);
-    if (w && !alive(w)) /* an exited process's */
+    if (w && w != me && !alive(w)) /* an exited process's */
       atomic_compare_exchange_strong(&s->seg->owner[i], &w, 0);
     uint64_t free_word = 0;
     if (atomic_compare_exchange_strong(&s->seg->owner[i], &free_word, me)) s->slot = i;
@@ -124,12 +124,13 @@ weft_result_t weft_sharers_join(const char *name, weft_sharers_t **out) {
 }
 
 int weft_sharers_count(const weft_sharers_t *s) {
-  uint64_t seen[WEFT_SHARERS_SLOTS], me = owner_of((int)getpid());
+  /* this process, and at most one more a slot (it may hold none of them) */
+  uint64_t seen[WEFT_SHARERS_SLOTS + 1], me = owner_of((int)getpid());
   int n = 0;
   seen[n++] = me;
   for (int i = 0; i < WEFT_SHARERS_SLOTS; i++) {
     uint64_t w = atomic_load(&s->seg->owner[i]);
-    int known = w == 0;
+    int known = w == 0 || w == me;
     for (int j = 0; j < n && !known; j++)
       known = seen[j] == w;
     if (!known && alive(w)) seen[n++] = w;

@@ -1,5 +1,5 @@
 /* Which processes hold a device communicator on a GPU: a small segment per GPU in /dev/shm
- * (2 KiB, unlinked by the last to leave), a slot per communicator owned by its process. A
+ * (8 KiB, unlinked by the last to leave), a slot per communicator owned by its process. A
  * communicator that sees only some of the ranks sharing its GPU (a data-parallel group across GPUs,
  * made after the world) learns here how many processes its GPU serves. No CUDA here. */
 #ifndef WEFT_SHARERS_H
@@ -9,7 +9,7 @@
 
 #include "weft.h"
 
-enum { WEFT_SHARERS_SLOTS = 256 };
+enum { WEFT_SHARERS_SLOTS = 1024 }; /* communicators on one GPU, of all processes */
 
 typedef struct weft_sharers weft_sharers_t;
 
