@@ -24,8 +24,8 @@
 #include "weft.h"
 #include "weft_moe.h"
 
-enum { UNIFORM, SKEWED, SPARSE, DROPPED, NPATTERN };
-static const char *const PATTERN_NAME[] = {"uniform", "skewed", "sparse", "dropped"};
+enum { UNIFORM, SKEWED, SPARSE, DROPPED, FULL, NPATTERN };
+static const char *const PATTERN_NAME[] = {"uniform", "skewed", "sparse", "dropped", "full"};
 
 typedef struct {
   int pattern, experts, k, align, ll; /* ll: low-latency mode (bound LL_BOUND) */
@@ -42,14 +42,18 @@ static uint64_t mix(uint64_t a, uint64_t b) {
   return z ^ (z >> 31);
 }
 
-/* Tokens of rank s: the sparse pattern leaves rank 1 without any. */
+/* Tokens of rank s: the sparse pattern leaves rank 1 without any; the full one gives every
+ * rank the low-latency bound. */
 static size_t tokens_of(const shape_t *sh, int s) {
+  if (sh->pattern == FULL) return LL_BOUND;
   return sh->pattern == SPARSE && s == 1 ? 0 : 5 + (size_t)(mix(s, 77) % 13);
 }
 
-/* Choice j of token t on rank s, distinct within the token. Skewed: every token's first
- * choice is expert 0; sparse: only the experts of rank 0 and of the last rank; dropped: some
- * -1, and every fourth token drops all. */
+/* Choice j of token t on rank s, distinct within the token. Skewed and full: every token's
+ * first choice is expert 0 (full: with LL_BOUND tokens on every rank, expert 0's low-latency
+ * block is exactly full, as in a decode step whose tokens all pick one expert); sparse: only
+ * the experts of rank 0 and of the last rank; dropped: some -1, and every fourth token drops
+ * all. */
 static int64_t id_of(const shape_t *sh, int n, int s, size_t t, int j) {
   int e = sh->experts, local = e / n, pool = sh->pattern == SPARSE && n > 1 ? 2 * local : e;
   int64_t row[64];
@@ -57,11 +61,11 @@ static int64_t id_of(const shape_t *sh, int n, int s, size_t t, int j) {
     return -1;
   for (int i = 0, tries = 0; i <= j; tries++) {
     int64_t v =
-        sh->pattern == SKEWED && i == 0
+        (sh->pattern == SKEWED || sh->pattern == FULL) && i == 0
             ? 0
             : (int64_t)(mix((uint64_t)s * 1000 + t, 100 + (uint64_t)tries) % (uint64_t)pool);
     if (sh->pattern == SPARSE && n > 1 && v >= local) v = e - local + (v - local);
-    int seen = sh->pattern == SKEWED && i > 0 && v == 0;
+    int seen = (sh->pattern == SKEWED || sh->pattern == FULL) && i > 0 && v == 0;
     for (int q = 0; q < i; q++)
       seen |= row[q] == v;
     if (!seen) row[i++] = v;
@@ -296,6 +300,10 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
     if (sh->ll)
       off[l] = (int64_t)((size_t)l * n * LL_BOUND), want_rows = (size_t)(l + 1) * n * LL_BOUND;
   }
+  /* full: rank 0's expert 0 gets every rank's every token, its count the block's rows */
+  if (sh->pattern == FULL && rank == 0 && count[0] != (int64_t)n * LL_BOUND)
+    FAIL("%s: expert 0 gets %lld rows, not a full block's %d", pn, (long long)count[0],
+         n * LL_BOUND);
   weft_moe_recv_rows(h, &rows);
   if (rows != want_rows) FAIL("%s: %zu rows, want %zu", pn, rows, want_rows);
   /* low-latency mode on a device communicator: the counts come with the dispatch */
@@ -658,7 +666,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
     for (int ti = 0; ti < 3; ti++) {
       shape_t sh = {.pattern = p,
                     .experts = 4 * n,
-                    .k = p == SKEWED ? 4 : 2,
+                    .k = p == SKEWED            ? 4
+                         : p == FULL && ti == 0 ? 1
+                                                : 2,
                     .align = ti == 1 ? 4 : 1,
                     .hidden = p == DROPPED && ti == 0 ? 260 : 24 + (size_t)ti,
                     .t = types[ti]};
