@@ -1,8 +1,9 @@
 /* MoE dispatch and combine on forked ranks with host buffers: every rank can compute every
  * rank's ids and tokens, so each checks its own rows, counts and combined tokens exactly
  * against a model; the adjoint identities; and refusals that reach every rank and change
- * nothing; the split halves (host buffers). With --device (CUDA builds) every rank works on
- * GPU 0 with device buffers.
+ * nothing; the split halves (host buffers); the config's limits at N and one past N (topk,
+ * align, a low-latency block exactly full, and, host only, the byte limits). With --device
+ * (CUDA builds) every rank works on GPU 0 with device buffers.
  * usage: test_moe RANKS [shm|tcp] [--device] */
 #include <math.h>
 #include <stdio.h>
@@ -491,6 +492,43 @@ static int run_split(weft_moe_t moe, weft_moe_handle_t h, const shape_t *sh, int
   return 0;
 }
 
+/* Host buffers: the byte limits a layer's config checks, at the largest value that fits and
+ * one past it, through the argument checks alone (nothing of that size is allocated): a
+ * low-latency bound whose blocks total INT64_MAX rows or less (exactly that on one rank: an
+ * expert a rank, top-1) is taken, and a layout then answers with those rows while a dispatch
+ * into them is refused; hidden times the element size one past SIZE_MAX is refused. */
+static int run_overflow_edges(weft_comm_t comm, int rank, int n, const weft_moe_config_t *cfg) {
+  weft_moe_config_t c = *cfg;
+  weft_moe_t moe = NULL;
+  weft_moe_handle_t h = NULL;
+  size_t per = (size_t)n, rows = 0; /* rows a token of the bound adds: nranks * local */
+  c.num_experts = n, c.topk = 1;
+  c.mode = WEFT_MOE_LOW_LATENCY, c.align = 1, c.max_tokens = (size_t)INT64_MAX / per;
+  int64_t ids[1] = {0};
+  uint16_t x[8] = {0};
+  if (weft_moe_create(comm, &c, &moe) != WEFT_SUCCESS) FAIL("the largest low-latency bound");
+  if (weft_moe_layout(moe, ids, 1, &h, NULL) != WEFT_SUCCESS || weft_moe_recv_rows(h, &rows) ||
+      rows != c.max_tokens * per)
+    FAIL("the largest low-latency bound: layout, %zu rows", rows);
+  if (expect_fail(rank, weft_moe_dispatch(h, x, NULL, x, NULL, NULL), WEFT_ERR_INVALID_ARG,
+                  "do not fit", "a dispatch into INT64_MAX rows"))
+    return 1;
+  weft_moe_handle_destroy(h);
+  weft_moe_destroy(moe);
+  c.max_tokens++;
+  if (expect_fail(rank, weft_moe_create(comm, &c, &moe), WEFT_ERR_INVALID_ARG,
+                  "max_tokens * num_experts overflows", "a low-latency bound past INT64_MAX rows"))
+    return 1;
+  c = *cfg, c.dtype = WEFT_BF16, c.hidden = SIZE_MAX / 2;
+  if (weft_moe_create(comm, &c, &moe) != WEFT_SUCCESS) FAIL("hidden of SIZE_MAX - 1 bytes");
+  weft_moe_destroy(moe), moe = NULL;
+  c.hidden++;
+  if (expect_fail(rank, weft_moe_create(comm, &c, &moe), WEFT_ERR_INVALID_ARG,
+                  "hidden times the element size overflows", "hidden past SIZE_MAX bytes"))
+    return 1;
+  return 0;
+}
+
 static int run_errors(weft_comm_t comm, int rank, int n) {
   weft_moe_config_t cfg = WEFT_MOE_CONFIG_INIT;
   cfg.num_experts = 2 * n, cfg.topk = 2, cfg.hidden = 8, cfg.dtype = WEFT_BF16;
@@ -533,6 +571,14 @@ static int run_errors(weft_comm_t comm, int rank, int n) {
                   "low latency with align"))
     return 1;
   c2.align = 1;
+  { /* topk one past WEFT_MOE_MAX_TOPK (with experts enough): refused; at it, run_shape runs */
+    weft_moe_config_t c3 = cfg;
+    c3.topk = WEFT_MOE_MAX_TOPK + 1, c3.num_experts = n * (WEFT_MOE_MAX_TOPK + 1);
+    if (expect_fail(rank, weft_moe_create(comm, &c3, &moe), WEFT_ERR_INVALID_ARG,
+                    "topk must be in 1..WEFT_MOE_MAX_TOPK", "topk past the limit"))
+      return 1;
+  }
+  if (!g_dev && run_overflow_edges(comm, rank, n, &cfg)) return 1;
   if (moe) FAIL("a refused create left a plan");
   if (weft_moe_create(comm, &cfg, &moe) != WEFT_SUCCESS) FAIL("create");
   /* ids of 12 tokens: out of range on the last rank only (token 9), then repeated there
@@ -678,7 +724,25 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
       sh.ll = 1; /* low-latency mode: align stays 1 */
       if (ti != 1 && (run_shape(comm, rank, n, &sh) || !++cases)) return async_said(comm, rank), 1;
     }
-  if (run_errors(comm, rank, n)) return 1;
+  /* the config's limits reached: top-WEFT_MOE_MAX_TOPK of just as many experts or a few more
+   * (normal and low-latency), and blocks padded to WEFT_MOE_MAX_ALIGN rows (one past each is
+   * refused in run_errors) */
+  shape_t top = {.pattern = UNIFORM,
+                 .experts = n * ((WEFT_MOE_MAX_TOPK + n - 1) / n),
+                 .k = WEFT_MOE_MAX_TOPK,
+                 .align = 1,
+                 .hidden = 24,
+                 .t = WEFT_F32};
+  shape_t wide = {.pattern = SKEWED,
+                  .experts = 4 * n,
+                  .k = 2,
+                  .align = WEFT_MOE_MAX_ALIGN,
+                  .hidden = 4,
+                  .t = WEFT_BF16};
+  if (run_shape(comm, rank, n, &top) || !++cases || (top.ll = 1, run_shape(comm, rank, n, &top)) ||
+      !++cases || run_shape(comm, rank, n, &wide) || !++cases)
+    return async_said(comm, rank), 1;
+  if (run_errors(comm, rank, n)) return async_said(comm, rank), 1;
   weft_comm_destroy(g_host);
   weft_comm_destroy(comm);
   if (rank == 0)
