@@ -187,7 +187,10 @@ WEFT_API weft_result_t weft_barrier(weft_comm_t comm, weft_stream_t stream);
 /* Operations issued between start and end (on this thread) run as one: concurrently, and
  * with the stream of the first one. A group spanning several communicators completes before
  * weft_group_end returns (each comm progresses on its own thread). Nestable; errors are
- * reported by weft_group_end. */
+ * reported by weft_group_end. A group may span at most WEFT_GROUP_MAX_COMMS communicators:
+ * weft_group_end refuses one over more with WEFT_ERR_INVALID_ARG, and none of its
+ * operations runs. */
+#define WEFT_GROUP_MAX_COMMS 64
 WEFT_API weft_result_t weft_group_start(void);
 WEFT_API weft_result_t weft_group_end(void);
 /* Like weft_group_end, but at the outermost level the group's operations are dropped unrun

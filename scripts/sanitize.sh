@@ -4,7 +4,7 @@
 # coverage). Runs both configurations even when the first fails; exits nonzero if either did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-threaded=(test_api collectives_3_shm collectives_4_tcp3 comm_3 resources_2
+threaded=(test_api collectives_3_shm collectives_4_tcp3 comm_3 resources_2 group_3
           faults_shm faults_tcp mismatch_shm moe_3_shm moe_4_tcp zero_2_stage1
           zero_3_stage3 ep_2_top2)
 # ASan and UBSan only: the schedule simulators (single-threaded), and the examples whose only

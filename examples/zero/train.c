@@ -177,6 +177,17 @@ static int update(run_t *r, float *am, float *av, int step, float *scratch) {
   return 0;
 }
 
+/* The first step's reduced gradients into o->first_grads (zero.h); nonzero on a failed copy. */
+static int copy_first_grads(run_t *r) {
+  float *out = r->o->first_grads;
+  if (r->o->stage == 0) return BE(get, out, r->grads, r->m->nparams * sizeof *out);
+  int bad = 0;
+  for (int i = 0; i < r->nb; i++)
+    bad |= BE(get, out + r->b[i].first + shard_lo(r, i), r->gshard + r->b[i].at,
+              shard_n(r, i) * sizeof *out);
+  return bad;
+}
+
 /* ---- checkpoints ---- */
 
 static int save(run_t *r, const float *am, const float *av, int step) {
@@ -357,6 +368,8 @@ int zero_train(weft_comm_t comm, const zero_opts_t *o, float *losses, run_stats_
     for (int i = 0; i < r->nb && !o->overlap && o->stage < 2; i++)
       reduce(r, gpt_block_at(&m, i < m.c.layers ? m.c.layers - 1 - i : i)); /* last layer first */
     wait_for(r, r->gs, r->gcomm, "reducing gradients");
+    if (s == 0 && o->first_grads && math && copy_first_grads(r))
+      fail(r, "copying the gradients out", comm);
     r->busy[0] = r->busy[1] = 0, r->held[0] = r->held[1] = -1; /* parameters change below */
     double tw = run_now_s(), wait = r->waited;
     if (run_any_rank(comm, r->failed)) break; /* a rank that failed alone stops them all */

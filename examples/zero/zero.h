@@ -23,6 +23,10 @@ typedef struct {
   unsigned long long seed;
   int overlap;         /* 1: start each layer's reduction when its backward is done */
   int wrong_reduction; /* tests only: skip the gradient reduction (parity must then fail) */
+  float *first_grads;  /* tests only: the first step's reduced gradients as the update reads
+                          them, into this host array of the model's nparams floats at their
+                          flat offsets: every one at stage 0, this rank's shard of each block
+                          at stages 1-3 (the rest left alone); NULL: none */
   int gpu, bf16;       /* the CUDA back end, rank r on device r % devices, bf16: products in
                         bf16; else the CPU's */
   FILE *log;           /* rank 0's progress lines ("step N loss X ..."); NULL: none */

@@ -71,18 +71,21 @@ weft_result_t weft_group_end(void) {
   }
   /* One op per communicator, tasks in issue order. */
   int ncomms = 0;
-  weft_comm_t comms[64];
-  weft_stream_t first_stream[64]; /* each comm's first call's stream */
-  weft_work_t *ops[64];
+  weft_comm_t comms[WEFT_GROUP_MAX_COMMS];
+  weft_stream_t first_stream[WEFT_GROUP_MAX_COMMS]; /* each comm's first call's stream */
+  weft_work_t *ops[WEFT_GROUP_MAX_COMMS];
   weft_result_t rc = WEFT_SUCCESS;
   for (int i = 0; i < grp.n; i++) {
     int k = 0;
     while (k < ncomms && comms[k] != grp.items[i].comm)
       k++;
     if (k == ncomms) {
-      if (ncomms == 64) {
+      if (ncomms == WEFT_GROUP_MAX_COMMS) {
         drop_items();
-        return weft_set_error(WEFT_ERR_INVALID_ARG, "group: more than 64 communicators");
+        return weft_set_error(WEFT_ERR_INVALID_ARG,
+                              "weft_group_end: the group spans more than WEFT_GROUP_MAX_COMMS "
+                              "(%d) communicators; none of its operations ran",
+                              WEFT_GROUP_MAX_COMMS);
       }
       first_stream[ncomms] = grp.items[i].stream;
       comms[ncomms++] = grp.items[i].comm;

@@ -55,7 +55,13 @@ static weft_result_t host_submit_group(struct weft_comm **comms, weft_work_t **o
   /* Several comms must progress at the same time: each gets its own stream, so none
    * waits for another's ticket; the group then waits for all of them (also when the user
    * gave a stream: one stream's tickets would serialise the comms and could deadlock). */
-  weft_stream_t own[64] = {0};
+  weft_stream_t own[WEFT_GROUP_MAX_COMMS] = {0};
+  if (n > WEFT_GROUP_MAX_COMMS) { /* weft_group_end refuses such a group: never here */
+    for (int k = 0; k < n; k++)
+      weft_work_free(ops[k]);
+    return weft_set_error(WEFT_ERR_INTERNAL, "group: %d communicators, more than %d", n,
+                          WEFT_GROUP_MAX_COMMS);
+  }
   for (int k = 0; k < n; k++) {
     weft_stream_t s = NULL;
     if (n == 1)

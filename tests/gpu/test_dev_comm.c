@@ -1,7 +1,8 @@
 /* Device communicators beyond the oracle matrix (tests/gpu, 2+ ranks): device buffers
  * only, CUDA-graph capture and replay, the 128-byte kernel's sizes called again and again with
  * new data, several communicators and streams in flight at once, a group of collectives as one
- * launch, a group of sends and receives too large for one launch, the device memory report, and
+ * launch, a group of sends and receives too large for one launch, a group over
+ * WEFT_GROUP_MAX_COMMS communicators (one more refused), the device memory report, and
  * failures: a rank that never joins gives WEFT_ERR_TIMEOUT on both sides, and weft_comm_abort ends
  * a waiting kernel at once. usage: test_dev_comm RANKS [--share] */
 #include <cuda_runtime_api.h>
@@ -391,6 +392,82 @@ static int refused_with(int rank, int dev, weft_comm_t world, const char *name, 
   return 0;
 }
 
+/* A group over WEFT_GROUP_MAX_COMMS device communicators (one kernel a comm on s, in the same
+ * order on every rank) sums on every comm; one comm more is refused with WEFT_ERR_INVALID_ARG
+ * naming the limit, launches nothing and writes nothing, and the comms work on. Skipped on
+ * every rank when 65 comms of per_comm bytes each, times the ranks on a GPU, would take more
+ * than half of some rank's free memory (8 ranks on 2 GPUs). */
+static int check_group_limit(int rank, int n, int dev, weft_comm_t world, cudaStream_t s,
+                             size_t per_comm) {
+  enum { N = WEFT_GROUP_MAX_COMMS + 1, CNT = 4096 };
+  int ngpu = 1, fits = 0, all = 0;
+  size_t free_b = 0, total = 0;
+  cudaGetDeviceCount(&ngpu);
+  cudaMemGetInfo(&free_b, &total);
+  int here = share ? n : (n + ngpu - 1) / ngpu;
+  fits = (double)per_comm * N * here < 0.5 * (double)free_b;
+  if (weft_allreduce(&fits, &all, 1, WEFT_I32, WEFT_MIN, world, NULL)) FAIL("agreeing");
+  if (!all) {
+    if (rank == 0) printf("group limit: skipped (%d comms would not fit)\n", N);
+    return 0;
+  }
+  weft_config_t cfg = WEFT_CONFIG_INIT;
+  cfg.device = dev, cfg.timeout_ms = 60000;
+  weft_comm_t c[N];
+  float *d = NULL, *h = malloc((size_t)N * 2 * CNT * sizeof *h);
+  if (!h || cudaMalloc((void **)&d, (size_t)N * 2 * CNT * sizeof *d) != cudaSuccess)
+    FAIL("out of memory");
+  for (int i = 0; i < N; i++)
+    if (weft_comm_split(world, 0, rank, &c[i], &cfg)) FAIL("device comm %d of %d", i, N);
+  for (int round = 0; round < 2; round++) { /* the limit, then one past it */
+    int used = round ? N : N - 1;
+    for (int i = 0; i < N; i++) /* comm i: input salt i, output poisoned */
+      fill(h + (size_t)i * 2 * CNT, CNT, rank, i);
+    h2d(d, h, (size_t)N * 2 * CNT * sizeof *d);
+    for (int i = 0; i < N; i++)
+      cudaMemset(d + (size_t)i * 2 * CNT + CNT, 0xff, CNT * sizeof *d);
+    cudaDeviceSynchronize();
+    weft_group_start();
+    for (int i = 0; i < used; i++)
+      if (weft_allreduce(d + (size_t)i * 2 * CNT, d + (size_t)i * 2 * CNT + CNT, CNT, WEFT_F32,
+                         WEFT_SUM, c[i], (weft_stream_t)s))
+        FAIL("queueing on comm %d", i);
+    weft_result_t rc = weft_group_end();
+    const char *msg = weft_get_last_error(NULL);
+    if (round == 0 && rc != WEFT_SUCCESS) FAIL("a group over %d device comms: %s", used, msg);
+    if (round == 1 && (rc != WEFT_ERR_INVALID_ARG || !strstr(msg, "WEFT_GROUP_MAX_COMMS")))
+      FAIL("a group over %d device comms: %s \"%s\", want WEFT_ERR_INVALID_ARG", used,
+           weft_result_string(rc), msg);
+    for (int i = 0; i < used; i++)
+      if (settle(c[i], s)) FAIL("comm %d: %s", i, weft_get_last_error(c[i]));
+    cudaMemcpy(h, d, (size_t)N * 2 * CNT * sizeof *d, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < N; i++) {
+      const float *out = h + (size_t)i * 2 * CNT + CNT;
+      const unsigned char *b = (const unsigned char *)out;
+      int touched = 0;
+      for (size_t j = 0; j < CNT * sizeof *out; j++)
+        touched |= b[j] != 0xff;
+      if (round == 0 && i < used && !sum_ok(out, CNT, n, i)) FAIL("comm %d summed wrong", i);
+      if ((round == 1 || i >= used) && touched)
+        FAIL("the %s group wrote comm %d's output", round ? "refused" : "first", i);
+    }
+  }
+  /* the refused group left nothing queued: the comm it would have added sums now */
+  fill(h, CNT, rank, N - 1);
+  h2d(d, h, CNT * sizeof *d);
+  if (weft_allreduce(d, d + CNT, CNT, WEFT_F32, WEFT_SUM, c[N - 1], (weft_stream_t)s) ||
+      settle(c[N - 1], s))
+    FAIL("the last comm after the refusal: %s", weft_get_last_error(c[N - 1]));
+  cudaMemcpy(h, d + CNT, CNT * sizeof *d, cudaMemcpyDeviceToHost);
+  if (!sum_ok(h, CNT, n, N - 1)) FAIL("the last comm after the refusal summed wrong");
+  for (int i = 0; i < N; i++)
+    weft_comm_destroy(c[i]);
+  cudaFree(d);
+  free(h);
+  if (rank == 0) printf("group limit: %d device comms in a group ran, %d refused\n", N - 1, N);
+  return 0;
+}
+
 /* A device parameter set differently on one rank fails every rank's init, naming it (else
  * the ranks would size their regions apart or run kernels that cannot talk); a value no
  * rank can use fails it too. Nothing is left behind: the comms made later work. */
@@ -556,6 +633,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   if (check_concurrent(rank, n, a, b)) return 1;
   if (check_ring(rank, n, a, s)) return 1;
   if (check_p2p_group(rank, n, a, s)) return 1;
+  if (check_group_limit(rank, n, dev, world, s, mem)) return 1;
   weft_comm_destroy(a);
   weft_comm_destroy(b);
   if (check_params(rank, dev, world)) return 1;

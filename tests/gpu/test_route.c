@@ -3,7 +3,9 @@
  * by the kernels (as a device layout asks) or not (as low-latency mode's does), over shapes
  * that take each of their paths: no tokens, one tile, many (test_moe's batches fit in one),
  * bins past what shared memory holds, top-32, int32 and int64 ids, dropped choices, a bad
- * and a repeated id. usage: test_route */
+ * and a repeated id, and every token on one expert (a low-latency block exactly full: a rank
+ * sends its max_tokens tokens to one expert, whose count and rank's must be all of them).
+ * usage: test_route */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +26,7 @@ typedef struct {
   int k, experts, nranks, id_bytes;
   uint64_t bad_at; /* a choice made out of range (UINT64_MAX: none) */
   uint64_t dup_at; /* a choice made equal to the one before it in its token (or none) */
+  int full;        /* 1 + the expert every token's first choice is (0: none) */
 } shape_t;
 
 typedef struct { /* what the kernels give, read back */
@@ -39,7 +42,8 @@ static uint64_t mix(uint64_t a, uint64_t b) {
   return z ^ (z >> 31);
 }
 
-/* k distinct experts a token, about one in seven dropped (-1), expert 0 chosen more often */
+/* k distinct experts a token, about one in seven dropped (-1), expert 0 chosen more often;
+ * with full, the first choice is that expert */
 static void make_ids(const shape_t *s, int64_t *ids) {
   for (uint64_t t = 0; t < s->tokens; t++)
     for (int j = 0; j < s->k; j++) {
@@ -47,6 +51,7 @@ static void make_ids(const shape_t *s, int64_t *ids) {
       for (uint64_t tries = 0;; tries++) {
         uint64_t r = mix(t * 64 + (uint64_t)j, tries);
         v = r % 7 == 0 ? -1 : r % 5 == 0 ? 0 : (int64_t)(r / 7 % (uint64_t)s->experts);
+        if (s->full && j == 0) v = s->full - 1;
         int seen = 0;
         for (int i = 0; i < j && v >= 0; i++)
           seen |= ids[t * s->k + i] == v;
@@ -241,6 +246,13 @@ static int run(const shape_t *s, int64_t *host, cudaStream_t st) {
   CUDA(cudaMemcpy(r.entries, d[5], sz[5], cudaMemcpyDeviceToHost));
   CUDA(cudaMemcpy(r.meta, d[6], sz[6], cudaMemcpyDeviceToHost));
   int rc = check(s, ids, &r, how);
+  /* the full block, said outright: every token counted on the expert and on its rank */
+  const int one = s->full - 1, at = E + one / (E / n);
+  if (!rc && s->full && (r.counts[one] != (int64_t)T || r.counts[at] != (int64_t)T)) {
+    fprintf(stderr, "test_route: %s: expert %d counts %lld, its rank %lld, expected %llu\n", how,
+            one, (long long)r.counts[one], (long long)r.counts[at], (unsigned long long)T);
+    rc = 1;
+  }
   for (int i = 0; i < 9; i++)
     cudaFree(d[i]);
   free(ids), free(ids_in), free(r.counts), free(r.send_off), free(r.send_list), free(r.entries),
@@ -251,14 +263,26 @@ static int run(const shape_t *s, int64_t *host, cudaStream_t st) {
 int main(void) {
   const uint64_t NONE = UINT64_MAX;
   const shape_t shapes[] = {
-      {0, 8, 256, 1, 8, NONE, NONE},           {1, 1, 4, 2, 4, NONE, NONE},
-      {63, 8, 256, 8, 8, NONE, NONE},          {64, 8, 256, 4, 4, NONE, NONE},
-      {65, 3, 16, 2, 8, NONE, NONE},           {4096, 8, 256, 1, 8, NONE, NONE},
-      {4096, 8, 256, 8, 8, NONE, NONE},        {8192, 8, 256, 8, 4, NONE, NONE},
-      {8193, 8, 256, 8, 8, NONE, NONE},        {20000, 4, 64, 4, 8, NONE, NONE},
-      {1000, 8, 8192, 2, 8, NONE, NONE},       {3000, 4, 4800, 3, 4, NONE, NONE},
-      {300, 32, 64, 4, 8, NONE, NONE},         {500, 8, 256, 4, 8, 300 * 8 + 5, 420 * 8 + 3},
-      {9000, 8, 256, 8, 4, NONE, 8999 * 8 + 7}};
+      {0, 8, 256, 1, 8, NONE, NONE, 0},
+      {1, 1, 4, 2, 4, NONE, NONE, 0},
+      {63, 8, 256, 8, 8, NONE, NONE, 0},
+      {64, 8, 256, 4, 4, NONE, NONE, 0},
+      {65, 3, 16, 2, 8, NONE, NONE, 0},
+      {4096, 8, 256, 1, 8, NONE, NONE, 0},
+      {4096, 8, 256, 8, 8, NONE, NONE, 0},
+      {8192, 8, 256, 8, 4, NONE, NONE, 0},
+      {8193, 8, 256, 8, 8, NONE, NONE, 0},
+      {20000, 4, 64, 4, 8, NONE, NONE, 0},
+      {1000, 8, 8192, 2, 8, NONE, NONE, 0},
+      {3000, 4, 4800, 3, 4, NONE, NONE, 0},
+      {300, 32, 64, 4, 8, NONE, NONE, 0},
+      {500, 8, 256, 4, 8, 300 * 8 + 5, 420 * 8 + 3, 0},
+      {9000, 8, 256, 8, 4, NONE, 8999 * 8 + 7, 0},
+      /* full blocks: one tile whose masks are all ones (top-1, expert 5), two tiles of top-8
+       * on 8 ranks (expert 0), and past a tile with top-2 the last expert (the last rank's) */
+      {64, 1, 16, 4, 4, NONE, NONE, 6},
+      {128, 8, 256, 8, 8, NONE, NONE, 1},
+      {129, 2, 8, 2, 4, NONE, NONE, 8}};
   const int nshapes = (int)(sizeof shapes / sizeof *shapes);
   int ngpu = 0, max_cells = 0;
   cudaStream_t st;

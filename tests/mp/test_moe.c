@@ -1,8 +1,9 @@
 /* MoE dispatch and combine on forked ranks with host buffers: every rank can compute every
  * rank's ids and tokens, so each checks its own rows, counts and combined tokens exactly
  * against a model; the adjoint identities; and refusals that reach every rank and change
- * nothing; the split halves (host buffers). With --device (CUDA builds) every rank works on
- * GPU 0 with device buffers.
+ * nothing; the split halves (host buffers); the config's limits at N and one past N (topk,
+ * align, a low-latency block exactly full, and, host only, the byte limits). With --device
+ * (CUDA builds) every rank works on GPU 0 with device buffers.
  * usage: test_moe RANKS [shm|tcp] [--device] */
 #include <math.h>
 #include <stdio.h>
@@ -24,8 +25,8 @@
 #include "weft.h"
 #include "weft_moe.h"
 
-enum { UNIFORM, SKEWED, SPARSE, DROPPED, NPATTERN };
-static const char *const PATTERN_NAME[] = {"uniform", "skewed", "sparse", "dropped"};
+enum { UNIFORM, SKEWED, SPARSE, DROPPED, FULL, NPATTERN };
+static const char *const PATTERN_NAME[] = {"uniform", "skewed", "sparse", "dropped", "full"};
 
 typedef struct {
   int pattern, experts, k, align, ll; /* ll: low-latency mode (bound LL_BOUND) */
@@ -42,14 +43,18 @@ static uint64_t mix(uint64_t a, uint64_t b) {
   return z ^ (z >> 31);
 }
 
-/* Tokens of rank s: the sparse pattern leaves rank 1 without any. */
+/* Tokens of rank s: the sparse pattern leaves rank 1 without any; the full one gives every
+ * rank the low-latency bound. */
 static size_t tokens_of(const shape_t *sh, int s) {
+  if (sh->pattern == FULL) return LL_BOUND;
   return sh->pattern == SPARSE && s == 1 ? 0 : 5 + (size_t)(mix(s, 77) % 13);
 }
 
-/* Choice j of token t on rank s, distinct within the token. Skewed: every token's first
- * choice is expert 0; sparse: only the experts of rank 0 and of the last rank; dropped: some
- * -1, and every fourth token drops all. */
+/* Choice j of token t on rank s, distinct within the token. Skewed and full: every token's
+ * first choice is expert 0 (full: with LL_BOUND tokens on every rank, expert 0's low-latency
+ * block is exactly full, as in a decode step whose tokens all pick one expert); sparse: only
+ * the experts of rank 0 and of the last rank; dropped: some -1, and every fourth token drops
+ * all. */
 static int64_t id_of(const shape_t *sh, int n, int s, size_t t, int j) {
   int e = sh->experts, local = e / n, pool = sh->pattern == SPARSE && n > 1 ? 2 * local : e;
   int64_t row[64];
@@ -57,11 +62,11 @@ static int64_t id_of(const shape_t *sh, int n, int s, size_t t, int j) {
     return -1;
   for (int i = 0, tries = 0; i <= j; tries++) {
     int64_t v =
-        sh->pattern == SKEWED && i == 0
+        (sh->pattern == SKEWED || sh->pattern == FULL) && i == 0
             ? 0
             : (int64_t)(mix((uint64_t)s * 1000 + t, 100 + (uint64_t)tries) % (uint64_t)pool);
     if (sh->pattern == SPARSE && n > 1 && v >= local) v = e - local + (v - local);
-    int seen = sh->pattern == SKEWED && i > 0 && v == 0;
+    int seen = (sh->pattern == SKEWED || sh->pattern == FULL) && i > 0 && v == 0;
     for (int q = 0; q < i; q++)
       seen |= row[q] == v;
     if (!seen) row[i++] = v;
@@ -296,6 +301,10 @@ static int run_shape(weft_comm_t comm, int rank, int n, const shape_t *sh) {
     if (sh->ll)
       off[l] = (int64_t)((size_t)l * n * LL_BOUND), want_rows = (size_t)(l + 1) * n * LL_BOUND;
   }
+  /* full: rank 0's expert 0 gets every rank's every token, its count the block's rows */
+  if (sh->pattern == FULL && rank == 0 && count[0] != (int64_t)n * LL_BOUND)
+    FAIL("%s: expert 0 gets %lld rows, not a full block's %d", pn, (long long)count[0],
+         n * LL_BOUND);
   weft_moe_recv_rows(h, &rows);
   if (rows != want_rows) FAIL("%s: %zu rows, want %zu", pn, rows, want_rows);
   /* low-latency mode on a device communicator: the counts come with the dispatch */
@@ -483,6 +492,43 @@ static int run_split(weft_moe_t moe, weft_moe_handle_t h, const shape_t *sh, int
   return 0;
 }
 
+/* Host buffers: the byte limits a layer's config checks, at the largest value that fits and
+ * one past it, through the argument checks alone (nothing of that size is allocated): a
+ * low-latency bound whose blocks total INT64_MAX rows or less (exactly that on one rank: an
+ * expert a rank, top-1) is taken, and a layout then answers with those rows while a dispatch
+ * into them is refused; hidden times the element size one past SIZE_MAX is refused. */
+static int run_overflow_edges(weft_comm_t comm, int rank, int n, const weft_moe_config_t *cfg) {
+  weft_moe_config_t c = *cfg;
+  weft_moe_t moe = NULL;
+  weft_moe_handle_t h = NULL;
+  size_t per = (size_t)n, rows = 0; /* rows a token of the bound adds: nranks * local */
+  c.num_experts = n, c.topk = 1;
+  c.mode = WEFT_MOE_LOW_LATENCY, c.align = 1, c.max_tokens = (size_t)INT64_MAX / per;
+  int64_t ids[1] = {0};
+  uint16_t x[8] = {0};
+  if (weft_moe_create(comm, &c, &moe) != WEFT_SUCCESS) FAIL("the largest low-latency bound");
+  if (weft_moe_layout(moe, ids, 1, &h, NULL) != WEFT_SUCCESS || weft_moe_recv_rows(h, &rows) ||
+      rows != c.max_tokens * per)
+    FAIL("the largest low-latency bound: layout, %zu rows", rows);
+  if (expect_fail(rank, weft_moe_dispatch(h, x, NULL, x, NULL, NULL), WEFT_ERR_INVALID_ARG,
+                  "do not fit", "a dispatch into INT64_MAX rows"))
+    return 1;
+  weft_moe_handle_destroy(h);
+  weft_moe_destroy(moe);
+  c.max_tokens++;
+  if (expect_fail(rank, weft_moe_create(comm, &c, &moe), WEFT_ERR_INVALID_ARG,
+                  "max_tokens * num_experts overflows", "a low-latency bound past INT64_MAX rows"))
+    return 1;
+  c = *cfg, c.dtype = WEFT_BF16, c.hidden = SIZE_MAX / 2;
+  if (weft_moe_create(comm, &c, &moe) != WEFT_SUCCESS) FAIL("hidden of SIZE_MAX - 1 bytes");
+  weft_moe_destroy(moe), moe = NULL;
+  c.hidden++;
+  if (expect_fail(rank, weft_moe_create(comm, &c, &moe), WEFT_ERR_INVALID_ARG,
+                  "hidden times the element size overflows", "hidden past SIZE_MAX bytes"))
+    return 1;
+  return 0;
+}
+
 static int run_errors(weft_comm_t comm, int rank, int n) {
   weft_moe_config_t cfg = WEFT_MOE_CONFIG_INIT;
   cfg.num_experts = 2 * n, cfg.topk = 2, cfg.hidden = 8, cfg.dtype = WEFT_BF16;
@@ -525,6 +571,14 @@ static int run_errors(weft_comm_t comm, int rank, int n) {
                   "low latency with align"))
     return 1;
   c2.align = 1;
+  { /* topk one past WEFT_MOE_MAX_TOPK (with experts enough): refused; at it, run_shape runs */
+    weft_moe_config_t c3 = cfg;
+    c3.topk = WEFT_MOE_MAX_TOPK + 1, c3.num_experts = n * (WEFT_MOE_MAX_TOPK + 1);
+    if (expect_fail(rank, weft_moe_create(comm, &c3, &moe), WEFT_ERR_INVALID_ARG,
+                    "topk must be in 1..WEFT_MOE_MAX_TOPK", "topk past the limit"))
+      return 1;
+  }
+  if (!g_dev && run_overflow_edges(comm, rank, n, &cfg)) return 1;
   if (moe) FAIL("a refused create left a plan");
   if (weft_moe_create(comm, &cfg, &moe) != WEFT_SUCCESS) FAIL("create");
   /* ids of 12 tokens: out of range on the last rank only (token 9), then repeated there
@@ -658,7 +712,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
     for (int ti = 0; ti < 3; ti++) {
       shape_t sh = {.pattern = p,
                     .experts = 4 * n,
-                    .k = p == SKEWED ? 4 : 2,
+                    .k = p == SKEWED            ? 4
+                         : p == FULL && ti == 0 ? 1
+                                                : 2,
                     .align = ti == 1 ? 4 : 1,
                     .hidden = p == DROPPED && ti == 0 ? 260 : 24 + (size_t)ti,
                     .t = types[ti]};
@@ -668,7 +724,25 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
       sh.ll = 1; /* low-latency mode: align stays 1 */
       if (ti != 1 && (run_shape(comm, rank, n, &sh) || !++cases)) return async_said(comm, rank), 1;
     }
-  if (run_errors(comm, rank, n)) return 1;
+  /* the config's limits reached: top-WEFT_MOE_MAX_TOPK of just as many experts or a few more
+   * (normal and low-latency), and blocks padded to WEFT_MOE_MAX_ALIGN rows (one past each is
+   * refused in run_errors) */
+  shape_t top = {.pattern = UNIFORM,
+                 .experts = n * ((WEFT_MOE_MAX_TOPK + n - 1) / n),
+                 .k = WEFT_MOE_MAX_TOPK,
+                 .align = 1,
+                 .hidden = 24,
+                 .t = WEFT_F32};
+  shape_t wide = {.pattern = SKEWED,
+                  .experts = 4 * n,
+                  .k = 2,
+                  .align = WEFT_MOE_MAX_ALIGN,
+                  .hidden = 4,
+                  .t = WEFT_BF16};
+  if (run_shape(comm, rank, n, &top) || !++cases || (top.ll = 1, run_shape(comm, rank, n, &top)) ||
+      !++cases || run_shape(comm, rank, n, &wide) || !++cases)
+    return async_said(comm, rank), 1;
+  if (run_errors(comm, rank, n)) return async_said(comm, rank), 1;
   weft_comm_destroy(g_host);
   weft_comm_destroy(comm);
   if (rank == 0)

@@ -82,6 +82,67 @@ static void rows_fixed(void **st) {
   weft_moe_plan_free(&p);
 }
 
+/* A low-latency block exactly full: every one of R ranks sends its bound of T tokens, and
+ * every token chooses expert 0 (with k 1, and with k 3 beside two other experts), as decode
+ * steps often do. Expert 0's count is then the block, R * T rows: the layout must take it,
+ * its rows filling the block in source order with none left over, and a block one row
+ * smaller must refuse it. The device layout's plan from the counts alone must agree. */
+static void rows_block_full(void **st) {
+  (void)st;
+  enum { R = 3, T = 5, E = 6, L = E / R, W = E + R };
+  for (int k = 1; k <= 3; k += 2) {
+    int32_t ids[T * 3];
+    for (int t = 0; t < T; t++)
+      for (int j = 0; j < k; j++) /* expert 0 first, then experts of the other ranks */
+        ids[t * k + j] = j == 0 ? 0 : (int32_t)(j * L + t % L);
+    weft_moe_plan_t send, p;
+    weft_moe_bad_t bad;
+    assert_int_equal(weft_moe_plan_send(&send, R, E, k, ids, WEFT_I32, T, &bad), 0);
+    assert_int_equal(send.send_tok[0], T);
+    /* rank 0 receives every rank's T tokens, the same ids from each */
+    memset(&p, 0, sizeof p);
+    p.nranks = R, p.local = L, p.k = k, p.tokens = T;
+    p.recv_tok = calloc(R, sizeof *p.recv_tok);
+    for (int s = 0; s < R; s++)
+      p.recv_tok[s] = T;
+    assert_int_equal(weft_moe_plan_recv_alloc(&p), 0);
+    for (int s = 0; s < R; s++)
+      memcpy(p.recv_ids + (size_t)s * T * k, send.send_ids, (size_t)T * k * sizeof *p.recv_ids);
+    const size_t block = (size_t)R * T;
+    assert_int_equal(weft_moe_plan_rows(&p, 0, 1, block), 0);
+    assert_int_equal(p.count[0], block); /* count == block */
+    assert_int_equal(p.offset[0], 0);
+    assert_int_equal(p.offset[1], block);
+    assert_int_equal(p.rows, L * block);
+    for (size_t i = 0; i < block; i++) /* entry i's choice of expert 0 is row i */
+      assert_int_equal(p.row_of[i * k], i);
+    assert_int_equal(weft_moe_plan_rows(&p, 0, 1, block - 1), -1);
+    /* from the counts alone: rank s chose expert 0 T times; its tokens go to rank 0 */
+    int64_t all[R][W] = {{0}};
+    for (int s = 0; s < R; s++) {
+      for (int i = 0; i < T * k; i++)
+        all[s][ids[i]]++;
+      for (int r = 0; r < R; r++)
+        all[s][E + r] = (int64_t)send.send_tok[r];
+    }
+    weft_moe_plan_t dev;
+    uint64_t base[R][L];
+    assert_int_equal(
+        weft_moe_plan_from_counts(&dev, R, E, k, T, 0, &all[0][0], W, 1, block, &base[0][0]), 0);
+    assert_int_equal(dev.count[0], block);
+    assert_int_equal(dev.rows, p.rows);
+    for (int s = 0; s < R; s++)
+      assert_int_equal(base[s][0], (uint64_t)s * T);
+    weft_moe_plan_free(&dev);
+    assert_int_equal(
+        weft_moe_plan_from_counts(&dev, R, E, k, T, 0, &all[0][0], W, 1, block - 1, &base[0][0]),
+        -1);
+    weft_moe_plan_free(&dev);
+    weft_moe_plan_free(&p);
+    weft_moe_plan_free(&send);
+  }
+}
+
 static void bad_ids(void **st) {
   (void)st;
   weft_moe_plan_t p;
@@ -260,9 +321,9 @@ static void direct_window(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(send_side),           cmocka_unit_test(rows_padded),
-      cmocka_unit_test(rows_fixed),          cmocka_unit_test(bad_ids),
-      cmocka_unit_test(from_counts_matches), cmocka_unit_test(ll_window),
-      cmocka_unit_test(direct_window)};
+      cmocka_unit_test(send_side),  cmocka_unit_test(rows_padded),
+      cmocka_unit_test(rows_fixed), cmocka_unit_test(rows_block_full),
+      cmocka_unit_test(bad_ids),    cmocka_unit_test(from_counts_matches),
+      cmocka_unit_test(ll_window),  cmocka_unit_test(direct_window)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,11 +71,16 @@ static void out_of_range_is_refused(void **st) {
   refused("WEFT_HEARTBEAT_MS", "-1",
           (const char *[]){"WEFT_HEARTBEAT_MS=-1", "an integer from 0", NULL});
   refused("WEFT_CE_MIN_BYTES", "-5", (const char *[]){"WEFT_CE_MIN_BYTES=-5", "auto", NULL});
+  /* sockets per pair: at most 8, the size of tcp.c's fds[] (collectives_3_tcp8 runs 8) */
+  refused("WEFT_TCP_SOCKETS", "9",
+          (const char *[]){"WEFT_TCP_SOCKETS=9", "out of range", "[0, 8]", NULL});
   setenv("WEFT_P2P_STAGES", "17", 1);
   assert_int_equal(weft_param_get_int(WEFT_PARAM_P2P_STAGES), 2);
   setenv("WEFT_P2P_STAGES", "16", 1);
+  setenv("WEFT_TCP_SOCKETS", "8", 1);
   assert_int_equal(weft_params_check(), WEFT_SUCCESS);
   assert_int_equal(weft_param_get_int(WEFT_PARAM_P2P_STAGES), 16);
+  assert_int_equal(weft_param_get_int(WEFT_PARAM_TCP_SOCKETS), 8);
 }
 
 static void bad_word_is_refused(void **st) {
