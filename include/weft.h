@@ -80,7 +80,11 @@ typedef struct {
   int64_t timeout_ms; /* every blocking wait; default WEFT_TIMEOUT_MS */
   int device;         /* CUDA device: buffers are device memory on it, and the stream
                          argument is a cudaStream_t cast to weft_stream_t (NULL: the
-                         default stream); -1: host buffers and weft streams */
+                         default stream); -1: host buffers and weft streams. A device
+                         communicator has at most 8 ranks, all on one host (more:
+                         WEFT_ERR_UNSUPPORTED); ranks may share a GPU (docs/gpu.md), and
+                         init fails with WEFT_ERR_UNSUPPORTED where the GPU's SMs cannot
+                         hold their kernels together */
 } weft_config_t;
 
 #define WEFT_CONFIG_INIT                                                                           \
