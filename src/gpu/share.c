@@ -122,10 +122,13 @@ void weft_dev_budget_log(const struct weft_comm *c, const struct weft_dev *d) {
   const weft_dev_budget_t *b = &d->budget;
   if (b->sharers < 2)
     WEFT_INFO(WEFT_SUB_INIT,
-              "rank %d: its GPU serves this rank alone: no block budget (a collective on up to %d "
-              "channels, %s; a message on up to %d; the low-latency kernel on up to %d blocks, "
-              "to %llu bytes per peer; the 128-byte one to %llu)",
-              c->rank, d->plan.max_channels, d->plan.split ? "split roles" : "one role",
+              "rank %d: %s: no block budget (a collective on up to %d channels, %s; a message "
+              "on up to %d; the low-latency kernel on up to %d blocks, to %llu bytes per peer; "
+              "the 128-byte one to %llu)",
+              c->rank,
+              c->nranks > 1 ? "its GPU serves this rank alone"
+                            : "a communicator of one rank launches no kernel of its own",
+              d->plan.max_channels, d->plan.split ? "split roles" : "one role",
               weft_dev_plan_p2p_channels(&d->plan), d->ll_channels,
               (unsigned long long)d->ll_lim[1], (unsigned long long)d->ll128_max[1]);
   else
