@@ -107,6 +107,8 @@ if [ "$ngpu" -lt 2 ]; then
     [ "$mode" = mps ] && mps_stop
   done
   if [ "${WEFT_SUITE_MODES:-plain}" != mps ]; then
+    # the GPU layout of the low-latency MoE path, its blocks exactly full among its shapes
+    run route "$b/tests/gpu/test_route"
     run collectives_2_share_hoststaged bash -c 'host_matrix "$@"' _ "$out/hoststaged_share.txt" \
       "$b/tests/gpu/test_collectives_gpu" 2 --share
     run sanitizer_memcheck_matrix_share compute-sanitizer --tool memcheck --target-processes all \
