@@ -114,22 +114,15 @@ static void heartbeat_stop(weft_comm_t c) {
 static void comm_free(weft_comm_t c) {
   heartbeat_stop(c);
   if (c->engine) c->engine->free(c);
-  weft_progress_stop(c);
   weft_bootstrap_bye(c->boot); /* our sockets close next: that is no failure */
   for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
     if (c->tr[t] && c->tr_state[t]) c->tr[t]->teardown(c->tr_state[t]);
   weft_bootstrap_free(c->boot);
-  for (int i = 0; i < WEFT_SCHED_CACHE; i++)
-    weft_sched_free(&c->cache[i].sched);
   if (c->wake_fd >= 0) close(c->wake_fd);
   pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
   pthread_cond_destroy(&c->hb_cv);
-  free(c->scratch);
   free(c->local_rank);
   free(c->peer_tr);
-  free(c->chan_send);
-  free(c->chan_recv);
   free(c);
 }
 
@@ -173,9 +166,7 @@ static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
   host_of = calloc((size_t)c->nranks, sizeof *host_of);
   c->local_rank = malloc(sizeof(int) * (size_t)c->nranks);
   c->peer_tr = calloc((size_t)c->nranks, 1);
-  c->chan_send = calloc((size_t)c->nranks, sizeof *c->chan_send);
-  c->chan_recv = calloc((size_t)c->nranks, sizeof *c->chan_recv);
-  if (!hosts || !host_of || !c->local_rank || !c->peer_tr || !c->chan_send || !c->chan_recv)
+  if (!hosts || !host_of || !c->local_rank || !c->peer_tr)
     ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "comm init: out of memory");
   host_identity(hosts[c->rank]);
   CHECK_GOTO(weft_bootstrap_allgather(c->boot, hosts, HOSTID_BYTES), rc, out);
@@ -196,7 +187,6 @@ static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
    * it waits for may be the one that needs it (4 ranks on 2 cores: 2-4x faster than
    * pausing, and than sleeping early). */
   c->yield = cpus > 0 && c->nlocal > cpus;
-  c->full_check = weft_param_get_int(WEFT_PARAM_CHECK) != 0;
   if (c->spin < 1) c->spin = 1;
   char names[64] = "";
   for (int t = 0; t < weft_ntransports; t++)
@@ -237,7 +227,6 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
   c->timeout_ms = config && config->timeout_ms > 0 ? config->timeout_ms : weft_default_timeout_ms();
   c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv, NULL);
   pthread_cond_init(&c->hb_cv, NULL);
   weft_result_t rc = comm_setup(c, id);
   for (int e = 0; e < weft_nengines && rc == WEFT_SUCCESS && !c->engine; e++)
@@ -380,9 +369,6 @@ weft_result_t weft_comm_abort(weft_comm_t comm) {
   }
   for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
     if (comm->tr[t] && comm->tr[t]->wake && comm->tr_state[t]) comm->tr[t]->wake(comm->tr_state[t]);
-  pthread_mutex_lock(&comm->mu);
-  pthread_cond_broadcast(&comm->cv);
-  pthread_mutex_unlock(&comm->mu);
   return WEFT_SUCCESS;
 }
 

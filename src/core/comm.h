@@ -1,7 +1,6 @@
 /* The communicator: identity, peers and the transport serving each, the engine that runs
- * its operations, the queue of operations and the progress thread that runs queued work,
- * failure state, and the caches. Everything mutable in weft lives here (or in a host stream
- * or an engine's state). */
+ * its operations (whose own state, queues and caches hang from engine_state), and failure
+ * state. Everything mutable in weft lives here (or in a host stream or an engine's state). */
 #ifndef WEFT_COMM_H
 #define WEFT_COMM_H
 
@@ -38,15 +37,6 @@ typedef struct weft_work {
   struct weft_work *next;
 } weft_work_t;
 
-typedef struct {
-  weft_coll_args_t key; /* without the alltoallv arrays */
-  weft_algo_t algo;
-  weft_sched_t sched;
-  uint64_t last_use;
-} weft_sched_entry_t;
-
-enum { WEFT_SCHED_CACHE = 64 };
-
 struct weft_comm {
   int rank, nranks;
   int64_t timeout_ms;
@@ -58,12 +48,10 @@ struct weft_comm {
   int nlocal;
   int spin;
   int yield;            /* more local ranks than cores: yield instead of pausing while spinning */
-  int full_check;       /* WEFT_CHECK=1 */
   atomic_int last_algo; /* weft_algo_t of the last task tuned (weft_comm_last_algo) */
 
   const weft_engine_t *engine; /* runs the operations: host or gpu (engine.h) */
-  void *engine_state;          /* the engine's own (the gpu engine's; the host engine's
-                                  executor resources are the fields below) */
+  void *engine_state;          /* the engine's own: its queue, caches and device state */
 
   /* transports, indexed as weft_transports lists them */
   const weft_transport_t *tr[WEFT_MAX_TRANSPORTS];
@@ -71,14 +59,9 @@ struct weft_comm {
   uint8_t *peer_tr; /* transport index serving each peer */
   int wake_fd;
 
-  /* work queue and progress thread */
+  /* guards the failure state below, seq, and the engines' queues */
   pthread_mutex_t mu;
-  pthread_cond_t cv;
-  weft_work_t *qhead, *qtail;
-  int running; /* an op is executing (progress thread or inline) */
-  int stop;
-  int thread_started;
-  pthread_t thread;
+  uint64_t seq; /* operations issued: failure notices and timeouts name them */
 
   /* heartbeat thread: lets local peers tell a stopped or frozen process from a busy one */
   pthread_t hb_thread;
@@ -92,38 +75,19 @@ struct weft_comm {
   char relay_text[WEFT_NOTICE_TEXT]; /* a received notice's text, passed on unchanged */
   weft_result_t async_error;
   char error[1024];
-
-  /* executor resources: touched only by the thread running an op */
-  uint64_t seq;
-  uint32_t *chan_send, *chan_recv; /* per peer: ops that used the channel (fingerprints) */
-  char *scratch;
-  size_t scratch_bytes;
-  weft_sched_entry_t cache[WEFT_SCHED_CACHE];
-  uint64_t cache_clock;
 };
 
-/* Runs one op's tasks to completion on the calling thread. */
-weft_result_t weft_exec_op(struct weft_comm *comm, weft_work_t *op);
-/* Queues op (or runs it inline when the queue is idle and stream is NULL). */
-weft_result_t weft_enqueue(struct weft_comm *comm, weft_work_t *op);
-weft_result_t weft_progress_start(struct weft_comm *comm);
-void weft_progress_stop(struct weft_comm *comm);
 /* Collective, at init: every rank learns whether every rank's step succeeded (mine is this
  * rank's), so that one rank's failure fails init everywhere at once instead of leaving the
  * others waiting; a failed peer is named with what ("could not set up its GPU"). */
 weft_result_t weft_comm_agree(struct weft_comm *c, weft_result_t mine, const char *what);
 /* Records err as the comm's failure (first one wins) and tells the other ranks. */
 void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg, uint64_t seq);
-/* "allreduce(count 1000, float, sum)": a call as errors name it (op and root where they apply). */
-void weft_call_name(char *buf, size_t len, weft_coll_t coll, uint64_t count, weft_dtype_t dtype,
-                    weft_op_t op, int root);
-/* WEFT_CHECK=1 (check.c): compares every rank's call before running it. */
-int weft_check_applies(const weft_work_t *op);
-weft_result_t weft_check_call(struct weft_comm *comm, const weft_work_t *op);
 /* Tuner: fills task->algo and task->args.chunk through the comm's engine. Fails (nothing
  * changed) when WEFT_ALGO names no algorithm, or one the collective has but that cannot serve
  * this call. */
 weft_result_t weft_tune(struct weft_comm *comm, weft_task_t *task);
+/* Frees what t owns (work.c); t itself stays the caller's. */
 void weft_task_free(weft_task_t *t);
 /* Frees a heap-allocated op, its tasks and what they own. */
 void weft_work_free(weft_work_t *op);

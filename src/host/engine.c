@@ -3,19 +3,43 @@
  * the progress thread. */
 #include <stdlib.h>
 
-#include "comm.h"
 #include "err.h"
 #include "host.h"
+#include "param.h"
 #include "stream.h"
 
 static int host_serves(const weft_config_t *config) { return !config || config->device < 0; }
 
-static weft_result_t host_setup(struct weft_comm *c, const weft_config_t *config) {
-  (void)c, (void)config; /* the executor's resources are the comm's: made at init */
-  return WEFT_SUCCESS;
+static void host_free(struct weft_comm *c) {
+  weft_host_t *h = weft_host_of(c);
+  if (!h) return;
+  weft_progress_stop(c);
+  for (int i = 0; i < WEFT_SCHED_CACHE; i++)
+    weft_sched_free(&h->cache[i].sched);
+  pthread_cond_destroy(&h->cv);
+  free(h->scratch);
+  free(h->chan_send);
+  free(h->chan_recv);
+  free(h);
+  c->engine_state = NULL;
 }
 
-static void host_free(struct weft_comm *c) { (void)c; }
+static weft_result_t host_setup(struct weft_comm *c, const weft_config_t *config) {
+  (void)config;
+  weft_host_t *h = calloc(1, sizeof *h);
+  if (!h) return weft_set_error(WEFT_ERR_NO_MEMORY, "comm init: out of memory");
+  pthread_cond_init(&h->cv, NULL);
+  c->engine_state = h;
+  h->chan_send = calloc((size_t)c->nranks, sizeof *h->chan_send);
+  h->chan_recv = calloc((size_t)c->nranks, sizeof *h->chan_recv);
+  if (!h->chan_send || !h->chan_recv) {
+    host_free(c);
+    return weft_set_error(WEFT_ERR_NO_MEMORY, "comm init: out of memory");
+  }
+  /* read here, on the caller's thread: weft's own threads never read the environment */
+  h->full_check = weft_param_get_int(WEFT_PARAM_CHECK) != 0;
+  return WEFT_SUCCESS;
+}
 
 static weft_result_t host_submit(struct weft_comm *c, weft_task_t *tasks, int ntasks,
                                  weft_stream_t stream) {
@@ -89,7 +113,14 @@ static weft_result_t host_submit_group(struct weft_comm **comms, weft_work_t **o
 
 /* Host operations are waited for by host threads, which see their own failures. */
 static void host_watch(struct weft_comm *c) { (void)c; }
-static void host_cancel(struct weft_comm *c) { (void)c; }
+
+/* The transports wake the thread running an op (comm.c); the queue's waiters wake here. */
+static void host_cancel(struct weft_comm *c) {
+  weft_host_t *h = weft_host_of(c);
+  pthread_mutex_lock(&c->mu);
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&c->mu);
+}
 static size_t host_memory(const struct weft_comm *c) {
   (void)c;
   return 0;

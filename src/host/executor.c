@@ -140,7 +140,7 @@ static weft_result_t check_fingerprint(exec_t *x, int p) {
   peerq_t *q = &x->pq[p];
   fingerprint_t in, *mine = &q->fp_out;
   memcpy(&in, q->fp_in, sizeof in);
-  uint32_t want_seq = x->comm->chan_recv[p];
+  uint32_t want_seq = weft_host_of(x->comm)->chan_recv[p];
   if (in.tag != FP_TAG)
     return weft_set_error(WEFT_ERR_PROTOCOL, "rank %d: the stream from rank %d lost its framing",
                           x->comm->rank, p);
@@ -321,9 +321,9 @@ static weft_result_t build_queues(exec_t *x) {
     x->uses[c->peer_tr[p]] = 1;
     /* Channel op counts advance only for channels this op uses, on both ends alike. */
     if (q->n[0])
-      q->fp_out =
-          (fingerprint_t){.tag = FP_TAG, .chan_seq = ++c->chan_send[p], .bytes = q->bytes[0]};
-    if (q->n[1]) ++c->chan_recv[p];
+      q->fp_out = (fingerprint_t){
+          .tag = FP_TAG, .chan_seq = ++weft_host_of(c)->chan_send[p], .bytes = q->bytes[0]};
+    if (q->n[1]) ++weft_host_of(c)->chan_recv[p];
     q->fp_out.tag = FP_TAG;
     q->fp_out.single = (uint8_t)single;
     q->fp_out.coll = (uint8_t)t0->args.coll;
@@ -451,12 +451,13 @@ weft_result_t weft_exec_op(weft_comm_t c, weft_work_t *op) {
                weft_coll_name(t->args.coll));
     steps += pl->s->nsteps;
   }
-  if (scratch > c->scratch_bytes) {
-    char *ns = realloc(c->scratch, scratch);
+  weft_host_t *h = weft_host_of(c);
+  if (scratch > h->scratch_bytes) {
+    char *ns = realloc(h->scratch, scratch);
     if (!ns)
       ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "executor: no memory for %zu scratch bytes", scratch);
-    c->scratch = ns;
-    c->scratch_bytes = scratch;
+    h->scratch = ns;
+    h->scratch_bytes = scratch;
   }
   uint64_t *done = calloc(steps + 1, sizeof *done);
   if (!done) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "executor: out of memory");
@@ -464,7 +465,7 @@ weft_result_t weft_exec_op(weft_comm_t c, weft_work_t *op) {
   steps = 0;
   for (int i = 0; i < n; i++) {
     plan_t *pl = &x.plans[i];
-    pl->buf[WEFT_BUF_SCRATCH] = c->scratch ? c->scratch + scratch : NULL; /* none needed yet */
+    pl->buf[WEFT_BUF_SCRATCH] = h->scratch ? h->scratch + scratch : NULL; /* none needed yet */
     size_t mine = 0;
     scratch += scratch_of(pl, &mine) ? mine : 0; /* fits: checked above */
     pl->done = done + steps;

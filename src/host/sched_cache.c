@@ -14,13 +14,14 @@ weft_result_t weft_host_sched(weft_comm_t c, const weft_task_t *t, const weft_sc
   if (!fn)
     return weft_set_error(WEFT_ERR_INTERNAL, "no %s algorithm for %s", weft_algo_name(t->algo),
                           weft_coll_name(t->args.coll));
+  weft_host_t *h = weft_host_of(c);
   *is_owned = 0;
   if (t->args.coll != WEFT_COLL_ALLTOALLV) {
-    weft_sched_entry_t *victim = &c->cache[0];
+    weft_sched_entry_t *victim = &h->cache[0];
     for (int i = 0; i < WEFT_SCHED_CACHE; i++) {
-      weft_sched_entry_t *e = &c->cache[i];
+      weft_sched_entry_t *e = &h->cache[i];
       if (e->last_use && e->algo == t->algo && same_key(&e->key, &t->args)) {
-        e->last_use = ++c->cache_clock;
+        e->last_use = ++h->cache_clock;
         *out = &e->sched;
         return WEFT_SUCCESS;
       }
@@ -36,7 +37,7 @@ weft_result_t weft_host_sched(weft_comm_t c, const weft_task_t *t, const weft_sc
     }
     victim->key = t->args;
     victim->algo = t->algo;
-    victim->last_use = ++c->cache_clock;
+    victim->last_use = ++h->cache_clock;
     *out = &victim->sched;
     return WEFT_SUCCESS;
   }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
+#include "host.h"
 #include "dtype.h"
 #include "err.h"
 
