@@ -87,6 +87,11 @@ void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg, 
  * changed) when WEFT_ALGO names no algorithm, or one the collective has but that cannot serve
  * this call. */
 weft_result_t weft_tune(struct weft_comm *comm, weft_task_t *task);
+/* What c's engine shows of c's device side (engine.h's device_view), or NULL: a host
+ * communicator. */
+static inline struct weft_dev_view *weft_comm_device_view(struct weft_comm *c) {
+  return c->engine && c->engine->device_view ? c->engine->device_view(c) : NULL;
+}
 /* Frees what t owns (work.c); t itself stays the caller's. */
 void weft_task_free(weft_task_t *t);
 /* Frees a heap-allocated op, its tasks and what they own. */

@@ -12,6 +12,7 @@
 
 struct weft_comm;
 struct weft_work;
+struct weft_dev_view;
 typedef struct weft_task weft_task_t;
 
 typedef struct weft_engine {
@@ -47,6 +48,9 @@ typedef struct weft_engine {
   /* One byte that weft_barrier's allreduce may read and write in place, or NULL: a fresh
    * host byte per call will do. */
   void *(*barrier_byte)(struct weft_comm *c);
+  /* Optional (NULL: the engine serves host buffers only). What the layers above (MoE) may see
+   * and use of c's device side (src/gpu/dev_view.h); NULL where c has none. */
+  struct weft_dev_view *(*device_view)(struct weft_comm *c);
 } weft_engine_t;
 
 /* The engines of this build, most specific first (engines.c). */

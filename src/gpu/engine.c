@@ -4,12 +4,30 @@
 #include "comm.h"
 #include "err.h"
 #include "gpu.h"
+#include "window.h"
 
 static int gpu_serves(const weft_config_t *config) { return config && config->device >= 0; }
 
-static weft_result_t gpu_setup(struct weft_comm *c, const weft_config_t *config) {
-  return weft_dev_setup(c, config->device);
+static weft_result_t check_ptr(struct weft_comm *c, const char *what, const void *p, size_t bytes) {
+  return weft_dev_check_ptr(dev_of(c), what, p, bytes);
 }
+
+static weft_result_t gpu_setup(struct weft_comm *c, const weft_config_t *config) {
+  CHECK(weft_dev_setup(c, config->device));
+  struct weft_dev *d = dev_of(c);
+  d->view = (weft_dev_view_t){.device = d->device,
+                              .host_staged = weft_ipc_host_staged(d->ipc),
+                              .gpu_shared = weft_ipc_gpu_shared(d->ipc),
+                              .abort_flag = d->abort_d,
+                              .error = d->err_d,
+                              .timeout_ns = d->launch.timeout_ns,
+                              .moe_window_bytes = d->moe_window_bytes,
+                              .check_ptr = check_ptr,
+                              .window_peer = weft_window_peer};
+  return WEFT_SUCCESS;
+}
+
+static weft_dev_view_t *gpu_device_view(struct weft_comm *c) { return &dev_of(c)->view; }
 
 static weft_result_t gpu_submit(struct weft_comm *c, weft_task_t *tasks, int ntasks,
                                 weft_stream_t stream) {
@@ -46,4 +64,5 @@ const weft_engine_t weft_engine_gpu = {
     .cancel = weft_dev_abort,
     .memory = weft_dev_memory,
     .barrier_byte = gpu_barrier_byte,
+    .device_view = gpu_device_view,
 };

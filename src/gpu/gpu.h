@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "dev.h"
 #include "dev_plan.h"
+#include "dev_view.h"
 #include "ipc.h"
 #include "op.h"
 #include "sharers.h"
@@ -51,10 +52,9 @@ struct weft_dev {
   const void *checked[8];   /* device pointers validated lately (a call costs ~1 us) */
   int logged_ll128;
   int checked_next;
-  struct weft_winset *wins; /* registered windows (window.c), NULL until the first */
-  /* the window the MoE layers in normal mode share (src/moe/direct.c), and its size */
-  struct weft_moe_window *moe_win;
+  struct weft_winset *wins;  /* registered windows (window.c), NULL until the first */
   uint64_t moe_window_bytes; /* WEFT_MOE_WINDOW_BYTES */
+  weft_dev_view_t view;      /* what MoE sees (dev_view.h), filled once setup succeeded */
 };
 
 extern const weft_engine_t weft_engine_gpu;
@@ -74,9 +74,6 @@ weft_result_t weft_dev_setup(struct weft_comm *c, int device);
 /* Waits for c's last operation, then (if c is healthy) for the peers, and frees. */
 void weft_dev_free(struct weft_comm *c);
 size_t weft_dev_memory(const struct weft_comm *c);
-/* Makes device current, keeping the caller's in *saved; 0 or -1 (it could not). */
-int weft_dev_enter(int device, int *saved);
-void weft_dev_leave(int device, int saved);
 
 /* submit.c. WEFT_SUCCESS when p holds `bytes` of memory this communicator's kernels can
  * use (device memory of its GPU, or managed); else an error that says what p is. */

@@ -15,7 +15,7 @@
 #include "moe_kernels.h"
 
 int weft_moe_dev_owns(weft_moe_t m, const void *p, size_t bytes) {
-  return weft_dev_check_ptr(moe_dev(m), "buffer", p, bytes) == WEFT_SUCCESS;
+  return moe_dev(m)->check_ptr(m->comm, "buffer", p, bytes) == WEFT_SUCCESS;
 }
 
 /* A pool of the layer's own that keeps what it was given: CUDA's default pool hands freed

@@ -186,7 +186,7 @@ weft_result_t weft_moe_dev_layout(weft_moe_t m, weft_moe_handle_t h, const void 
     entered = 1, d->last = st, d->width = (int)(k < n ? k : n);
     if (cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming) != cudaSuccess)
       d->done = NULL, mine = failed();
-    else if (weft_ipc_gpu_shared(moe_dev(m)->ipc) && /* device.c waits on it there */
+    else if (moe_dev(m)->gpu_shared && /* device.c waits on it there */
              cudaEventCreateWithFlags(&d->packed, cudaEventDisableTiming) != cudaSuccess)
       d->packed = NULL, mine = failed();
     else

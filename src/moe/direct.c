@@ -11,7 +11,6 @@
 #include "moe_dev.h"
 #include "moe_kernels.h"
 #include "param.h"
-#include "window.h"
 
 /* What every normal-mode layer of a device communicator shares: one window (as DeepEP keeps
  * one buffer for all layers), the rounds counted on it, and the order of the calls on it. */
@@ -67,11 +66,11 @@ static struct weft_moe_window *window_new(weft_moe_t m, size_t bytes) {
 }
 
 weft_result_t weft_moe_direct_create(weft_moe_t m) {
-  struct weft_dev *d = moe_dev(m);
+  weft_dev_view_t *d = moe_dev(m);
   m->direct = NULL;
   size_t row = m->cfg.hidden * weft_dtype_size(m->cfg.dtype);
   /* alike on every rank: the size was agreed at the communicator's init, and the config here */
-  uint64_t chunk = weft_ipc_host_staged(d->ipc) || !d->moe_window_bytes
+  uint64_t chunk = d->host_staged || !d->moe_window_bytes
                        ? 0
                        : weft_moe_direct_geometry(m->nranks, m->cfg.topk, row,
                                                   (size_t)d->moe_window_bytes, &m->direct_g);
@@ -98,7 +97,7 @@ weft_result_t weft_moe_direct_create(weft_moe_t m) {
 
 void weft_moe_direct_destroy(weft_moe_t m) {
   struct weft_moe_window *w = m->direct;
-  struct weft_dev *d = moe_dev(m);
+  weft_dev_view_t *d = moe_dev(m);
   m->direct = NULL;
   if (!w || --w->layers > 0) return;
   weft_moe_dev_window_close(m, w->win);
@@ -117,7 +116,7 @@ int weft_moe_direct_order(weft_moe_t m, cudaStream_t st) {
 static weft_moe_k_direct_t params(weft_moe_handle_t h) {
   weft_moe_t m = h->moe;
   struct weft_moe_window *w = m->direct;
-  struct weft_dev *d = moe_dev(m);
+  weft_dev_view_t *d = moe_dev(m);
   const moe_dev_t *p = h->dev;
   weft_moe_k_direct_t a = {.g = m->direct_g,
                            .rank = m->rank,
@@ -133,11 +132,11 @@ static weft_moe_k_direct_t params(weft_moe_handle_t h) {
                            .recv_off = p->recv_off,
                            .row_of = p->row_of,
                            .tok_of = p->tok_of,
-                           .abort_flag = d->abort_d,
-                           .error = d->err_d,
-                           .timeout_ns = d->launch.timeout_ns};
+                           .abort_flag = d->abort_flag,
+                           .error = d->error,
+                           .timeout_ns = d->timeout_ns};
   for (int r = 0; r < m->nranks; r++)
-    a.win[r] = weft_window_peer(w->win, r);
+    a.win[r] = d->window_peer(w->win, r);
   return a;
 }
 

@@ -9,7 +9,6 @@
 #include "err.h"
 #include "moe_dev.h"
 #include "moe_kernels.h"
-#include "window.h"
 
 enum { LL_SLOTS = 4, SCRATCH = LL_SLOTS };
 
@@ -93,9 +92,9 @@ static void ll_free_all(struct weft_moe_ll *ll) {
 
 weft_result_t weft_moe_ll_create(weft_moe_t m) {
   const char *fn = "weft_moe_create";
-  struct weft_dev *d = moe_dev(m);
+  weft_dev_view_t *d = moe_dev(m);
   m->ll = NULL;
-  if (weft_ipc_host_staged(d->ipc)) return WEFT_SUCCESS; /* the bootstrap path serves */
+  if (d->host_staged) return WEFT_SUCCESS; /* the bootstrap path serves */
   weft_moe_verdict_t v = {MOE_OK, 0, 0, 0};
   struct weft_moe_ll *ll = calloc(1, sizeof *ll);
   int saved = -1, entered = weft_dev_enter(d->device, &saved) == 0;
@@ -149,7 +148,7 @@ void weft_moe_ll_destroy(weft_moe_t m) {
 /* The kernels' arguments for slot i. */
 static weft_moe_k_ll_t params(weft_moe_t m, int i) {
   struct weft_moe_ll *ll = m->ll;
-  struct weft_dev *d = moe_dev(m);
+  weft_dev_view_t *d = moe_dev(m);
   ll_slot_t *s = &ll->slot[i];
   weft_moe_k_ll_t a = {.g = ll->g,
                        .rank = m->rank,
@@ -172,11 +171,11 @@ static weft_moe_k_ll_t params(weft_moe_t m, int i) {
                        .send_list = s->send_list,
                        .row_of = s->row_of,
                        .counts_out = s->counts_out,
-                       .abort_flag = d->abort_d,
-                       .error = d->err_d,
-                       .timeout_ns = d->launch.timeout_ns};
+                       .abort_flag = d->abort_flag,
+                       .error = d->error,
+                       .timeout_ns = d->timeout_ns};
   for (int r = 0; r < m->nranks; r++)
-    a.win[r] = weft_window_peer(ll->win, r);
+    a.win[r] = d->window_peer(ll->win, r);
   return a;
 }
 

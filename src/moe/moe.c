@@ -154,7 +154,7 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
                         ? "config->size is smaller than sizeof(weft_moe_config_t) (start from "
                           "WEFT_MOE_CONFIG_INIT)"
                         : NULL;
-  int device = strcmp(comm->engine->name, "gpu") == 0;
+  int device = weft_comm_device_view(comm) != NULL;
   if (!why) c = *config, why = config_problem(&c, n);
   weft_moe_t m = calloc(1, sizeof *m);
   int64_t(*all)[NFIELD + 1] = calloc((size_t)n, sizeof *all);

@@ -6,7 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gpu.h"
+#include "comm.h"
+#include "dev_view.h"
 #include "moe.h"
 #include "moe_kernels.h"
 
@@ -34,7 +35,8 @@ typedef struct {
   cudaEvent_t packed; /* where ranks share a GPU (only there): a staged call's packing kernel */
 } moe_dev_t;
 
-static inline struct weft_dev *moe_dev(weft_moe_t m) { return dev_of(m->comm); }
+/* What the device engine shows of m's communicator (never NULL for a device layer). */
+static inline weft_dev_view_t *moe_dev(weft_moe_t m) { return weft_comm_device_view(m->comm); }
 
 /* The kernels' code (WEFT_MOE_K_*) for a payload type. */
 static inline int32_t moe_kcode(weft_dtype_t t) {
