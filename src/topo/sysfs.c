@@ -192,14 +192,14 @@ static weft_result_t scan_nics(scan_t *s, const char *class) {
     if (resolve(s->root, rel, real, sizeof real) != 0) continue;
     weft_topo_dev_t tmp = {.kind = WEFT_TOPO_NIC, .numa = -1};
     if (place(s, real, &tmp) != 0) continue;
+    snprintf(rel, sizeof rel, "/sys/class/%s/%s", class, e->d_name);
+    if (resolve(s->root, rel, self, sizeof self) != 0) continue;
     weft_topo_dev_t *n = nic_by_busid(s->t, tmp.busid);
     if (!n) {
       n = weft_topo_add(s->t, WEFT_TOPO_NIC);
       if (!n) ERR_GOTO(rc, out, WEFT_ERR_UNSUPPORTED, "%s", weft_thread_error());
       *n = tmp;
     }
-    snprintf(rel, sizeof rel, "/sys/class/%s/%s", class, e->d_name);
-    if (resolve(s->root, rel, self, sizeof self) != 0) continue;
     if (rdma) {
       n->rdma = 1;
       snprintf(n->name, sizeof n->name, "%s", e->d_name);
