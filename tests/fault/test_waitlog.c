@@ -21,7 +21,10 @@
 #include "launch.h"
 #include "weft.h"
 
-enum { TIMEOUT_MS = 3500, N = 3, LATE = 2 };
+enum { N = 3, LATE = 2 };
+
+/* 3.5 s, times WEFT_TEST_TIME_SCALE (the sanitizer runs): room for 2 reports a second apart */
+static int timeout_ms;
 
 typedef struct {
   int done[N];
@@ -151,13 +154,13 @@ static int op_rank(int rank, int n, weft_unique_id_t id, void *arg) {
   snprintf(name, sizeof name, "op%d.err", rank);
   stderr_to(name);
   weft_config_t cfg = WEFT_CONFIG_INIT;
-  cfg.timeout_ms = TIMEOUT_MS;
+  cfg.timeout_ms = timeout_ms;
   weft_comm_t c;
   if (weft_comm_init(&c, n, id, rank, &cfg) != WEFT_SUCCESS) return 1;
   static float x[1000], y[1000];
   if (rank == LATE) {
     /* alive (its heartbeat goes on) but elsewhere, until the others gave up */
-    int64_t end = launch_now_ms() + 4 * TIMEOUT_MS;
+    int64_t end = launch_now_ms() + 4 * timeout_ms;
     while (launch_now_ms() < end && !(sh->done[0] && sh->done[1]))
       usleep(10000);
   } else {
@@ -205,7 +208,7 @@ static int split_rank(int rank, int n, weft_unique_id_t id, void *arg) {
   stderr_to(name);
   weft_comm_t c, sub = NULL;
   weft_config_t cfg = WEFT_CONFIG_INIT;
-  cfg.timeout_ms = 4 * TIMEOUT_MS; /* late, not lost */
+  cfg.timeout_ms = 4 * timeout_ms; /* late, not lost */
   if (weft_comm_init(&c, n, id, rank, &cfg) != WEFT_SUCCESS) return 1;
   if (rank == 1) usleep(2500 * 1000);
   weft_result_t rc = weft_comm_split(c, 0, rank, &sub, NULL);
@@ -232,8 +235,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (argc > 2) setenv("WEFT_TRANSPORT", argv[2], 1);
+  timeout_ms = (int)(3500 * launch_time_scale());
   char ms[32];
-  snprintf(ms, sizeof ms, "%d", TIMEOUT_MS);
+  snprintf(ms, sizeof ms, "%d", timeout_ms);
   setenv("WEFT_TIMEOUT_MS", ms, 1);
   setenv("WEFT_WAIT_REPORT_S", "1", 1);
   unsetenv("WEFT_DEBUG"); /* the reports come unasked */
