@@ -5,6 +5,7 @@
 #include "bootstrap.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 #include "err.h"
 #include "socket.h"
+#include "waitlog.h"
 
 typedef struct {
   uint64_t magic;
@@ -86,12 +88,34 @@ static int root_accept(void *ctx, const void *hello, int fd) {
   return 0;
 }
 
+static int root_missing(const void *ctx, int r) { return ((const root_t *)ctx)->fd_of_rank[r] < 0; }
+
+static void root_waits_for(const void *ctx, char *buf, size_t len) {
+  const root_t *R = ctx;
+  char where[80] = "?", missing[200];
+  struct sockaddr_storage a;
+  socklen_t alen = sizeof a;
+  if (getsockname(R->listen_fd, (struct sockaddr *)&a, &alen) == 0)
+    getnameinfo((struct sockaddr *)&a, alen, NULL, 0, where, sizeof where, NI_NUMERICSERV);
+  if (R->nranks == 0) {
+    snprintf(buf, len, "rendezvous root (port %s): no rank has joined yet", where);
+    return;
+  }
+  int n = weft_waitlog_ranks(missing, sizeof missing, R->nranks, root_missing, R);
+  snprintf(buf, len, "rendezvous root (port %s): %d of %d ranks joined, waiting for rank%s %s",
+           where, R->nranks - n, R->nranks, n == 1 ? "" : "s", missing);
+}
+
 static void *root_main(void *arg) {
   root_t *R = arg;
   int64_t deadline = weft_deadline(R->timeout_ms);
   R->want = 1;
+  weft_waitlog_t wl;
+  weft_waitlog_init(&wl, WEFT_SUB_BOOT, deadline, NULL, root_waits_for, R);
+  weft_waitlog_enter(&wl);
   weft_result_t rc = weft_sock_accept_hellos(R->listen_fd, &R->want, sizeof(root_hello_t), R->magic,
                                              root_accept, R, NULL, deadline, NULL);
+  weft_waitlog_leave(&wl);
   if (rc == WEFT_SUCCESS) {
     root_reply_t rep = {.magic = R->magic,
                         .version = WEFT_WIRE_VERSION,
@@ -178,7 +202,18 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
              WEFT_WIRE_VERSION);
   struct sockaddr_in mine;
   CHECK_GOTO(weft_sock_listen(0, &listen_fd, &mine), rc, fail);
-  CHECK_GOTO(weft_sock_connect(&id->root, deadline, abort_flag, &root_fd), rc, fail);
+  char root_name[64], what[256];
+  weft_sock_addr_str(&id->root, root_name, sizeof root_name);
+  snprintf(what, sizeof what,
+           "rank %d of %d: connecting to the rendezvous root at %s (init; not listening yet: "
+           "is the process that hosts it started?)",
+           rank, nranks, root_name);
+  weft_waitlog_t wl;
+  weft_waitlog_init(&wl, WEFT_SUB_BOOT, deadline, what, NULL, NULL);
+  weft_waitlog_enter(&wl);
+  rc = weft_sock_connect(&id->root, deadline, abort_flag, &root_fd);
+  weft_waitlog_leave(&wl);
+  if (rc != WEFT_SUCCESS) goto fail;
   struct sockaddr_in local;
   socklen_t len = sizeof local;
   getsockname(root_fd, (struct sockaddr *)&local, &len);
@@ -192,7 +227,13 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
                     .addr = mine};
   CHECK_GOTO(weft_sock_send_all(root_fd, &h, sizeof h, deadline, abort_flag), rc, fail);
   root_reply_t rep;
+  /* the same wait: its clock runs on, and the root answers once every rank joined */
+  snprintf(what, sizeof what,
+           "rank %d of %d: waiting at the rendezvous root %s for all %d ranks to join (init)", rank,
+           nranks, root_name, nranks);
+  weft_waitlog_enter(&wl);
   rc = weft_sock_recv_all(root_fd, &rep, sizeof rep, deadline, abort_flag);
+  weft_waitlog_leave(&wl);
   if (rc == WEFT_ERR_TIMEOUT)
     ERR_GOTO(rc, fail, WEFT_ERR_TIMEOUT,
              "rank %d: the rendezvous root did not answer within %lld ms: not all %d ranks "
@@ -217,7 +258,12 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
   b->magic = rep.comm_magic;
   if (nranks > 1) {
     int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    char next_name[64];
+    snprintf(what, sizeof what, "rank %d of %d: connecting to rank %d at %s (init, bootstrap ring)",
+             rank, nranks, next, weft_sock_addr_str(&table[next], next_name, sizeof next_name));
+    weft_waitlog_enter(&wl);
     rc = weft_sock_connect(&table[next], deadline, abort_flag, &b->next_fd);
+    weft_waitlog_leave(&wl);
     if (rc != WEFT_SUCCESS)
       ERR_GOTO(rc, fail, rc, "rank %d: cannot reach rank %d for the bootstrap ring: %s", rank, next,
                weft_thread_error());
@@ -226,9 +272,14 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
     CHECK_GOTO(weft_sock_send_all(b->next_fd, &rh, sizeof rh, deadline, abort_flag), rc, fail);
     ring_ctx_t ctx = {.prev = prev, .magic = b->magic};
     int one = 1;
-    CHECK_GOTO(weft_sock_accept_hellos(listen_fd, &one, sizeof(ring_hello_t), b->magic, ring_accept,
-                                       &ctx, &b->prev_fd, deadline, abort_flag),
-               rc, fail);
+    snprintf(what, sizeof what,
+             "rank %d of %d: waiting for rank %d to connect (init, bootstrap ring)", rank, nranks,
+             prev);
+    weft_waitlog_enter(&wl);
+    rc = weft_sock_accept_hellos(listen_fd, &one, sizeof(ring_hello_t), b->magic, ring_accept, &ctx,
+                                 &b->prev_fd, deadline, abort_flag);
+    weft_waitlog_leave(&wl);
+    if (rc != WEFT_SUCCESS) goto fail;
   }
   close(listen_fd);
   free(table);
@@ -242,16 +293,39 @@ fail:
   return rc;
 }
 
+typedef struct {
+  const weft_bootstrap_t *b;
+  int step;
+  size_t size;
+} allgather_wait_t;
+
+static void allgather_waits_for(const void *ctx, char *buf, size_t len) {
+  const allgather_wait_t *w = ctx;
+  int n = w->b->nranks, r = w->b->rank, prev = (r + n - 1) % n, next = (r + 1) % n;
+  char also[32] = "";
+  if (next != prev) snprintf(also, sizeof also, " (and rank %d to read)", next);
+  snprintf(buf, len,
+           "rank %d of %d: waiting for rank %d%s in a bootstrap allgather of %zu bytes a rank, "
+           "step %d of %d (communicator setup, split or teardown)",
+           r, n, prev, also, w->size, w->step + 1, n - 1);
+}
+
 weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t size) {
   int n = b->nranks, r = b->rank;
   atomic_store(&b->held[0], 0); /* what was left for a collective is read now */
   atomic_store(&b->held[1], 0);
   int64_t deadline = weft_deadline(b->timeout_ms);
   char *d = data;
+  allgather_wait_t aw = {.b = b, .size = size};
+  weft_waitlog_t wl;
+  weft_waitlog_init(&wl, WEFT_SUB_BOOT, deadline, NULL, allgather_waits_for, &aw);
   for (int s = 0; s < n - 1; s++) {
     int sb = ((r - s) % n + n) % n, rb = ((r - s - 1) % n + n) % n;
+    aw.step = s;
+    weft_waitlog_enter(&wl);
     weft_result_t rc = weft_sock_sendrecv(b->next_fd, d + (size_t)sb * size, size, b->prev_fd,
                                           d + (size_t)rb * size, size, deadline, b->abort_flag);
+    weft_waitlog_leave(&wl);
     if (rc != WEFT_SUCCESS)
       return weft_set_error(rc, "bootstrap allgather (rank %d, step %d of %d): %s", r, s + 1, n - 1,
                             weft_thread_error());

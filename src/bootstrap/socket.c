@@ -18,6 +18,7 @@
 
 #include "err.h"
 #include "param.h"
+#include "waitlog.h"
 
 const char *weft_sock_addr_str(const struct sockaddr_in *a, char *buf, size_t len) {
   char ip[INET_ADDRSTRLEN] = "?";
@@ -108,6 +109,7 @@ static weft_result_t wait_fd(int fd, short events, int64_t deadline, const atomi
       return weft_set_error(WEFT_ERR_ABORTED, "%s: communicator aborted", what);
     int64_t left = deadline - weft_now_ms();
     if (left <= 0) return weft_set_error(WEFT_ERR_TIMEOUT, "%s: timed out", what);
+    weft_waitlog_tick_current(); /* the caller's wait, if it set one (waitlog.h) */
     struct pollfd p = {.fd = fd, .events = events};
     int rc = poll(&p, 1, left > 100 ? 100 : (int)left);
     if (rc > 0) return WEFT_SUCCESS;
@@ -146,6 +148,7 @@ weft_result_t weft_sock_connect(const struct sockaddr_in *to, int64_t deadline,
     if (weft_now_ms() + delay_ms >= deadline)
       return weft_set_error(WEFT_ERR_TIMEOUT, "connect to %s: %s until the timeout", name,
                             strerror(err));
+    weft_waitlog_tick_current();
     struct timespec ts = {0, delay_ms * 1000000L};
     nanosleep(&ts, NULL);
   }
@@ -163,6 +166,7 @@ weft_result_t weft_sock_sendrecv(int out, const void *sbuf, size_t slen, int in,
                             "socket transfer: timed out (%zu/%zu sent, %zu/%zu "
                             "received)",
                             sent, slen, got, rlen);
+    weft_waitlog_tick_current();
     struct pollfd p[2];
     int np = 0, si = -1, ri = -1;
     if (sent < slen) {
@@ -246,6 +250,7 @@ weft_result_t weft_sock_accept_hellos(int listen_fd, const int *want, size_t hel
                           kept, *want);
       break;
     }
+    weft_waitlog_tick_current();
     p[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
     for (int i = 0; i < npend; i++)
       p[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};

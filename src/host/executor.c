@@ -16,6 +16,7 @@
 #include "err.h"
 #include "host.h"
 #include "reduce.h"
+#include "waitlog.h"
 
 typedef struct {
   const weft_sched_t *s;
@@ -244,13 +245,14 @@ static void run_locals(exec_t *x, int *moved) {
     x->local_pos++;
 }
 
-/* Names what the op still waits for, for timeout messages. */
+/* Names what the op still waits for, for timeout messages and wait reports: a receive first,
+ * since a send that has not gone yet mostly waits for one (its dependency), not for its peer. */
 static void describe_wait(const exec_t *x, char *buf, size_t len) {
   snprintf(buf, len, "local steps");
-  for (int a = 0; a < x->nactive; a++) {
-    int p = x->active[a];
-    const peerq_t *q = &x->pq[p];
-    for (int d = 1; d >= 0; d--)
+  for (int d = 1; d >= 0; d--)
+    for (int a = 0; a < x->nactive; a++) {
+      int p = x->active[a];
+      const peerq_t *q = &x->pq[p];
       if (q->pos[d] < q->n[d]) {
         ref_t r = q->q[d][q->pos[d]];
         const plan_t *pl = &x->plans[r.plan];
@@ -259,7 +261,41 @@ static void describe_wait(const exec_t *x, char *buf, size_t len) {
                  (unsigned long long)stream_len(pl, &pl->s->steps[r.step]), (int)r.step);
         return;
       }
-  }
+    }
+}
+
+/* A peer this op receives from whose fingerprint, the first thing every rank sends when it
+ * starts the op, has not come: that rank has not started it (or its bytes are stuck). */
+static int not_started(const void *ctx, int p) {
+  const peerq_t *q = &((const exec_t *)ctx)->pq[p];
+  return q->n[1] && q->fp_got < sizeof q->fp_in;
+}
+
+typedef struct {
+  const exec_t *x;
+  const char *what;
+  uint64_t seq;
+} run_wait_t;
+
+/* The wait report of an op: its call, which peers have not started it, what it waits for. */
+static void run_waits_for(const void *ctx, char *buf, size_t len) {
+  const run_wait_t *w = ctx;
+  const exec_t *x = w->x;
+  const weft_task_t *t = x->plans[0].task;
+  char call[128], ranks[128], late[192], now[160];
+  if (x->nplans == 1)
+    weft_call_name(call, sizeof call, t->args.coll, t->args.count, t->dtype, t->op, t->args.root);
+  else
+    snprintf(call, sizeof call, "%s of %d operations", w->what, x->nplans);
+  describe_wait(x, now, sizeof now);
+  int n = weft_waitlog_ranks(ranks, sizeof ranks, x->comm->nranks, not_started, x);
+  if (n)
+    snprintf(late, sizeof late, "nothing yet from rank%s %s (not in this operation yet?); ",
+             n > 1 ? "s" : "", ranks);
+  else
+    late[0] = 0;
+  snprintf(buf, len, "rank %d of %d: %s (op %llu) waits: %s%s", x->comm->rank, x->comm->nranks,
+           call, (unsigned long long)w->seq, late, now);
 }
 
 static weft_result_t build_queues(exec_t *x) {
@@ -341,6 +377,9 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
   int idle = 0;
   int64_t spin_end = 0;
   uint64_t token[WEFT_MAX_TRANSPORTS] = {0};
+  run_wait_t rw = {.x = x, .what = what, .seq = seq};
+  weft_waitlog_t wl;
+  weft_waitlog_init(&wl, WEFT_SUB_COLL, deadline, NULL, run_waits_for, &rw);
   while (x->remaining) {
     int sleepy = idle >= c->spin;
     if (sleepy)
@@ -388,6 +427,7 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
                             "died or called a different operation",
                             c->rank, what, (unsigned long long)seq, (long long)c->timeout_ms, buf);
     }
+    weft_waitlog_tick(&wl);
     if (!sleepy) continue; /* arm first, then one more look, then sleep */
     CHECK(weft_fail_check(c));
     /* Sleep in the transport that sleeps longest; with others in use too, only 1 ms, since

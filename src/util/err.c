@@ -17,6 +17,7 @@ static _Thread_local char thread_error[1024];
 static struct {
   int level;
   int subsys;
+  int64_t wait_report_ms;
   FILE *out;
   char host[64];
 } log_cfg;
@@ -45,6 +46,7 @@ static void log_init(void) {
   if (strcasecmp(lvl, "INFO") == 0) log_cfg.level = WEFT_LOG_INFO;
   if (strcasecmp(lvl, "TRACE") == 0) log_cfg.level = WEFT_LOG_TRACE;
   log_cfg.subsys = parse_subsys(weft_param_get_str(WEFT_PARAM_DEBUG_SUBSYS));
+  log_cfg.wait_report_ms = weft_param_get_int(WEFT_PARAM_WAIT_REPORT_S) * 1000;
   log_cfg.out = stderr;
   const char *path = weft_param_get_str(WEFT_PARAM_DEBUG_FILE);
   if (path[0]) {
@@ -75,8 +77,19 @@ int weft_log_enabled(int level, int subsys) {
   return level <= log_cfg.level && (subsys & log_cfg.subsys);
 }
 
+int64_t weft_log_wait_report_ms(void) {
+  pthread_once(&log_once, log_init);
+  return log_cfg.wait_report_ms;
+}
+
 void weft_log(int level, int subsys, const char *file, int line, const char *fmt, ...) {
-  if (!weft_log_enabled(level, subsys)) return;
+  if (level & WEFT_LOG_FORCE) {
+    level &= ~WEFT_LOG_FORCE;
+    pthread_once(&log_once, log_init);
+    if (!(subsys & log_cfg.subsys)) return;
+  } else if (!weft_log_enabled(level, subsys)) {
+    return;
+  }
   static const char *names[] = {"", "WARN", "INFO", "TRACE"};
   char msg[1024];
   va_list ap;

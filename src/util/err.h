@@ -7,6 +7,9 @@
 #include "weft.h"
 
 enum weft_log_level { WEFT_LOG_NONE = 0, WEFT_LOG_WARN, WEFT_LOG_INFO, WEFT_LOG_TRACE };
+/* Or'ed into a level: the line is written whatever WEFT_DEBUG says (WEFT_DEBUG_SUBSYS still
+ * filters it), for what a user must see unasked: a wait that lasts (waitlog.h). */
+#define WEFT_LOG_FORCE 0x100
 enum weft_subsys {
   WEFT_SUB_INIT = 1 << 0,
   WEFT_SUB_BOOT = 1 << 1,
@@ -20,6 +23,8 @@ enum weft_subsys {
 void weft_log(int level, int subsys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 int weft_log_enabled(int level, int subsys);
+/* WEFT_WAIT_REPORT_S in ms (0: no wait reports), read once with the other log settings. */
+int64_t weft_log_wait_report_ms(void);
 
 #define WEFT_WARN(sub, ...)  weft_log(WEFT_LOG_WARN, sub, __FILE__, __LINE__, __VA_ARGS__)
 #define WEFT_INFO(sub, ...)  weft_log(WEFT_LOG_INFO, sub, __FILE__, __LINE__, __VA_ARGS__)

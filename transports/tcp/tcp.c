@@ -16,6 +16,7 @@
 #include "param.h"
 #include "socket.h"
 #include "transport.h"
+#include "waitlog.h"
 
 enum { MAX_SOCKS = 8 };
 
@@ -77,6 +78,24 @@ typedef struct {
   const uint8_t *use;
 } accept_ctx_t;
 
+/* A higher rank this one still waits to connect all its sockets. */
+static int tcp_unconnected(const void *ctx, int p) {
+  const accept_ctx_t *c = ctx;
+  const conn_t *cn = &c->t->conns[p];
+  if (p <= c->t->rank || !c->use[p]) return 0;
+  for (int k = 0; k < cn->nsock; k++)
+    if (cn->fds[k] < 0) return 1;
+  return 0;
+}
+
+static void tcp_accept_waits_for(const void *ctx, char *buf, size_t len) {
+  const accept_ctx_t *c = ctx;
+  char ranks[160];
+  int n = weft_waitlog_ranks(ranks, sizeof ranks, c->t->nranks, tcp_unconnected, c);
+  snprintf(buf, len, "rank %d of %d: waiting for rank%s %s to connect (init, tcp transport)",
+           c->t->rank, c->t->nranks, n == 1 ? "" : "s", ranks);
+}
+
 static int tcp_accept(void *ctx, const void *hello, int fd) {
   accept_ctx_t *c = ctx;
   tcp_hello_t h;
@@ -126,6 +145,7 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   CHECK_GOTO(weft_bootstrap_allgather(in->boot, addrs, sizeof *addrs), rc, fail);
   int64_t deadline = weft_deadline(in->boot->timeout_ms);
   int want = 0;
+  weft_waitlog_t wl;
   for (int p = 0; p < in->nranks; p++) {
     if (!in->use[p] || p == in->rank) continue;
     conn_t *cn = &t->conns[p];
@@ -134,8 +154,15 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
       continue;
     }
     /* Lower ranks listen, higher ranks connect: each pair gets exactly nsock sockets. */
+    char what[160], name[64];
+    snprintf(what, sizeof what, "rank %d of %d: connecting to rank %d at %s (init, tcp transport)",
+             in->rank, in->nranks, p, weft_sock_addr_str(&addrs[p], name, sizeof name));
+    weft_waitlog_init(&wl, WEFT_SUB_NET, deadline, what, NULL, NULL);
     for (int k = 0; k < cn->nsock; k++) {
-      CHECK_GOTO(weft_sock_connect(&addrs[p], deadline, in->abort_flag, &cn->fds[k]), rc, fail);
+      weft_waitlog_enter(&wl);
+      rc = weft_sock_connect(&addrs[p], deadline, in->abort_flag, &cn->fds[k]);
+      weft_waitlog_leave(&wl);
+      if (rc != WEFT_SUCCESS) goto fail;
       tcp_hello_t h = {.magic = in->magic,
                        .version = WEFT_WIRE_VERSION,
                        .type = WEFT_MSG_TCP_HELLO,
@@ -146,9 +173,12 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
     }
   }
   accept_ctx_t ctx = {.t = t, .use = in->use};
-  CHECK_GOTO(weft_sock_accept_hellos(listen_fd, &want, sizeof(tcp_hello_t), in->magic, tcp_accept,
-                                     &ctx, NULL, deadline, in->abort_flag),
-             rc, fail);
+  weft_waitlog_init(&wl, WEFT_SUB_NET, deadline, NULL, tcp_accept_waits_for, &ctx);
+  weft_waitlog_enter(&wl);
+  rc = weft_sock_accept_hellos(listen_fd, &want, sizeof(tcp_hello_t), in->magic, tcp_accept, &ctx,
+                               NULL, deadline, in->abort_flag);
+  weft_waitlog_leave(&wl);
+  if (rc != WEFT_SUCCESS) goto fail;
   for (int p = 0; p < in->nranks; p++) {
     if (t->conns[p].fds[0] < 0) continue;
     for (int k = 0; k < t->conns[p].nsock; k++)
