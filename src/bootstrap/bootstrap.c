@@ -21,7 +21,7 @@ typedef struct {
   uint64_t magic;
   uint32_t version, type;
   int32_t rank, nranks;
-  struct sockaddr_in addr;
+  weft_sockaddr_t addr;
 } root_hello_t;
 
 typedef struct {
@@ -54,7 +54,7 @@ typedef struct {
   int want; /* 1 until the first hello says how many ranks there are */
   int nranks;
   int *fd_of_rank;
-  struct sockaddr_in *addrs;
+  weft_sockaddr_t *addrs;
 } root_t;
 
 static int root_accept(void *ctx, const void *hello, int fd) {
@@ -62,7 +62,7 @@ static int root_accept(void *ctx, const void *hello, int fd) {
   root_hello_t h;
   memcpy(&h, hello, sizeof h);
   if (h.version != WEFT_WIRE_VERSION || h.type != WEFT_MSG_ROOT_HELLO || h.nranks <= 0 ||
-      h.nranks > (1 << 20) || h.rank < 0 || h.rank >= h.nranks)
+      h.nranks > (1 << 20) || h.rank < 0 || h.rank >= h.nranks || !weft_sockaddr_valid(&h.addr))
     return -1;
   if (R->nranks == 0) {
     R->fd_of_rank = malloc((size_t)h.nranks * sizeof *R->fd_of_rank);
@@ -162,7 +162,7 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
                                   weft_bootstrap_t **out) {
   weft_result_t rc = WEFT_SUCCESS;
   int listen_fd = -1, root_fd = -1;
-  struct sockaddr_in *table = NULL;
+  weft_sockaddr_t *table = NULL;
   int64_t deadline = weft_deadline(timeout_ms);
   weft_bootstrap_t *b = calloc(1, sizeof *b);
   if (!b) return weft_set_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
@@ -176,14 +176,13 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
     ERR_GOTO(rc, fail, WEFT_ERR_INVALID_ARG,
              "unique id has version %u, this weft speaks %u (mixed weft versions?)", id->version,
              WEFT_WIRE_VERSION);
-  struct sockaddr_in mine;
-  CHECK_GOTO(weft_sock_listen(0, &listen_fd, &mine), rc, fail);
+  if (!weft_sockaddr_valid(&id->root))
+    ERR_GOTO(rc, fail, WEFT_ERR_INVALID_ARG, "unique id: the root address is not IPv4 or IPv6");
+  weft_sockaddr_t mine;
   CHECK_GOTO(weft_sock_connect(&id->root, deadline, abort_flag, &root_fd), rc, fail);
-  struct sockaddr_in local;
-  socklen_t len = sizeof local;
-  getsockname(root_fd, (struct sockaddr *)&local, &len);
-  b->my_ip = local.sin_addr;
-  mine.sin_addr = local.sin_addr;
+  CHECK_GOTO(weft_sock_listen_near(root_fd, &listen_fd, &mine), rc, fail);
+  b->my_addr = mine;
+  weft_sockaddr_set_port(&b->my_addr, 0);
   root_hello_t h = {.magic = id->magic,
                     .version = WEFT_WIRE_VERSION,
                     .type = WEFT_MSG_ROOT_HELLO,

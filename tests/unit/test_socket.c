@@ -22,9 +22,9 @@ static int accept_any(void *ctx, const void *hello, int fd) {
   return ((const unsigned char *)hello)[8] == 0x42 ? 0 : -1; /* a field check, like the real ones */
 }
 
-static int dial(const struct sockaddr_in *a) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(s, (const struct sockaddr *)a, sizeof *a) != 0) {
+static int dial(const weft_sockaddr_t *a) {
+  int s = socket(weft_sockaddr_family(a), SOCK_STREAM, 0);
+  if (connect(s, &a->u.sa, a->len) != 0) {
     close(s);
     return -1;
   }
@@ -35,8 +35,8 @@ static void strangers_do_not_delay_a_peer(void **st) {
   (void)st;
   setenv("WEFT_SOCKET_IFADDR", "127.0.0.1", 1);
   int lfd;
-  struct sockaddr_in a;
-  assert_int_equal(weft_sock_listen(0, &lfd, &a), WEFT_SUCCESS);
+  weft_sockaddr_t a;
+  assert_int_equal(weft_sock_listen(0, 0, &lfd, &a), WEFT_SUCCESS);
   int idle[FLOOD + 4], n = 0;
   for (int i = 0; i < FLOOD; i++)
     idle[n++] = dial(&a); /* connect and say nothing */
@@ -82,9 +82,9 @@ static void strangers_do_not_delay_a_peer(void **st) {
 static void only_strangers_time_out(void **st) {
   (void)st;
   int lfd;
-  struct sockaddr_in a;
+  weft_sockaddr_t a;
   setenv("WEFT_SOCKET_IFADDR", "127.0.0.1", 1);
-  assert_int_equal(weft_sock_listen(0, &lfd, &a), WEFT_SUCCESS);
+  assert_int_equal(weft_sock_listen(0, 0, &lfd, &a), WEFT_SUCCESS);
   int s = dial(&a);
   int want = 1, got = -1;
   int64_t t0 = weft_now_ms();
