@@ -81,10 +81,9 @@ weft_result_t weft_ifaces_pick(const weft_iface_t *ifs, int n, const char *spec,
   }
   char seen[600];
   weft_ifaces_describe(ifs, n, seen, sizeof seen);
-  const char *fam = family == AF_INET ? " with an IPv4 address (WEFT_SOCKET_FAMILY=AF_INET)"
-                    : family == AF_INET6
-                        ? " with a non-link-local IPv6 address (WEFT_SOCKET_FAMILY=AF_INET6)"
-                        : " with an address";
+  const char *fam = family == AF_INET    ? " with an IPv4 address"
+                    : family == AF_INET6 ? " with an IPv6 address other than link-local"
+                                         : " with an address";
   if (!spec[0])
     return weft_set_error(WEFT_ERR_INVALID_ARG, "no network interface is up%s; seen: %s", fam,
                           seen);

@@ -70,8 +70,8 @@ static weft_result_t choose_addr(int family, weft_sockaddr_t *addr, int *chosen)
     *addr = ifs[pick].addr;
     weft_sockaddr_set_port(addr, 0);
     char s[WEFT_SOCKADDR_STRLEN];
-    WEFT_INFO(WEFT_SUB_BOOT, "sockets use %s %s (WEFT_SOCKET_IFNAME=%s)", ifs[pick].name,
-              weft_sockaddr_str(addr, 0, s, sizeof s), ifname[0] ? ifname : "(unset)");
+    WEFT_TRACE(WEFT_SUB_BOOT, "interface %s, address %s (WEFT_SOCKET_IFNAME=%s)", ifs[pick].name,
+               weft_sockaddr_str(addr, 0, s, sizeof s), ifname[0] ? ifname : "(unset)");
   }
   free(ifs);
   return rc;
@@ -121,6 +121,9 @@ weft_result_t weft_sock_listen_public(uint16_t port, int *fd, weft_sockaddr_t *a
   CHECK(weft_sock_listen(weft_sockaddr_family(&host), port, fd, &bound));
   *advert = host;
   weft_sockaddr_set_port(advert, weft_sockaddr_port(&bound));
+  char s[WEFT_SOCKADDR_STRLEN];
+  WEFT_INFO(WEFT_SUB_BOOT, "rendezvous root listens at %s",
+            weft_sockaddr_str(advert, 1, s, sizeof s));
   return WEFT_SUCCESS;
 }
 
@@ -138,6 +141,9 @@ weft_result_t weft_sock_listen_near(int connected_fd, int *fd, weft_sockaddr_t *
    * the route to the root left from is reachable at least from there. */
   *advert = weft_sockaddr_is_any(&bound) ? local : bound;
   weft_sockaddr_set_port(advert, weft_sockaddr_port(&bound));
+  char s[WEFT_SOCKADDR_STRLEN], b[WEFT_SOCKADDR_STRLEN];
+  WEFT_INFO(WEFT_SUB_BOOT, "peers reach this process at %s (listening on %s)",
+            weft_sockaddr_str(advert, 1, s, sizeof s), weft_sockaddr_str(&bound, 1, b, sizeof b));
   return WEFT_SUCCESS;
 }
 
