@@ -23,7 +23,7 @@ typedef struct {
   uint64_t magic;
   uint32_t version, type;
   int32_t rank, nranks;
-  struct sockaddr_in addr;
+  weft_sockaddr_t addr;
 } root_hello_t;
 
 typedef struct {
@@ -56,7 +56,7 @@ typedef struct {
   int want; /* 1 until the first hello says how many ranks there are */
   int nranks;
   int *fd_of_rank;
-  struct sockaddr_in *addrs;
+  weft_sockaddr_t *addrs;
 } root_t;
 
 static int root_accept(void *ctx, const void *hello, int fd) {
@@ -64,7 +64,7 @@ static int root_accept(void *ctx, const void *hello, int fd) {
   root_hello_t h;
   memcpy(&h, hello, sizeof h);
   if (h.version != WEFT_WIRE_VERSION || h.type != WEFT_MSG_ROOT_HELLO || h.nranks <= 0 ||
-      h.nranks > (1 << 20) || h.rank < 0 || h.rank >= h.nranks)
+      h.nranks > (1 << 20) || h.rank < 0 || h.rank >= h.nranks || !weft_sockaddr_valid(&h.addr))
     return -1;
   if (R->nranks == 0) {
     R->fd_of_rank = malloc((size_t)h.nranks * sizeof *R->fd_of_rank);
@@ -186,7 +186,7 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
                                   weft_bootstrap_t **out) {
   weft_result_t rc = WEFT_SUCCESS;
   int listen_fd = -1, root_fd = -1;
-  struct sockaddr_in *table = NULL;
+  weft_sockaddr_t *table = NULL;
   int64_t deadline = weft_deadline(timeout_ms);
   weft_bootstrap_t *b = calloc(1, sizeof *b);
   if (!b) return weft_set_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
@@ -200,10 +200,11 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
     ERR_GOTO(rc, fail, WEFT_ERR_INVALID_ARG,
              "unique id has version %u, this weft speaks %u (mixed weft versions?)", id->version,
              WEFT_WIRE_VERSION);
-  struct sockaddr_in mine;
-  CHECK_GOTO(weft_sock_listen(0, &listen_fd, &mine), rc, fail);
-  char root_name[64], what[256];
-  weft_sock_addr_str(&id->root, root_name, sizeof root_name);
+  if (!weft_sockaddr_valid(&id->root))
+    ERR_GOTO(rc, fail, WEFT_ERR_INVALID_ARG, "unique id: the root address is not IPv4 or IPv6");
+  weft_sockaddr_t mine;
+  char root_name[80], what[256];
+  weft_sockaddr_str(&id->root, 1, root_name, sizeof root_name);
   snprintf(what, sizeof what,
            "rank %d of %d: connecting to the rendezvous root at %s (init; not listening yet: "
            "is the process that hosts it started?)",
@@ -214,11 +215,9 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
   rc = weft_sock_connect(&id->root, deadline, abort_flag, &root_fd);
   weft_waitlog_leave(&wl);
   if (rc != WEFT_SUCCESS) goto fail;
-  struct sockaddr_in local;
-  socklen_t len = sizeof local;
-  getsockname(root_fd, (struct sockaddr *)&local, &len);
-  b->my_ip = local.sin_addr;
-  mine.sin_addr = local.sin_addr;
+  CHECK_GOTO(weft_sock_listen_near(root_fd, &listen_fd, &mine), rc, fail);
+  b->my_addr = mine;
+  weft_sockaddr_set_port(&b->my_addr, 0);
   root_hello_t h = {.magic = id->magic,
                     .version = WEFT_WIRE_VERSION,
                     .type = WEFT_MSG_ROOT_HELLO,
@@ -260,7 +259,7 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
     int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
     char next_name[64];
     snprintf(what, sizeof what, "rank %d of %d: connecting to rank %d at %s (init, bootstrap ring)",
-             rank, nranks, next, weft_sock_addr_str(&table[next], next_name, sizeof next_name));
+             rank, nranks, next, weft_sockaddr_str(&table[next], 1, next_name, sizeof next_name));
     weft_waitlog_enter(&wl);
     rc = weft_sock_connect(&table[next], deadline, abort_flag, &b->next_fd);
     weft_waitlog_leave(&wl);

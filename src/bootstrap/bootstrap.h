@@ -4,14 +4,15 @@
 #ifndef WEFT_BOOTSTRAP_H
 #define WEFT_BOOTSTRAP_H
 
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "sockaddr.h"
 #include "weft.h"
 
-#define WEFT_WIRE_VERSION 1u
+/* 2: addresses are weft_sockaddr_t (IPv4 or IPv6), 32 bytes, in hellos and the table */
+#define WEFT_WIRE_VERSION 2u
 
 enum weft_msg_type {
   WEFT_MSG_ROOT_HELLO = 0x10,
@@ -38,8 +39,11 @@ typedef struct {
   uint64_t magic;
   uint32_t version;
   uint32_t reserved;
-  struct sockaddr_in root;
+  weft_sockaddr_t root;
 } weft_id_body_t;
+
+/* 48 bytes with an IPv6 root address: room to spare in the id. */
+_Static_assert(sizeof(weft_id_body_t) <= WEFT_UNIQUE_ID_BYTES, "the id body fits the unique id");
 
 typedef struct weft_bootstrap {
   int rank, nranks;
@@ -47,7 +51,7 @@ typedef struct weft_bootstrap {
   int64_t timeout_ms;
   const atomic_int *abort_flag;
   int next_fd, prev_fd;
-  struct in_addr my_ip; /* how the others reach this rank */
+  weft_sockaddr_t my_addr; /* how the others reach this rank (port 0) */
   /* failure channel: partial notices read so far, neighbours that said bye, and sides whose
    * next bytes belong to a bootstrap collective (left for it; cleared when one starts) */
   unsigned char rbuf[2][WEFT_NOTICE_BYTES];

@@ -5,27 +5,21 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
+#include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "err.h"
+#include "ifaces.h"
 #include "param.h"
 #include "waitlog.h"
-
-const char *weft_sock_addr_str(const struct sockaddr_in *a, char *buf, size_t len) {
-  char ip[INET_ADDRSTRLEN] = "?";
-  inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-  snprintf(buf, len, "%s:%u", ip, (unsigned)ntohs(a->sin_port));
-  return buf;
-}
 
 int weft_sock_nonblock(int fd) {
   int fl = fcntl(fd, F_GETFL, 0);
@@ -37,68 +31,146 @@ void weft_sock_nodelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-/* WEFT_SOCKET_IFADDR, else the address of WEFT_SOCKET_IFNAME, else any. */
-static weft_result_t bind_addr(struct in_addr *addr) {
+/* AF_INET, AF_INET6, or 0 when WEFT_SOCKET_FAMILY is unset. A misspelt value would read as
+ * unset, and the params check comes only after the bootstrap: refuse it here. */
+static weft_result_t family_param(int *family) {
+  const char *name = weft_param_def(WEFT_PARAM_SOCKET_FAMILY)->name, *raw = getenv(name);
+  if (raw && raw[0] && !weft_param_valid(WEFT_PARAM_SOCKET_FAMILY, raw))
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "%s=%.32s: expected AF_INET or AF_INET6", name,
+                          raw);
+  const char *v = weft_param_get_str(WEFT_PARAM_SOCKET_FAMILY);
+  *family = !v[0] ? 0 : strcasecmp(v, "AF_INET6") == 0 ? AF_INET6 : AF_INET;
+  return WEFT_SUCCESS;
+}
+
+static const char *family_name(int family) { return family == AF_INET6 ? "IPv6" : "IPv4"; }
+
+/* The address to use for family (0: WEFT_SOCKET_FAMILY's, else either); *chosen: whether
+ * WEFT_SOCKET_IFADDR or WEFT_SOCKET_IFNAME named it (then listeners bind to it alone). */
+static weft_result_t choose_addr(int family, weft_sockaddr_t *addr, int *chosen) {
   const char *ifaddr = weft_param_get_str(WEFT_PARAM_SOCKET_IFADDR);
   const char *ifname = weft_param_get_str(WEFT_PARAM_SOCKET_IFNAME);
-  addr->s_addr = htonl(INADDR_ANY);
+  if (!family) CHECK(family_param(&family));
+  *chosen = ifaddr[0] || ifname[0];
   if (ifaddr[0]) {
-    if (inet_pton(AF_INET, ifaddr, addr) != 1)
-      return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_SOCKET_IFADDR=%s is not an IPv4 address",
-                            ifaddr);
+    if (weft_sockaddr_parse(ifaddr, addr) != 0)
+      return weft_set_error(WEFT_ERR_INVALID_ARG,
+                            "WEFT_SOCKET_IFADDR=%.64s is not an IPv4 or IPv6 address", ifaddr);
+    if (family && weft_sockaddr_family(addr) != family)
+      return weft_set_error(WEFT_ERR_INVALID_ARG,
+                            "WEFT_SOCKET_IFADDR=%.64s is an %s address, %s is needed here "
+                            "(WEFT_SOCKET_FAMILY, or the family of the root's address)",
+                            ifaddr, family_name(weft_sockaddr_family(addr)), family_name(family));
     return WEFT_SUCCESS;
   }
-  if (!ifname[0]) return WEFT_SUCCESS;
-  struct ifaddrs *ifs = NULL;
-  if (getifaddrs(&ifs) != 0)
-    return weft_set_error(WEFT_ERR_SYSTEM, "getifaddrs: %s", strerror(errno));
-  int found = 0;
-  for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
-    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && strcmp(i->ifa_name, ifname) == 0) {
-      *addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
-      found = 1;
-    }
-  freeifaddrs(ifs);
-  if (!found)
-    return weft_set_error(WEFT_ERR_INVALID_ARG,
-                          "WEFT_SOCKET_IFNAME=%s: no such interface with an "
-                          "IPv4 address",
-                          ifname);
-  return WEFT_SUCCESS;
-}
-
-weft_result_t weft_sock_host_addr(struct in_addr *addr) {
-  CHECK(bind_addr(addr));
-  if (addr->s_addr != htonl(INADDR_ANY)) return WEFT_SUCCESS;
-  addr->s_addr = htonl(INADDR_LOOPBACK);
-  struct ifaddrs *ifs = NULL;
-  if (getifaddrs(&ifs) != 0) return WEFT_SUCCESS;
-  for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-    if (!(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
-    *addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
-    break;
+  weft_iface_t *ifs = NULL;
+  int n = 0, pick = -1;
+  CHECK(weft_ifaces_list(&ifs, &n));
+  weft_result_t rc = weft_ifaces_pick(ifs, n, ifname, family, &pick);
+  if (rc == WEFT_SUCCESS) {
+    *addr = ifs[pick].addr;
+    weft_sockaddr_set_port(addr, 0);
+    char s[WEFT_SOCKADDR_STRLEN];
+    WEFT_TRACE(WEFT_SUB_BOOT, "interface %s, address %s (WEFT_SOCKET_IFNAME=%s)", ifs[pick].name,
+               weft_sockaddr_str(addr, 0, s, sizeof s), ifname[0] ? ifname : "(unset)");
   }
-  freeifaddrs(ifs);
-  return WEFT_SUCCESS;
+  free(ifs);
+  return rc;
 }
 
-weft_result_t weft_sock_listen(uint16_t port, int *fd, struct sockaddr_in *bound) {
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  CHECK(bind_addr(&a.sin_addr));
-  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return weft_set_error(WEFT_ERR_SYSTEM, "socket: %s", strerror(errno));
+weft_result_t weft_sock_host_addr(int family, weft_sockaddr_t *addr) {
+  int chosen;
+  return choose_addr(family, addr, &chosen);
+}
+
+/* Binds and listens on a (its port included); *bound gets the address with the port. */
+static weft_result_t listen_on(const weft_sockaddr_t *a, int *fd, weft_sockaddr_t *bound) {
+  char name[WEFT_SOCKADDR_STRLEN];
+  weft_sockaddr_str(a, 1, name, sizeof name);
+  int s = socket(weft_sockaddr_family(a), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return weft_set_error(WEFT_ERR_SYSTEM, "socket for %s: %s", name, strerror(errno));
   int one = 1;
   setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  socklen_t len = sizeof a;
-  if (bind(s, (struct sockaddr *)&a, sizeof a) != 0 || listen(s, 1024) != 0 ||
-      getsockname(s, (struct sockaddr *)&a, &len) != 0 || weft_sock_nonblock(s) != 0) {
+  weft_sockaddr_t got = *a;
+  socklen_t len = sizeof got.u;
+  if (bind(s, &a->u.sa, a->len) != 0 || listen(s, 1024) != 0 ||
+      getsockname(s, &got.u.sa, &len) != 0 || weft_sock_nonblock(s) != 0) {
     int e = errno;
     close(s);
-    return weft_set_error(WEFT_ERR_SYSTEM, "listen on port %u: %s", (unsigned)port, strerror(e));
+    return weft_set_error(WEFT_ERR_SYSTEM, "listen on %s: %s", name, strerror(e));
   }
   *fd = s;
-  if (bound) *bound = a;
+  if (bound) *bound = got;
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_sock_listen(int family, uint16_t port, int *fd, weft_sockaddr_t *bound) {
+  weft_sockaddr_t a = {.len = 0};
+  int chosen = 0;
+  const char *ifaddr = weft_param_get_str(WEFT_PARAM_SOCKET_IFADDR);
+  const char *ifname = weft_param_get_str(WEFT_PARAM_SOCKET_IFNAME);
+  if (!family || ifaddr[0] || ifname[0]) CHECK(choose_addr(family, &a, &chosen));
+  if (!chosen) weft_sockaddr_any(family ? family : weft_sockaddr_family(&a), &a);
+  weft_sockaddr_set_port(&a, port);
+  return listen_on(&a, fd, bound);
+}
+
+weft_result_t weft_sock_listen_public(uint16_t port, int *fd, weft_sockaddr_t *advert) {
+  weft_sockaddr_t host;
+  CHECK(weft_sock_host_addr(0, &host));
+  weft_sockaddr_t bound;
+  CHECK(weft_sock_listen(weft_sockaddr_family(&host), port, fd, &bound));
+  *advert = host;
+  weft_sockaddr_set_port(advert, weft_sockaddr_port(&bound));
+  char s[WEFT_SOCKADDR_STRLEN];
+  WEFT_INFO(WEFT_SUB_BOOT, "rendezvous root listens at %s",
+            weft_sockaddr_str(advert, 1, s, sizeof s));
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_sock_listen_near(int connected_fd, int *fd, weft_sockaddr_t *advert) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  weft_sockaddr_t local;
+  if (getsockname(connected_fd, (struct sockaddr *)&ss, &len) != 0)
+    return weft_set_error(WEFT_ERR_SYSTEM, "getsockname: %s", strerror(errno));
+  if (weft_sockaddr_from((struct sockaddr *)&ss, &local) != 0)
+    return weft_set_error(WEFT_ERR_SYSTEM, "getsockname: family %d", ss.ss_family);
+  weft_sockaddr_t bound;
+  CHECK(weft_sock_listen(weft_sockaddr_family(&local), 0, fd, &bound));
+  /* Bound to one address: that one is where peers must come. Bound to all of them: the one
+   * the route to the root left from is reachable at least from there. */
+  *advert = weft_sockaddr_is_any(&bound) ? local : bound;
+  weft_sockaddr_set_port(advert, weft_sockaddr_port(&bound));
+  char s[WEFT_SOCKADDR_STRLEN], b[WEFT_SOCKADDR_STRLEN];
+  WEFT_INFO(WEFT_SUB_BOOT, "peers reach this process at %s (listening on %s)",
+            weft_sockaddr_str(advert, 1, s, sizeof s), weft_sockaddr_str(&bound, 1, b, sizeof b));
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_sock_resolve(const char *host, uint16_t port, weft_sockaddr_t *out) {
+  int family = 0;
+  CHECK(family_param(&family));
+  if (weft_sockaddr_parse(host, out) != 0) {
+    int e = EAI_NONAME;
+    for (int k = 0; k < 2 && e != 0; k++) {
+      int f = family ? family : k == 0 ? AF_INET : AF_INET6;
+      if (family && k) break;
+      struct addrinfo hints = {.ai_family = f, .ai_socktype = SOCK_STREAM}, *res = NULL;
+      e = getaddrinfo(host, NULL, &hints, &res);
+      if (e == 0 && (!res || weft_sockaddr_from(res->ai_addr, out) != 0)) e = EAI_FAMILY;
+      if (res) freeaddrinfo(res);
+    }
+    if (e != 0)
+      return weft_set_error(WEFT_ERR_INVALID_ARG, "cannot resolve root host '%.128s'%s: %s", host,
+                            family ? (family == AF_INET6 ? " (AF_INET6)" : " (AF_INET)") : "",
+                            gai_strerror(e));
+  } else if (family && weft_sockaddr_family(out) != family) {
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "root host '%.128s' is an %s address but WEFT_SOCKET_FAMILY wants %s",
+                          host, family_name(weft_sockaddr_family(out)), family_name(family));
+  }
+  weft_sockaddr_set_port(out, port);
   return WEFT_SUCCESS;
 }
 
@@ -118,14 +190,17 @@ static weft_result_t wait_fd(int fd, short events, int64_t deadline, const atomi
   }
 }
 
-weft_result_t weft_sock_connect(const struct sockaddr_in *to, int64_t deadline,
+weft_result_t weft_sock_connect(const weft_sockaddr_t *to, int64_t deadline,
                                 const atomic_int *abort_flag, int *fd) {
-  char name[64];
-  weft_sock_addr_str(to, name, sizeof name);
+  char name[WEFT_SOCKADDR_STRLEN];
+  if (!weft_sockaddr_valid(to))
+    return weft_set_error(WEFT_ERR_PROTOCOL, "connect: not an IPv4 or IPv6 address (family %d)",
+                          weft_sockaddr_family(to));
+  weft_sockaddr_str(to, 1, name, sizeof name);
   for (int delay_ms = 1;; delay_ms = delay_ms < 100 ? delay_ms * 2 : 100) {
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int s = socket(weft_sockaddr_family(to), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0) return weft_set_error(WEFT_ERR_SYSTEM, "socket: %s", strerror(errno));
-    int rc = connect(s, (const struct sockaddr *)to, sizeof *to), err = rc == 0 ? 0 : errno;
+    int rc = connect(s, &to->u.sa, to->len), err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
       weft_result_t w = wait_fd(s, POLLOUT, deadline, abort_flag, "connect");
       if (w != WEFT_SUCCESS) {

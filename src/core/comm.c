@@ -40,13 +40,8 @@ weft_result_t weft_get_unique_id(weft_unique_id_t *id) {
   if (!id) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_get_unique_id: id is NULL");
   int fd = -1;
   weft_id_body_t body = {.magic = weft_random_u64(), .version = WEFT_WIRE_VERSION};
-  CHECK(weft_sock_listen(0, &fd, &body.root));
-  weft_result_t rc = weft_sock_host_addr(&body.root.sin_addr);
-  if (rc == WEFT_SUCCESS)
-    rc = weft_bootstrap_root_start(fd, body.magic, 0);
-  else
-    close(fd);
-  if (rc != WEFT_SUCCESS) return rc;
+  CHECK(weft_sock_listen_public(0, &fd, &body.root));
+  CHECK(weft_bootstrap_root_start(fd, body.magic, 0));
   memset(id, 0, sizeof *id);
   memcpy(id->internal, &body, sizeof body);
   return WEFT_SUCCESS;
@@ -292,15 +287,8 @@ weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config)
   }
   if (parse_int(n_s, 1, 1 << 20, &n) != 0 || parse_int(rank_s, 0, n - 1, &rank) != 0)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "rank '%s' of '%s' ranks is invalid", rank_s, n_s);
-  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
-  int e = getaddrinfo(host, NULL, &hints, &res);
-  if (e != 0 || !res)
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "cannot resolve root host '%s': %s", host,
-                          gai_strerror(e));
   weft_id_body_t id = {.version = WEFT_WIRE_VERSION};
-  id.root = *(struct sockaddr_in *)res->ai_addr;
-  id.root.sin_port = htons((uint16_t)port);
-  freeaddrinfo(res);
+  CHECK(weft_sock_resolve(host, (uint16_t)port, &id.root));
   /* The id's magic must be the same on every rank without an exchange: derive it. */
   char key[300];
   snprintf(key, sizeof key, "%s:%ld/%ld", host, port, n);
@@ -310,7 +298,7 @@ weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config)
   id.magic = h;
   if (rank == 0) {
     int fd = -1;
-    CHECK(weft_sock_listen((uint16_t)port, &fd, NULL));
+    CHECK(weft_sock_listen(weft_sockaddr_family(&id.root), (uint16_t)port, &fd, NULL));
     CHECK(weft_bootstrap_root_start(fd, id.magic, config ? config->timeout_ms : 0));
   }
   return comm_create(comm, (int)n, &id, (int)rank, config);

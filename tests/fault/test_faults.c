@@ -324,8 +324,8 @@ static void noise_at_root(void) {
   memcpy(&body, sh->id.internal, sizeof body);
   int strangers[4];
   for (int i = 0; i < 4; i++) {
-    strangers[i] = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(strangers[i], (struct sockaddr *)&body.root, sizeof body.root) != 0) continue;
+    strangers[i] = socket(weft_sockaddr_family(&body.root), SOCK_STREAM, 0);
+    if (connect(strangers[i], &body.root.u.sa, body.root.len) != 0) continue;
     if (i == 0) send(strangers[i], "GET / HTTP/1.0\r\n\r\n GARBAGE GARBAGE GARBAGE GARBAGE", 48, 0);
     if (i == 1) {
       char hello[40] = {0};

@@ -27,7 +27,7 @@ static void *fake_root(void *arg) {
   root_t *r = arg;
   int fd = accept(r->listen_fd, NULL, NULL);
   if (fd < 0) return NULL;
-  char hello[40];
+  char hello[56]; /* root_hello_t: read whole, so that the close sends no reset */
   size_t got = 0;
   while (got < sizeof hello) {
     ssize_t n = recv(fd, hello + got, sizeof hello - got, 0);
@@ -46,11 +46,12 @@ void fuzz_outcome(const uint8_t *data, size_t size, char *out, size_t len) {
   if (size > 4096) return;
   setenv("WEFT_SOCKET_IFADDR", "127.0.0.1", 1);
   root_t r = {.data = data, .size = size};
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t alen = sizeof a;
+  weft_sockaddr_t a;
+  weft_sockaddr_parse("127.0.0.1", &a);
+  socklen_t alen = sizeof a.u;
   r.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (r.listen_fd < 0 || bind(r.listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-      listen(r.listen_fd, 4) != 0 || getsockname(r.listen_fd, (struct sockaddr *)&a, &alen) != 0) {
+  if (r.listen_fd < 0 || bind(r.listen_fd, &a.u.sa, a.len) != 0 || listen(r.listen_fd, 4) != 0 ||
+      getsockname(r.listen_fd, &a.u.sa, &alen) != 0) {
     if (r.listen_fd >= 0) close(r.listen_fd);
     return;
   }

@@ -112,7 +112,7 @@ static int tcp_accept(void *ctx, const void *hello, int fd) {
 static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   weft_result_t rc = WEFT_SUCCESS;
   int listen_fd = -1;
-  struct sockaddr_in *addrs = NULL;
+  weft_sockaddr_t *addrs = NULL;
   tcp_t *t = calloc(1, sizeof *t);
   if (!t) return weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
   *t = (tcp_t){.rank = in->rank,
@@ -140,8 +140,11 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
     cn->nsock = want_socks > 0 ? (int)(want_socks < MAX_SOCKS ? want_socks : MAX_SOCKS)
                                : (in->local_rank[p] >= 0 ? 1 : 2);
   }
-  CHECK_GOTO(weft_sock_listen(0, &listen_fd, &addrs[in->rank]), rc, fail);
-  addrs[in->rank].sin_addr = in->boot->my_ip;
+  weft_sockaddr_t bound;
+  CHECK_GOTO(weft_sock_listen(weft_sockaddr_family(&in->boot->my_addr), 0, &listen_fd, &bound), rc,
+             fail);
+  addrs[in->rank] = in->boot->my_addr;
+  weft_sockaddr_set_port(&addrs[in->rank], weft_sockaddr_port(&bound));
   CHECK_GOTO(weft_bootstrap_allgather(in->boot, addrs, sizeof *addrs), rc, fail);
   int64_t deadline = weft_deadline(in->boot->timeout_ms);
   int want = 0;
@@ -156,7 +159,7 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
     /* Lower ranks listen, higher ranks connect: each pair gets exactly nsock sockets. */
     char what[160], name[64];
     snprintf(what, sizeof what, "rank %d of %d: connecting to rank %d at %s (init, tcp transport)",
-             in->rank, in->nranks, p, weft_sock_addr_str(&addrs[p], name, sizeof name));
+             in->rank, in->nranks, p, weft_sockaddr_str(&addrs[p], 1, name, sizeof name));
     weft_waitlog_init(&wl, WEFT_SUB_NET, deadline, what, NULL, NULL);
     for (int k = 0; k < cn->nsock; k++) {
       weft_waitlog_enter(&wl);
