@@ -6,4 +6,4 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
   gcc g++ libc6-dev pkg-config meson ninja-build libcmocka-dev \
-  libopenmpi-dev openmpi-bin clang-format clang libclang-rt-14-dev
+  libopenmpi-dev openmpi-bin clang-format clang libclang-rt-14-dev iproute2 nftables

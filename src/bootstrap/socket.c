@@ -26,6 +26,19 @@ int weft_sock_nonblock(int fd) {
   return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
+void weft_sock_keepalive(int fd, int dead_ms) {
+  if (dead_ms <= 0) return;
+  /* probes from 1 s of silence, one a second, the last at dead_ms; unacknowledged data is
+   * given up at dead_ms too (Linux: TCP_USER_TIMEOUT) */
+  int one = 1, idle = 1, intvl = 1, cnt = dead_ms / 1000 > 1 ? dead_ms / 1000 - 1 : 1;
+  unsigned user = (unsigned)dead_ms;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof user);
+}
+
 void weft_sock_nodelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

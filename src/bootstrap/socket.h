@@ -43,6 +43,9 @@ weft_result_t weft_sock_recv_all(int fd, void *buf, size_t len, int64_t deadline
 weft_result_t weft_sock_sendrecv(int out, const void *sbuf, size_t slen, int in, void *rbuf,
                                  size_t rlen, int64_t deadline, const atomic_int *abort_flag);
 void weft_sock_nodelay(int fd);
+/* A peer host that answers nothing for dead_ms (no keepalive reply, data unacknowledged) makes
+ * the socket fail, so that a host lost without a FIN is seen (0: the system's defaults). */
+void weft_sock_keepalive(int fd, int dead_ms);
 int weft_sock_nonblock(int fd);
 
 /* Accepts connections until `want` of them sent a valid hello of hello_len bytes. Each

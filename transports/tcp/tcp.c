@@ -46,6 +46,7 @@ typedef struct {
   conn_t *conns;
   const atomic_int *abort_flag;
   int wake_fd;
+  int dead_ms;                  /* WEFT_TCP_DEAD_MS */
   const weft_bootstrap_t *boot; /* its ring sockets carry failure notices: poll them too */
   struct pollfd *pfds;
 } tcp_t;
@@ -120,6 +121,7 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
                .magic32 = (uint32_t)(in->magic >> 32),
                .abort_flag = in->abort_flag,
                .wake_fd = in->wake_fd};
+  t->dead_ms = (int)weft_param_get_int(WEFT_PARAM_TCP_DEAD_MS);
   int64_t mf = weft_param_get_int(WEFT_PARAM_TCP_FRAME_BYTES),
           rb = weft_param_get_int(WEFT_PARAM_TCP_BUF_BYTES);
   t->max_frame = mf < 4096 ? 4096 : (size_t)mf;
@@ -184,8 +186,10 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   if (rc != WEFT_SUCCESS) goto fail;
   for (int p = 0; p < in->nranks; p++) {
     if (t->conns[p].fds[0] < 0) continue;
-    for (int k = 0; k < t->conns[p].nsock; k++)
+    for (int k = 0; k < t->conns[p].nsock; k++) {
       weft_sock_nonblock(t->conns[p].fds[k]);
+      weft_sock_keepalive(t->conns[p].fds[k], t->dead_ms);
+    }
     t->conns[p].ring = malloc(t->ring_bytes);
     if (!t->conns[p].ring) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
   }
@@ -205,7 +209,12 @@ fail:
   return rc;
 }
 
-static weft_result_t lost(int peer, const char *what, int err) {
+static weft_result_t lost(const tcp_t *t, int peer, const char *what, int err) {
+  if (err == ETIMEDOUT) /* keepalive or unacknowledged data (weft_sock_keepalive) */
+    return weft_set_error(WEFT_ERR_TIMEOUT,
+                          "tcp: rank %d answered nothing for %d ms (WEFT_TCP_DEAD_MS): its host "
+                          "is down or the link to it is cut",
+                          peer, t->dead_ms);
   return weft_set_error(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s%s%s", peer, what,
                         err ? ": " : "", err ? strerror(err) : "");
 }
@@ -238,7 +247,7 @@ static weft_result_t tcp_send(void *state, int peer, const void *src, size_t n, 
         c->send_blocked = 1;
         break;
       }
-      return lost(peer, "failed on send", errno);
+      return lost(t, peer, "failed on send", errno);
     }
     size_t got = (size_t)r;
     if (c->hdr_sent < sizeof c->hdr) {
@@ -280,10 +289,10 @@ static weft_result_t fill_socket(tcp_t *t, int peer) {
     if (!c->in_rframe) {
       ssize_t r =
           recv(rfd(c), (char *)c->rhdr + c->rhdr_got, sizeof c->rhdr - c->rhdr_got, MSG_DONTWAIT);
-      if (r == 0) return lost(peer, "was closed by the peer", 0);
+      if (r == 0) return lost(t, peer, "was closed by the peer", 0);
       if (r < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return WEFT_SUCCESS;
-        return lost(peer, "failed on receive", errno);
+        return lost(t, peer, "failed on receive", errno);
       }
       c->rhdr_got += (size_t)r;
       if (c->rhdr_got < sizeof c->rhdr) continue;
@@ -308,10 +317,10 @@ static weft_result_t fill_socket(tcp_t *t, int peer) {
     size_t want = room < contig ? room : contig;
     if (want > c->rpayload_left) want = c->rpayload_left;
     ssize_t r = recv(rfd(c), c->ring + pos, want, MSG_DONTWAIT);
-    if (r == 0) return lost(peer, "was closed by the peer", 0);
+    if (r == 0) return lost(t, peer, "was closed by the peer", 0);
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return WEFT_SUCCESS;
-      return lost(peer, "failed on receive", errno);
+      return lost(t, peer, "failed on receive", errno);
     }
     c->head += (uint64_t)r;
     c->rpayload_left -= (size_t)r;

@@ -1,0 +1,322 @@
+/* The proxy thread (proxy.h): for every peer, the frame being sent (a send connection's oldest
+ * chunk, header then payload, written straight from its slot) and the frame being received
+ * (header, then payload copied into the receive connection's next slot once it has one). A
+ * receive connection without a free slot leaves its bytes in the transport: the stream backs
+ * up to the sender, whose kernels then wait on their own FIFO's credits. */
+#include "proxy.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "err.h"
+
+/* A frame's header on the stream. */
+typedef struct {
+  uint32_t chan, bytes;
+} frame_t;
+
+enum { SPINS = 64, CHECK_MS = 5, MAX_SLOT_BYTES = 1 << 30 };
+
+typedef struct {
+  int *sends, nsends; /* this peer's send connections (indices), taken in turn */
+  int rr;
+  int cur; /* the send connection whose chunk is going out, or -1 */
+  frame_t hdr;
+  uint32_t hdr_done, body_done;
+  int *recv_of; /* [nchan] this peer's receive connection of each channel, or -1 */
+  int nrecvs;   /* how many it has: a peer with none is never read from */
+  uint8_t rh[sizeof(frame_t)];
+  uint32_t rh_got;
+  int rcur;  /* the receive connection of the frame coming in, or -1 (reading a header) */
+  int rslot; /* it holds a slot for that frame */
+  uint32_t rbytes, rgot;
+} peer_t;
+
+struct weft_proxy {
+  weft_proxy_init_t in;
+  weft_proxy_conn_t *send, *recv;
+  peer_t *peers;
+  pthread_t thread;
+  int started;
+  atomic_int stop;
+  atomic_int status; /* weft_result_t; msg is written before it leaves WEFT_SUCCESS */
+  char msg[1024];
+  _Atomic uint64_t nsent, nrecv;
+};
+
+static char *slot_of(const weft_proxy_conn_t *c, unsigned slot) {
+  return c->buf + (size_t)slot * c->slot_bytes;
+}
+
+/* Sends the peer's chunks until none is ready or the stream is full; *moved: some byte went. */
+static weft_result_t send_progress(weft_proxy_t *P, int peer, int *moved) {
+  peer_t *q = &P->peers[peer];
+  for (;;) {
+    if (q->cur < 0) {
+      for (int i = 0; i < q->nsends && q->cur < 0; i++) {
+        int k = q->sends[(q->rr + i) % q->nsends];
+        if (weft_fifo_ready(P->send[k].fifo)) q->cur = k, q->rr = (q->rr + i + 1) % q->nsends;
+      }
+      if (q->cur < 0) return WEFT_SUCCESS;
+      const weft_proxy_conn_t *c = &P->send[q->cur];
+      uint32_t n = weft_fifo_size(c->fifo);
+      if (n > c->slot_bytes)
+        return weft_set_error(WEFT_ERR_INTERNAL,
+                              "proxy: a chunk of %u bytes posted to a %u-byte slot (channel %d "
+                              "to rank %d)",
+                              n, c->slot_bytes, c->chan, peer);
+      q->hdr = (frame_t){.chan = (uint32_t)c->chan, .bytes = n};
+      q->hdr_done = q->body_done = 0;
+    }
+    const weft_proxy_conn_t *c = &P->send[q->cur];
+    size_t acc = 0;
+    if (q->hdr_done < sizeof q->hdr) {
+      CHECK(P->in.tr->send(P->in.tr_state, peer, (char *)&q->hdr + q->hdr_done,
+                           sizeof q->hdr - q->hdr_done, &acc));
+      q->hdr_done += (uint32_t)acc;
+      *moved |= acc > 0;
+      if (q->hdr_done < sizeof q->hdr) return WEFT_SUCCESS;
+    }
+    if (q->body_done < q->hdr.bytes) {
+      CHECK(P->in.tr->send(P->in.tr_state, peer, slot_of(c, weft_fifo_slot(c->fifo)) + q->body_done,
+                           q->hdr.bytes - q->body_done, &acc));
+      q->body_done += (uint32_t)acc;
+      *moved |= acc > 0;
+      if (q->body_done < q->hdr.bytes) return WEFT_SUCCESS;
+    }
+    weft_fifo_pop(c->fifo); /* on the stream: the slot is the kernel's again */
+    atomic_fetch_add(&P->nsent, 1);
+    q->cur = -1;
+    *moved = 1;
+  }
+}
+
+/* Receives the peer's frames into their connections' slots while bytes and slots last. */
+static weft_result_t recv_progress(weft_proxy_t *P, int peer, int *moved) {
+  peer_t *q = &P->peers[peer];
+  const void *p;
+  size_t contig, total;
+  if (!q->nrecvs) return WEFT_SUCCESS;
+  for (;;) {
+    if (q->rcur < 0) {
+      while (q->rh_got < sizeof q->rh) {
+        CHECK(P->in.tr->peek(P->in.tr_state, peer, &p, &contig, &total));
+        if (!total) return WEFT_SUCCESS;
+        size_t n = contig < sizeof q->rh - q->rh_got ? contig : sizeof q->rh - q->rh_got;
+        memcpy(q->rh + q->rh_got, p, n);
+        P->in.tr->consume(P->in.tr_state, peer, n);
+        q->rh_got += (uint32_t)n;
+        *moved = 1;
+      }
+      frame_t f;
+      memcpy(&f, q->rh, sizeof f);
+      q->rh_got = 0;
+      int k = f.chan < (uint32_t)P->in.nchan ? q->recv_of[f.chan] : -1;
+      if (k < 0)
+        return weft_set_error(WEFT_ERR_PROTOCOL,
+                              "proxy: rank %d sent a chunk on channel %u, where this rank has no "
+                              "receive connection from it",
+                              peer, f.chan);
+      if (f.bytes > P->recv[k].slot_bytes)
+        return weft_set_error(WEFT_ERR_PROTOCOL,
+                              "proxy: rank %d sent a chunk of %u bytes on channel %u, whose "
+                              "slots hold %u",
+                              peer, f.bytes, f.chan, P->recv[k].slot_bytes);
+      q->rcur = k, q->rslot = 0, q->rbytes = f.bytes, q->rgot = 0;
+    }
+    weft_proxy_conn_t *c = &P->recv[q->rcur];
+    if (!q->rslot) {
+      if (!weft_fifo_room(c->fifo)) return WEFT_SUCCESS; /* the kernel still reads every slot */
+      q->rslot = 1;
+    }
+    char *dst = slot_of(c, (unsigned)(c->fifo->head % WEFT_FIFO_SLOTS));
+    while (q->rgot < q->rbytes) {
+      CHECK(P->in.tr->peek(P->in.tr_state, peer, &p, &contig, &total));
+      if (!total) return WEFT_SUCCESS;
+      size_t n = contig < q->rbytes - q->rgot ? contig : q->rbytes - q->rgot;
+      memcpy(dst + q->rgot, p, n);
+      P->in.tr->consume(P->in.tr_state, peer, n);
+      q->rgot += (uint32_t)n;
+      *moved = 1;
+    }
+    weft_fifo_post(c->fifo, q->rbytes);
+    atomic_fetch_add(&P->nrecv, 1);
+    q->rcur = -1;
+    *moved = 1;
+  }
+}
+
+/* Whether some frame is half sent or half received, or a chunk waits to go out. */
+static int pending(const weft_proxy_t *P, int *peer) {
+  for (int r = 0; r < P->in.nranks; r++) {
+    const peer_t *q = &P->peers[r];
+    *peer = r;
+    if (q->cur >= 0 || q->rcur >= 0 || q->rh_got) return 1;
+    for (int i = 0; i < q->nsends; i++)
+      if (weft_fifo_ready(P->send[q->sends[i]].fifo)) return 1;
+  }
+  return 0;
+}
+
+static void failed(weft_proxy_t *P, weft_result_t rc, int tell) {
+  snprintf(P->msg, sizeof P->msg, "%s", weft_thread_error());
+  atomic_store(&P->status, (int)rc);
+  if (P->in.kernel_abort) __atomic_store_n(P->in.kernel_abort, 1, __ATOMIC_RELEASE);
+  if (tell && P->in.fail) P->in.fail(P->in.ctx, rc, P->msg);
+}
+
+static void *proxy_main(void *arg) {
+  weft_proxy_t *P = arg;
+  int64_t last = weft_now_ms(), checked = last;
+  int idle = 0;
+  while (!atomic_load(&P->stop)) {
+    if (P->in.abort_flag && atomic_load(P->in.abort_flag)) {
+      weft_set_error(WEFT_ERR_ABORTED, "proxy: rank %d: the communicator was aborted", P->in.rank);
+      failed(P, WEFT_ERR_ABORTED, 0); /* whoever aborted has told the peers */
+      break;
+    }
+    int moved = 0;
+    weft_result_t rc = WEFT_SUCCESS;
+    int r = 0;
+    for (; r < P->in.nranks && rc == WEFT_SUCCESS; r++) {
+      rc = send_progress(P, r, &moved);
+      if (rc == WEFT_SUCCESS) rc = recv_progress(P, r, &moved);
+    }
+    if (rc != WEFT_SUCCESS && P->in.explain) rc = P->in.explain(P->in.ctx, rc, r - 1);
+    int64_t now = weft_now_ms();
+    if (rc == WEFT_SUCCESS && P->in.check && now - checked >= CHECK_MS) {
+      checked = now;
+      rc = P->in.check(P->in.ctx);
+      if (rc != WEFT_SUCCESS) {
+        failed(P, rc, 0); /* found elsewhere: it is already the communicator's */
+        break;
+      }
+    }
+    int peer = -1;
+    if (moved || !pending(P, &peer)) last = now;
+    if (rc == WEFT_SUCCESS && now - last > P->in.timeout_ms)
+      rc = weft_set_error(WEFT_ERR_TIMEOUT,
+                          "proxy: rank %d: no progress with rank %d for %lld ms (the stream to "
+                          "or from it stalled)",
+                          P->in.rank, peer, (long long)(now - last));
+    if (rc != WEFT_SUCCESS) {
+      failed(P, rc, 1);
+      break;
+    }
+    if (moved) {
+      idle = 0;
+    } else if (++idle > SPINS) { /* nothing for a while: sleep on the transport, briefly */
+      rc = P->in.tr->wait(P->in.tr_state, P->in.tr->arm(P->in.tr_state), 1);
+      if (rc != WEFT_SUCCESS) {
+        failed(P, rc, 1);
+        break;
+      }
+    } else {
+      sched_yield();
+    }
+  }
+  return NULL;
+}
+
+static weft_result_t check_conns(const weft_proxy_init_t *in, const weft_proxy_conn_t *cs, int n,
+                                 const char *dir, uint8_t *seen) {
+  for (int i = 0; i < n; i++) {
+    const weft_proxy_conn_t *c = &cs[i];
+    if (c->peer < 0 || c->peer >= in->nranks || c->peer == in->rank || c->chan < 0 ||
+        c->chan >= in->nchan || !c->fifo || !c->buf || !c->slot_bytes ||
+        c->slot_bytes > MAX_SLOT_BYTES)
+      return weft_set_error(WEFT_ERR_INVALID_ARG,
+                            "proxy: %s connection %d (rank %d, channel %d, slots of %u bytes) is "
+                            "invalid for rank %d of %d with %d channels",
+                            dir, i, c->peer, c->chan, c->slot_bytes, in->rank, in->nranks,
+                            in->nchan);
+    uint8_t *s = &seen[(size_t)c->peer * (size_t)in->nchan + (size_t)c->chan];
+    if (*s)
+      return weft_set_error(WEFT_ERR_INVALID_ARG,
+                            "proxy: two %s connections for rank %d, channel %d", dir, c->peer,
+                            c->chan);
+    *s = 1;
+  }
+  return WEFT_SUCCESS;
+}
+
+static void proxy_free(weft_proxy_t *P) {
+  if (P->peers)
+    for (int r = 0; r < P->in.nranks; r++) {
+      free(P->peers[r].sends);
+      free(P->peers[r].recv_of);
+    }
+  free(P->peers);
+  free(P->send);
+  free(P->recv);
+  free(P);
+}
+
+weft_result_t weft_proxy_start(const weft_proxy_init_t *in, weft_proxy_t **out) {
+  if (!in || !out || !in->tr || in->nranks < 1 || in->rank < 0 || in->rank >= in->nranks ||
+      in->nchan < 1 || in->nsend < 0 || in->nrecv < 0 || (in->nsend && !in->send) ||
+      (in->nrecv && !in->recv) || in->timeout_ms <= 0)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "proxy: invalid arguments");
+  weft_result_t rc = WEFT_SUCCESS;
+  size_t pairs = (size_t)in->nranks * (size_t)in->nchan;
+  uint8_t *seen = calloc(pairs, 2);
+  weft_proxy_t *P = calloc(1, sizeof *P);
+  if (!seen || !P) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "proxy: out of memory");
+  CHECK_GOTO(check_conns(in, in->send, in->nsend, "send", seen), rc, out);
+  CHECK_GOTO(check_conns(in, in->recv, in->nrecv, "receive", seen + pairs), rc, out);
+  P->in = *in;
+  P->send = calloc((size_t)in->nsend + 1, sizeof *P->send);
+  P->recv = calloc((size_t)in->nrecv + 1, sizeof *P->recv);
+  P->peers = calloc((size_t)in->nranks, sizeof *P->peers);
+  if (!P->send || !P->recv || !P->peers)
+    ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "proxy: out of memory");
+  memcpy(P->send, in->send, sizeof *P->send * (size_t)in->nsend);
+  memcpy(P->recv, in->recv, sizeof *P->recv * (size_t)in->nrecv);
+  for (int r = 0; r < in->nranks; r++) {
+    peer_t *q = &P->peers[r];
+    q->cur = q->rcur = -1;
+    q->sends = calloc((size_t)in->nchan, sizeof *q->sends);
+    q->recv_of = malloc(sizeof *q->recv_of * (size_t)in->nchan);
+    if (!q->sends || !q->recv_of) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "proxy: out of memory");
+    for (int ch = 0; ch < in->nchan; ch++)
+      q->recv_of[ch] = -1;
+  }
+  for (int i = 0; i < in->nsend; i++) {
+    peer_t *q = &P->peers[in->send[i].peer];
+    q->sends[q->nsends++] = i;
+  }
+  for (int i = 0; i < in->nrecv; i++) {
+    peer_t *q = &P->peers[in->recv[i].peer];
+    q->recv_of[in->recv[i].chan] = i;
+    q->nrecvs++;
+  }
+  int e = pthread_create(&P->thread, NULL, proxy_main, P);
+  if (e) ERR_GOTO(rc, out, WEFT_ERR_SYSTEM, "proxy: thread: %s", strerror(e));
+  P->started = 1;
+  *out = P;
+out:
+  free(seen);
+  if (rc != WEFT_SUCCESS && P) proxy_free(P);
+  return rc;
+}
+
+weft_result_t weft_proxy_status(weft_proxy_t *p) {
+  weft_result_t rc = (weft_result_t)atomic_load(&p->status);
+  return rc == WEFT_SUCCESS ? rc : weft_set_error(rc, "%s", p->msg);
+}
+
+void weft_proxy_counts(weft_proxy_t *p, uint64_t *sent, uint64_t *received) {
+  if (sent) *sent = atomic_load(&p->nsent);
+  if (received) *received = atomic_load(&p->nrecv);
+}
+
+void weft_proxy_stop(weft_proxy_t *p) {
+  if (!p) return;
+  atomic_store(&p->stop, 1);
+  if (p->started) pthread_join(p->thread, NULL);
+  proxy_free(p);
+}
