@@ -5,21 +5,19 @@
  * up to the sender, whose kernels then wait on their own FIFO's credits. */
 #include "proxy.h"
 
-#include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
 #include "err.h"
+#include "pump.h"
 
 /* A frame's header on the stream. */
 typedef struct {
   uint32_t chan, bytes;
 } frame_t;
 
-enum { SPINS = 64, CHECK_MS = 5, MAX_SLOT_BYTES = 1 << 30 };
+enum { MAX_SLOT_BYTES = 1 << 30 };
 
 typedef struct {
   int *sends, nsends; /* this peer's send connections (indices), taken in turn */
@@ -40,11 +38,7 @@ struct weft_proxy {
   weft_proxy_init_t in;
   weft_proxy_conn_t *send, *recv;
   peer_t *peers;
-  pthread_t thread;
-  int started;
-  atomic_int stop;
-  atomic_int status; /* weft_result_t; msg is written before it leaves WEFT_SUCCESS */
-  char msg[1024];
+  weft_pump_t pump;
   _Atomic uint64_t nsent, nrecv;
 };
 
@@ -150,76 +144,16 @@ static weft_result_t recv_progress(weft_proxy_t *P, int peer, int *moved) {
   }
 }
 
-/* Whether some frame is half sent or half received, or a chunk waits to go out. */
-static int pending(const weft_proxy_t *P, int *peer) {
-  for (int r = 0; r < P->in.nranks; r++) {
-    const peer_t *q = &P->peers[r];
-    *peer = r;
-    if (q->cur >= 0 || q->rcur >= 0 || q->rh_got) return 1;
-    for (int i = 0; i < q->nsends; i++)
-      if (weft_fifo_ready(P->send[q->sends[i]].fifo)) return 1;
-  }
-  return 0;
-}
-
-static void failed(weft_proxy_t *P, weft_result_t rc, int tell) {
-  snprintf(P->msg, sizeof P->msg, "%s", weft_thread_error());
-  atomic_store(&P->status, (int)rc);
-  if (P->in.kernel_abort) __atomic_store_n(P->in.kernel_abort, 1, __ATOMIC_RELEASE);
-  if (tell && P->in.fail) P->in.fail(P->in.ctx, rc, P->msg);
-}
-
-static void *proxy_main(void *arg) {
-  weft_proxy_t *P = arg;
-  int64_t last = weft_now_ms(), checked = last;
-  int idle = 0;
-  while (!atomic_load(&P->stop)) {
-    if (P->in.abort_flag && atomic_load(P->in.abort_flag)) {
-      weft_set_error(WEFT_ERR_ABORTED, "proxy: rank %d: the communicator was aborted", P->in.rank);
-      failed(P, WEFT_ERR_ABORTED, 0); /* whoever aborted has told the peers */
-      break;
-    }
-    int moved = 0;
-    weft_result_t rc = WEFT_SUCCESS;
-    int r = 0;
-    for (; r < P->in.nranks && rc == WEFT_SUCCESS; r++) {
-      rc = send_progress(P, r, &moved);
-      if (rc == WEFT_SUCCESS) rc = recv_progress(P, r, &moved);
-    }
-    if (rc != WEFT_SUCCESS && P->in.explain) rc = P->in.explain(P->in.ctx, rc, r - 1);
-    int64_t now = weft_now_ms();
-    if (rc == WEFT_SUCCESS && P->in.check && now - checked >= CHECK_MS) {
-      checked = now;
-      rc = P->in.check(P->in.ctx);
-      if (rc != WEFT_SUCCESS) {
-        failed(P, rc, 0); /* found elsewhere: it is already the communicator's */
-        break;
-      }
-    }
-    int peer = -1;
-    if (moved || !pending(P, &peer)) last = now;
-    if (rc == WEFT_SUCCESS && now - last > P->in.timeout_ms)
-      rc = weft_set_error(WEFT_ERR_TIMEOUT,
-                          "proxy: rank %d: no progress with rank %d for %lld ms (the stream to "
-                          "or from it stalled)",
-                          P->in.rank, peer, (long long)(now - last));
-    if (rc != WEFT_SUCCESS) {
-      failed(P, rc, 1);
-      break;
-    }
-    if (moved) {
-      idle = 0;
-    } else if (++idle > SPINS) { /* nothing for a while: sleep on the transport, briefly */
-      rc = P->in.tr->wait(P->in.tr_state, P->in.tr->arm(P->in.tr_state), 1);
-      if (rc != WEFT_SUCCESS) {
-        failed(P, rc, 1);
-        break;
-      }
-    } else {
-      sched_yield();
-    }
-  }
-  return NULL;
+/* pump.h's pass: peer's frames both ways; busy while one is half done or a chunk waits. */
+static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
+  weft_proxy_t *P = self;
+  CHECK(send_progress(P, peer, moved));
+  CHECK(recv_progress(P, peer, moved));
+  const peer_t *q = &P->peers[peer];
+  *busy = q->cur >= 0 || q->rcur >= 0 || q->rh_got;
+  for (int i = 0; i < q->nsends && !*busy; i++)
+    *busy = weft_fifo_ready(P->send[q->sends[i]].fifo) > 0;
+  return WEFT_SUCCESS;
 }
 
 static weft_result_t check_conns(const weft_proxy_init_t *in, const weft_proxy_conn_t *cs, int n,
@@ -294,9 +228,20 @@ weft_result_t weft_proxy_start(const weft_proxy_init_t *in, weft_proxy_t **out) 
     q->recv_of[in->recv[i].chan] = i;
     q->nrecvs++;
   }
-  int e = pthread_create(&P->thread, NULL, proxy_main, P);
-  if (e) ERR_GOTO(rc, out, WEFT_ERR_SYSTEM, "proxy: thread: %s", strerror(e));
-  P->started = 1;
+  weft_pump_init_t pin = {.rank = in->rank,
+                          .nranks = in->nranks,
+                          .tr = in->tr,
+                          .tr_state = in->tr_state,
+                          .abort_flag = in->abort_flag,
+                          .kernel_abort = in->kernel_abort,
+                          .timeout_ms = in->timeout_ms,
+                          .check = in->check,
+                          .explain = in->explain,
+                          .fail = in->fail,
+                          .ctx = in->ctx,
+                          .pass = pass,
+                          .self = P};
+  CHECK_GOTO(weft_pump_start(&P->pump, &pin), rc, out);
   *out = P;
 out:
   free(seen);
@@ -304,10 +249,7 @@ out:
   return rc;
 }
 
-weft_result_t weft_proxy_status(weft_proxy_t *p) {
-  weft_result_t rc = (weft_result_t)atomic_load(&p->status);
-  return rc == WEFT_SUCCESS ? rc : weft_set_error(rc, "%s", p->msg);
-}
+weft_result_t weft_proxy_status(weft_proxy_t *p) { return weft_pump_status(&p->pump); }
 
 void weft_proxy_counts(weft_proxy_t *p, uint64_t *sent, uint64_t *received) {
   if (sent) *sent = atomic_load(&p->nsent);
@@ -316,7 +258,6 @@ void weft_proxy_counts(weft_proxy_t *p, uint64_t *sent, uint64_t *received) {
 
 void weft_proxy_stop(weft_proxy_t *p) {
   if (!p) return;
-  atomic_store(&p->stop, 1);
-  if (p->started) pthread_join(p->thread, NULL);
+  weft_pump_stop(&p->pump);
   proxy_free(p);
 }

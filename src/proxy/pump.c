@@ -1,0 +1,87 @@
+/* The proxies' thread (pump.h). */
+#include "pump.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "clock.h"
+#include "err.h"
+
+enum { SPINS = 64, CHECK_MS = 5 };
+
+static void failed(weft_pump_t *P, weft_result_t rc, int tell) {
+  snprintf(P->msg, sizeof P->msg, "%s", weft_thread_error());
+  atomic_store(&P->status, (int)rc);
+  if (P->in.kernel_abort) __atomic_store_n(P->in.kernel_abort, 1, __ATOMIC_RELEASE);
+  if (tell && P->in.fail) P->in.fail(P->in.ctx, rc, P->msg);
+}
+
+static void *pump_main(void *arg) {
+  weft_pump_t *P = arg;
+  const weft_pump_init_t *in = &P->in;
+  int64_t last = weft_now_ms(), checked = last;
+  int idle = 0;
+  while (!atomic_load(&P->stop)) {
+    if (in->abort_flag && atomic_load(in->abort_flag)) {
+      weft_set_error(WEFT_ERR_ABORTED, "proxy: rank %d: the communicator was aborted", in->rank);
+      failed(P, WEFT_ERR_ABORTED, 0); /* whoever aborted has told the peers */
+      break;
+    }
+    int moved = 0, busy = 0, stalled = -1, r = 0;
+    weft_result_t rc = WEFT_SUCCESS;
+    for (; r < in->nranks && rc == WEFT_SUCCESS; r++) {
+      int b = 0;
+      rc = in->pass(in->self, r, &moved, &b);
+      if (b && stalled < 0) stalled = r;
+      busy |= b;
+    }
+    if (rc != WEFT_SUCCESS && in->explain) rc = in->explain(in->ctx, rc, r - 1);
+    int64_t now = weft_now_ms();
+    if (rc == WEFT_SUCCESS && in->check && now - checked >= CHECK_MS) {
+      checked = now;
+      rc = in->check(in->ctx);
+      if (rc != WEFT_SUCCESS) {
+        failed(P, rc, 0); /* found elsewhere: it is already the communicator's */
+        break;
+      }
+    }
+    if (moved || !busy) last = now;
+    if (rc == WEFT_SUCCESS && now - last > in->timeout_ms)
+      rc = weft_set_error(WEFT_ERR_TIMEOUT,
+                          "proxy: rank %d: no progress with rank %d for %lld ms (the stream to "
+                          "or from it stalled)",
+                          in->rank, stalled, (long long)(now - last));
+    if (rc == WEFT_SUCCESS && !moved && ++idle > SPINS) /* sleep on the transport, briefly */
+      rc = in->tr->wait(in->tr_state, in->tr->arm(in->tr_state), 1);
+    else if (!moved)
+      sched_yield();
+    else
+      idle = 0;
+    if (rc != WEFT_SUCCESS) {
+      failed(P, rc, 1);
+      break;
+    }
+  }
+  return NULL;
+}
+
+weft_result_t weft_pump_start(weft_pump_t *p, const weft_pump_init_t *in) {
+  memset(p, 0, sizeof *p);
+  p->in = *in;
+  int e = pthread_create(&p->thread, NULL, pump_main, p);
+  if (e) return weft_set_error(WEFT_ERR_SYSTEM, "proxy: thread: %s", strerror(e));
+  p->started = 1;
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_pump_status(weft_pump_t *p) {
+  weft_result_t rc = (weft_result_t)atomic_load(&p->status);
+  return rc == WEFT_SUCCESS ? rc : weft_set_error(rc, "%s", p->msg);
+}
+
+void weft_pump_stop(weft_pump_t *p) {
+  atomic_store(&p->stop, 1);
+  if (p->started) pthread_join(p->thread, NULL);
+  p->started = 0;
+}

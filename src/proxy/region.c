@@ -1,0 +1,236 @@
+/* The region proxy (region.h). Each frame names where it lands in the receiving rank's own
+ * region: a chunk (bytes at a staging slot, then the ready flag it raises) or a flag alone (a
+ * done credit). Chunks go in order per channel; credits go first. The receiver checks every
+ * offset against the layout before writing, and that the flag is one the sender may raise. */
+#include "region.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dev.h"
+#include "err.h"
+#include "pump.h"
+
+enum { CHUNK = 1, FLAG = 2, MAX_WATCH = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_CHANNELS };
+
+typedef struct {
+  uint64_t off, flag_off, value;
+  uint32_t bytes, kind;
+} frame_t;
+
+typedef struct {
+  uint64_t ready_sent[MAX_WATCH], done_sent[MAX_WATCH]; /* flags carried so far, per channel */
+  int scan;                                             /* where the next chunk is looked for */
+  int busy;                                             /* a frame going out */
+  frame_t hdr;
+  uint32_t hdr_done, body_done;
+  uint8_t rh[sizeof(frame_t)];
+  uint32_t rh_got;
+  int rbody; /* the payload of rf is coming in */
+  frame_t rf;
+  uint32_t rgot;
+} peer_t;
+
+struct weft_rproxy {
+  weft_rproxy_init_t in;
+  int watch[MAX_WATCH], nwatch; /* the channels with staging */
+  peer_t *peers;
+  weft_pump_t pump;
+  _Atomic uint64_t nsent, nrecv;
+};
+
+/* Where src's chunk seq on channel ch lies in owner's region (prims.cuh's Chan::stage). */
+static uint64_t stage_off(const weft_rproxy_t *P, int owner, int src, int ch, uint64_t seq) {
+  uint64_t sc = ch < WEFT_DEV_COLL_CHANNELS
+                    ? (uint64_t)ch
+                    : (uint64_t)(ch - WEFT_DEV_COLL_CHANNELS + P->in.coll_channels);
+  uint64_t slot = (uint64_t)(src < owner ? src : src - 1);
+  uint64_t i = (sc * (uint64_t)(P->in.nranks - 1) + slot) * P->in.stages + seq % P->in.stages;
+  return WEFT_DEV_STAGE_OFF + i * P->in.chunk_bytes;
+}
+
+static uint64_t load(const char *region, uint64_t off) {
+  return __atomic_load_n((const uint64_t *)(region + off), __ATOMIC_ACQUIRE);
+}
+
+/* The next frame for peer, if this rank's kernels raised a flag in its mirror not yet carried:
+ * credits first, then one chunk (channels in turn). */
+static int next_frame(weft_rproxy_t *P, int peer, peer_t *q) {
+  const char *m = P->in.region[peer];
+  int me = P->in.rank;
+  for (int i = 0; i < P->nwatch; i++) {
+    uint64_t off = WEFT_DEV_DONE_OFF(P->watch[i], me), v = load(m, off);
+    if (v > q->done_sent[i]) {
+      q->done_sent[i] = v;
+      q->hdr = (frame_t){.flag_off = off, .value = v, .kind = FLAG};
+      return 1;
+    }
+  }
+  for (int j = 0; j < P->nwatch; j++) {
+    int i = (q->scan + j) % P->nwatch, ch = P->watch[i];
+    uint64_t off = WEFT_DEV_READY_OFF(ch, me), s = q->ready_sent[i];
+    if (load(m, off) > s) {
+      q->ready_sent[i] = s + 1;
+      q->hdr = (frame_t){.off = stage_off(P, peer, me, ch, s),
+                         .flag_off = off,
+                         .value = s + 1,
+                         .bytes = P->in.chunk_bytes,
+                         .kind = CHUNK};
+      q->scan = i + 1;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static weft_result_t send_frames(weft_rproxy_t *P, int peer, peer_t *q, int *moved) {
+  for (;;) {
+    if (!q->busy) {
+      if (!next_frame(P, peer, q)) return WEFT_SUCCESS;
+      q->busy = 1, q->hdr_done = q->body_done = 0;
+    }
+    size_t acc = 0;
+    if (q->hdr_done < sizeof q->hdr) {
+      CHECK(P->in.tr->send(P->in.tr_state, peer, (char *)&q->hdr + q->hdr_done,
+                           sizeof q->hdr - q->hdr_done, &acc));
+      q->hdr_done += (uint32_t)acc;
+      *moved |= acc > 0;
+      if (q->hdr_done < sizeof q->hdr) return WEFT_SUCCESS;
+    }
+    if (q->body_done < q->hdr.bytes) { /* straight from the mirror's slot */
+      CHECK(P->in.tr->send(P->in.tr_state, peer, P->in.region[peer] + q->hdr.off + q->body_done,
+                           q->hdr.bytes - q->body_done, &acc));
+      q->body_done += (uint32_t)acc;
+      *moved |= acc > 0;
+      if (q->body_done < q->hdr.bytes) return WEFT_SUCCESS;
+    }
+    q->busy = 0;
+    atomic_fetch_add(&P->nsent, 1);
+    *moved = 1;
+  }
+}
+
+/* Whether f may land in this rank's region: a flag of the sender's, a slot inside staging. */
+static weft_result_t check_frame(const weft_rproxy_t *P, int peer, const frame_t *f) {
+  uint64_t flags_end = WEFT_DEV_STAGE_OFF, idx = f->flag_off / WEFT_DEV_FLAG_STRIDE;
+  int ok = (f->kind == CHUNK || f->kind == FLAG) && f->flag_off % WEFT_DEV_FLAG_STRIDE == 0 &&
+           f->flag_off < WEFT_DEV_DIN_OFF(0, 0) && idx % WEFT_DEV_MAX_RANKS == (uint64_t)peer &&
+           (f->kind == FLAG ? f->bytes == 0
+                            : f->bytes <= P->in.chunk_bytes && f->off >= flags_end &&
+                                  f->off <= P->in.region_bytes - f->bytes);
+  if (ok) return WEFT_SUCCESS;
+  return weft_set_error(WEFT_ERR_PROTOCOL,
+                        "proxy: rank %d sent a frame that does not fit this rank's region (kind "
+                        "%u, %u bytes at %llu, flag at %llu)",
+                        peer, f->kind, f->bytes, (unsigned long long)f->off,
+                        (unsigned long long)f->flag_off);
+}
+
+static weft_result_t recv_frames(weft_rproxy_t *P, int peer, peer_t *q, int *moved) {
+  char *own = P->in.region[P->in.rank];
+  const void *p;
+  size_t contig, total;
+  for (;;) {
+    if (!q->rbody) {
+      while (q->rh_got < sizeof q->rh) {
+        CHECK(P->in.tr->peek(P->in.tr_state, peer, &p, &contig, &total));
+        if (!total) return WEFT_SUCCESS;
+        size_t n = contig < sizeof q->rh - q->rh_got ? contig : sizeof q->rh - q->rh_got;
+        memcpy(q->rh + q->rh_got, p, n);
+        P->in.tr->consume(P->in.tr_state, peer, n);
+        q->rh_got += (uint32_t)n;
+        *moved = 1;
+      }
+      memcpy(&q->rf, q->rh, sizeof q->rf);
+      q->rh_got = 0;
+      CHECK(check_frame(P, peer, &q->rf));
+      q->rbody = 1, q->rgot = 0;
+    }
+    while (q->rgot < q->rf.bytes) {
+      CHECK(P->in.tr->peek(P->in.tr_state, peer, &p, &contig, &total));
+      if (!total) return WEFT_SUCCESS;
+      size_t n = contig < q->rf.bytes - q->rgot ? contig : q->rf.bytes - q->rgot;
+      memcpy(own + q->rf.off + q->rgot, p, n);
+      P->in.tr->consume(P->in.tr_state, peer, n);
+      q->rgot += (uint32_t)n;
+      *moved = 1;
+    }
+    /* the chunk's bytes before its flag (release): the kernel reads them after seeing it */
+    __atomic_store_n((uint64_t *)(own + q->rf.flag_off), q->rf.value, __ATOMIC_RELEASE);
+    q->rbody = 0;
+    atomic_fetch_add(&P->nrecv, 1);
+    *moved = 1;
+  }
+}
+
+static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
+  weft_rproxy_t *P = self;
+  if (!P->in.remote[peer]) return WEFT_SUCCESS;
+  peer_t *q = &P->peers[peer];
+  CHECK(send_frames(P, peer, q, moved));
+  CHECK(recv_frames(P, peer, q, moved));
+  *busy = q->busy || q->rbody || q->rh_got;
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **out) {
+  if (!in || !out || !in->tr || !in->remote || !in->region || in->nranks < 2 || in->rank < 0 ||
+      in->rank >= in->nranks || in->nranks > WEFT_DEV_MAX_RANKS || in->coll_channels < 1 ||
+      in->coll_channels > WEFT_DEV_COLL_CHANNELS || !in->chunk_bytes || !in->stages ||
+      in->timeout_ms <= 0)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "proxy: invalid arguments");
+  uint64_t chans = (uint64_t)in->coll_channels + WEFT_DEV_P2P_CHANNELS;
+  uint64_t need = WEFT_DEV_STAGE_OFF +
+                  chans * (uint64_t)(in->nranks - 1) * in->stages * (uint64_t)in->chunk_bytes;
+  if (need > in->region_bytes)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "proxy: regions of %zu bytes cannot hold the staging (%llu bytes)",
+                          in->region_bytes, (unsigned long long)need);
+  weft_rproxy_t *P = calloc(1, sizeof *P);
+  if (P) P->peers = calloc((size_t)in->nranks, sizeof *P->peers);
+  if (!P || !P->peers) {
+    free(P);
+    return weft_set_error(WEFT_ERR_NO_MEMORY, "proxy: out of memory");
+  }
+  P->in = *in;
+  for (int ch = 0; ch < in->coll_channels; ch++)
+    P->watch[P->nwatch++] = ch;
+  for (int ch = WEFT_DEV_COLL_CHANNELS; ch < WEFT_DEV_MAX_CHANNELS; ch++)
+    P->watch[P->nwatch++] = ch;
+  weft_pump_init_t pin = {.rank = in->rank,
+                          .nranks = in->nranks,
+                          .tr = in->tr,
+                          .tr_state = in->tr_state,
+                          .abort_flag = in->abort_flag,
+                          .kernel_abort = in->kernel_abort,
+                          .timeout_ms = in->timeout_ms,
+                          .check = in->check,
+                          .explain = in->explain,
+                          .fail = in->fail,
+                          .ctx = in->ctx,
+                          .pass = pass,
+                          .self = P};
+  weft_result_t rc = weft_pump_start(&P->pump, &pin);
+  if (rc != WEFT_SUCCESS) {
+    free(P->peers);
+    free(P);
+    return rc;
+  }
+  *out = P;
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_rproxy_status(weft_rproxy_t *p) { return weft_pump_status(&p->pump); }
+
+void weft_rproxy_counts(weft_rproxy_t *p, uint64_t *sent, uint64_t *received) {
+  if (sent) *sent = atomic_load(&p->nsent);
+  if (received) *received = atomic_load(&p->nrecv);
+}
+
+void weft_rproxy_stop(weft_rproxy_t *p) {
+  if (!p) return;
+  weft_pump_stop(&p->pump);
+  free(p->peers);
+  free(p);
+}

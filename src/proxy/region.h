@@ -1,0 +1,50 @@
+/* The region proxy: how a device communicator's kernels reach ranks on other hosts today.
+ * The kernels keep their one protocol (dev.h): a sender writes a chunk into a slot of the
+ * receiver's region, then raises ready[ch][sender] there; the receiver raises done[ch][it] in
+ * the sender's region once the slot is free again. For a rank on another host, the region the
+ * kernels write into is a mirror in this host's memory; the proxy thread follows the flags
+ * this rank's kernels raise in each mirror and carries them, each chunk before its flag, to
+ * the proxy of that rank, which writes them into its own rank's region. The ready/done pair
+ * is the FIFO (head, tail credit) of proxy.h in the kernels' layout. No host step runs per
+ * operation, so CUDA graphs replay as they are. */
+#ifndef WEFT_PROXY_REGION_H
+#define WEFT_PROXY_REGION_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport.h"
+
+typedef struct {
+  int rank, nranks;
+  const uint8_t *remote; /* [nranks]: 1 where the rank is on another host */
+  char *const *region; /* [nranks] host addresses: this rank's region, the remote ranks' mirrors */
+  size_t region_bytes;
+  uint32_t chunk_bytes, stages;
+  int coll_channels; /* collective channels with staging (the send/recv sets follow them) */
+  const weft_transport_t *tr; /* the network transport to the remote ranks, set up */
+  void *tr_state;
+  const atomic_int *abort_flag; /* the communicator's */
+  int32_t *kernel_abort;        /* host-mapped word the kernels read: set on a failure */
+  int64_t timeout_ms;           /* a frame stalled this long fails */
+  /* optional, as in proxy.h */
+  weft_result_t (*check)(void *ctx);
+  weft_result_t (*explain)(void *ctx, weft_result_t rc, int peer);
+  void (*fail)(void *ctx, weft_result_t rc, const char *msg);
+  void *ctx;
+} weft_rproxy_init_t;
+
+typedef struct weft_rproxy weft_rproxy_t;
+
+/* Starts the thread (local: the peers' proxies need not run yet). WEFT_ERR_INVALID_ARG when the
+ * layout does not fit region_bytes. */
+weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **out);
+/* WEFT_SUCCESS while it runs; else its failure (the message as the thread's error). */
+weft_result_t weft_rproxy_status(weft_rproxy_t *p);
+/* Chunks sent and received so far (either may be NULL). */
+void weft_rproxy_counts(weft_rproxy_t *p, uint64_t *sent, uint64_t *received);
+/* Stops and frees (NULL: nothing); call it once this rank's kernels are done. */
+void weft_rproxy_stop(weft_rproxy_t *p);
+
+#endif

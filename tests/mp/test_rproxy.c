@@ -1,0 +1,142 @@
+/* The region proxy (src/proxy/region.c) over TCP between fake hosts, a host thread standing
+ * in for the kernels with their protocol (prims.cuh): a sender waits for done credits in its
+ * own region, writes a chunk into the receiver's region (here: this host's mirror of it) and
+ * raises ready there; a receiver waits for ready in its own region, reads the chunk, and
+ * raises done in the sender's region (mirror). Every rank sends K chunks to every other on
+ * collective and send/recv channels; every byte and every credit is checked.
+ * usage: test_rproxy NRANKS [K] */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "dev.h"
+#include "launch.h"
+#include "region.h"
+
+enum { COLL = 3, STAGES = 4, CHUNK = 8192, MAXR = 8 };
+static const int CHANS[] = {0, 1, 2, WEFT_DEV_COLL_CHANNELS, WEFT_DEV_COLL_CHANNELS + 5};
+enum { NCH = sizeof CHANS / sizeof CHANS[0] };
+
+static uint64_t stage_off(int n, int owner, int src, int ch, uint64_t seq) {
+  uint64_t sc = ch < WEFT_DEV_COLL_CHANNELS ? (uint64_t)ch : (uint64_t)(ch - 64 + COLL);
+  uint64_t i =
+      (sc * (uint64_t)(n - 1) + (uint64_t)(src < owner ? src : src - 1)) * STAGES + seq % STAGES;
+  return WEFT_DEV_STAGE_OFF + i * CHUNK;
+}
+static uint64_t ld(const char *r, uint64_t off) {
+  return __atomic_load_n((const uint64_t *)(r + off), __ATOMIC_ACQUIRE);
+}
+static void st(char *r, uint64_t off, uint64_t v) {
+  __atomic_store_n((uint64_t *)(r + off), v, __ATOMIC_RELEASE);
+}
+static uint8_t pat(int src, int dst, int ch, uint64_t seq, uint32_t i) {
+  return (uint8_t)(src * 29 + dst * 7 + ch * 3 + seq * 101 + i * 13 + (i >> 8));
+}
+static weft_result_t explain_cb(void *ctx, weft_result_t rc, int peer) {
+  return weft_fail_root_cause(ctx, rc, peer, "proxy", 1);
+}
+
+static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
+  uint64_t K = *(const uint64_t *)arg;
+  char host[32];
+  snprintf(host, sizeof host, "rproxyhost%d", rank);
+  setenv("WEFT_HOSTID", host, 1);
+  weft_comm_t comm;
+  if (weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS)
+    return printf("test_rproxy: rank %d: init: %s\n", rank, weft_get_last_error(NULL)), 1;
+  int tcp = -1;
+  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
+    if (comm->tr[t] && !strcmp(comm->tr[t]->name, "tcp")) tcp = t;
+  size_t bytes = WEFT_DEV_STAGE_OFF +
+                 (size_t)(COLL + WEFT_DEV_P2P_CHANNELS) * (size_t)(n - 1) * STAGES * CHUNK;
+  char *region[MAXR];
+  uint8_t remote[MAXR];
+  for (int r = 0; r < n; r++) {
+    region[r] = calloc(1, bytes);
+    remote[r] = r != rank;
+    if (!region[r]) return printf("test_rproxy: out of memory\n"), 1;
+  }
+  int32_t kabort = 0;
+  weft_rproxy_init_t in = {.rank = rank,
+                           .nranks = n,
+                           .remote = remote,
+                           .region = region,
+                           .region_bytes = bytes,
+                           .chunk_bytes = CHUNK,
+                           .stages = STAGES,
+                           .coll_channels = COLL,
+                           .tr = comm->tr[tcp],
+                           .tr_state = comm->tr_state[tcp],
+                           .abort_flag = &comm->aborted,
+                           .kernel_abort = &kabort,
+                           .timeout_ms = (int64_t)(20000 * launch_time_scale()),
+                           .explain = explain_cb,
+                           .ctx = comm};
+  weft_rproxy_t *px = NULL;
+  if (tcp < 0 || weft_rproxy_start(&in, &px) != WEFT_SUCCESS)
+    return printf("test_rproxy: rank %d: %s\n", rank, weft_get_last_error(NULL)), 1;
+  uint64_t sent[MAXR][NCH] = {{0}}, recvd[MAXR][NCH] = {{0}},
+           left = 2 * (uint64_t)(n - 1) * NCH * K;
+  char *own = region[rank];
+  int bad = 0;
+  int64_t deadline = launch_now_ms() + (int64_t)(60000 * launch_time_scale());
+  while (left && !bad && !kabort && launch_now_ms() < deadline) {
+    for (int p = 0; p < n; p++)
+      for (int c = 0; c < NCH && p != rank && !bad; c++) {
+        int ch = CHANS[c];
+        uint64_t s = sent[p][c], r = recvd[p][c];
+        if (s < K && ld(own, WEFT_DEV_DONE_OFF(ch, p)) >= (s + 1 > STAGES ? s + 1 - STAGES : 0)) {
+          char *dst = region[p] + stage_off(n, p, rank, ch, s);
+          for (uint32_t i = 0; i < CHUNK; i++)
+            dst[i] = (char)pat(rank, p, ch, s, i);
+          st(region[p], WEFT_DEV_READY_OFF(ch, rank), ++sent[p][c]);
+          left--;
+        }
+        if (r < K && ld(own, WEFT_DEV_READY_OFF(ch, p)) >= r + 1) {
+          const char *src = own + stage_off(n, rank, p, ch, r);
+          for (uint32_t i = 0; i < CHUNK && !bad; i++)
+            if ((uint8_t)src[i] != pat(p, rank, ch, r, i))
+              bad = printf("test_rproxy: rank %d: chunk %llu from rank %d on channel %d: byte %u "
+                           "is %u, want %u\n",
+                           rank, (unsigned long long)r, p, ch, i, (uint8_t)src[i],
+                           pat(p, rank, ch, r, i));
+          st(region[p], WEFT_DEV_DONE_OFF(ch, rank), ++recvd[p][c]);
+          left--;
+        }
+      }
+  }
+  /* the last credits reach the peers before anyone stops (the ring is not the stream) */
+  int rc = bad || left;
+  uint64_t s = 0, r = 0;
+  for (int64_t t = launch_now_ms(); !rc && launch_now_ms() - t < 5000;) {
+    int all = 1;
+    for (int p = 0; p < n; p++)
+      for (int c = 0; c < NCH && p != rank; c++)
+        all &= ld(own, WEFT_DEV_DONE_OFF(CHANS[c], p)) == K;
+    if (all) break;
+  }
+  weft_rproxy_counts(px, &s, &r);
+  if (left || weft_rproxy_status(px) != WEFT_SUCCESS)
+    rc = 1,
+    printf("test_rproxy: rank %d: %llu steps left, proxy: %s\n", rank, (unsigned long long)left,
+           weft_rproxy_status(px) ? weft_get_last_error(NULL) : "running");
+  if (weft_bootstrap_barrier(comm->boot) != WEFT_SUCCESS) rc = 1;
+  weft_rproxy_stop(px);
+  if (rank == 0 && !rc)
+    printf("test_rproxy: %d ranks, %llu chunks of %d bytes to each peer on %d channels: every "
+           "byte and credit arrived (rank 0's proxy: %llu frames out, %llu in)\n",
+           n, (unsigned long long)K, CHUNK, NCH, (unsigned long long)s, (unsigned long long)r);
+  weft_comm_destroy(comm);
+  for (int p = 0; p < n; p++)
+    free(region[p]);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 2;
+  uint64_t K = argc > 2 ? (uint64_t)atoll(argv[2]) : 200;
+  if (n < 2 || n > MAXR || K < 1) return printf("usage: test_rproxy NRANKS(2-8) [K]\n"), 2;
+  return launch_local(n, rank_main, &K, (int)(120 * launch_time_scale())) != 0;
+}
