@@ -15,26 +15,7 @@
 #include "err.h"
 #include "param.h"
 #include "socket.h"
-
-enum { HOSTID_BYTES = 64 };
-
-static void host_identity(char out[HOSTID_BYTES]) {
-  const char *forced = weft_param_get_str(WEFT_PARAM_HOSTID);
-  memset(out, 0, HOSTID_BYTES);
-  if (forced[0]) {
-    snprintf(out, HOSTID_BYTES, "id:%.60s", forced);
-    return;
-  }
-  char host[64] = "", boot[40] = "";
-  gethostname(host, sizeof host - 1);
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    if (!fgets(boot, sizeof boot, f)) boot[0] = 0;
-    fclose(f);
-  }
-  boot[strcspn(boot, "\n")] = 0;
-  snprintf(out, HOSTID_BYTES, "%.26s/%.36s", host, boot);
-}
+#include "topo.h"
 
 weft_result_t weft_get_unique_id(weft_unique_id_t *id) {
   if (!id) return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_get_unique_id: id is NULL");
@@ -150,31 +131,23 @@ static weft_result_t setup_transports(weft_comm_t c, const int *host_of) {
 
 static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
   weft_result_t rc = WEFT_SUCCESS;
-  char(*hosts)[HOSTID_BYTES] = NULL;
+  char(*hosts)[WEFT_HOSTID_BYTES] = NULL;
   int *host_of = NULL;
   CHECK_GOTO(weft_bootstrap_init(id, c->rank, c->nranks, c->timeout_ms, &c->aborted, &c->boot), rc,
              out);
   c->magic = c->boot->magic;
   /* every WEFT_* variable read from here on has passed its rule, on every rank */
   CHECK_GOTO(weft_comm_agree(c, weft_params_check(), "refused its WEFT_* settings"), rc, out);
-  hosts = calloc((size_t)c->nranks, HOSTID_BYTES);
+  hosts = calloc((size_t)c->nranks, WEFT_HOSTID_BYTES);
   host_of = calloc((size_t)c->nranks, sizeof *host_of);
   c->local_rank = malloc(sizeof(int) * (size_t)c->nranks);
   c->peer_tr = calloc((size_t)c->nranks, 1);
   if (!hosts || !host_of || !c->local_rank || !c->peer_tr)
     ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "comm init: out of memory");
-  host_identity(hosts[c->rank]);
-  CHECK_GOTO(weft_bootstrap_allgather(c->boot, hosts, HOSTID_BYTES), rc, out);
-  c->nlocal = 0;
-  for (int p = 0; p < c->nranks; p++) {
-    c->local_rank[p] = memcmp(hosts[p], hosts[c->rank], HOSTID_BYTES) == 0 ? c->nlocal++ : -1;
-    host_of[p] = p;
-    for (int q = 0; q < p; q++)
-      if (memcmp(hosts[p], hosts[q], HOSTID_BYTES) == 0) {
-        host_of[p] = host_of[q];
-        break;
-      }
-  }
+  weft_topo_host_identity(hosts[c->rank]);
+  CHECK_GOTO(weft_bootstrap_allgather(c->boot, hosts, WEFT_HOSTID_BYTES), rc, out);
+  c->nlocal = weft_topo_local_ranks((const char(*)[WEFT_HOSTID_BYTES])hosts, c->nranks, c->rank,
+                                    c->local_rank, host_of);
   CHECK_GOTO(setup_transports(c, host_of), rc, out);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   c->spin = (int)weft_param_get_int(WEFT_PARAM_SPIN);
