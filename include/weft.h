@@ -111,6 +111,18 @@ WEFT_API weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t
  * WEFT_SPLIT_NOCOLOR gives *newcomm = NULL. Collective over comm. */
 WEFT_API weft_result_t weft_comm_split(weft_comm_t comm, int color, int key, weft_comm_t *newcomm,
                                        const weft_config_t *config);
+/* Makes *newcomm of comm's ranks less the nexclude ranks listed in exclude, numbered in the
+ * order of their ranks in comm. Only the remaining ranks call it, all with the same list (in
+ * any order; WEFT_ERR_MISMATCH if they differ); the excluded ones take no part and may be
+ * dead: nothing waits for them. flags 0: comm stays as it was (an abort of comm, from
+ * another thread too, ends a shrink in progress). WEFT_SHRINK_ABORT: comm is aborted first
+ * (weft_comm_abort: its operations in flight end), as after a failure. Either way comm still
+ * has to be destroyed. config as in weft_comm_split (NULL: host buffers, comm's timeout).
+ * WEFT_ERR_INVALID_ARG for a rank out of range, listed twice, or the caller's own. */
+#define WEFT_SHRINK_ABORT 1
+WEFT_API weft_result_t weft_comm_shrink(weft_comm_t comm, const int *exclude, int nexclude,
+                                        int flags, weft_comm_t *newcomm,
+                                        const weft_config_t *config);
 /* Waits for this comm's queued work, then frees it. Local: peers are not waited for. */
 WEFT_API weft_result_t weft_comm_destroy(weft_comm_t comm);
 /* Safe from any thread: every blocked or queued operation of comm ends with

@@ -195,7 +195,8 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
                           .timeout_ms = timeout_ms,
                           .abort_flag = abort_flag,
                           .next_fd = -1,
-                          .prev_fd = -1};
+                          .prev_fd = -1,
+                          .listen_fd = -1};
   if (id->version != WEFT_WIRE_VERSION)
     ERR_GOTO(rc, fail, WEFT_ERR_INVALID_ARG,
              "unique id has version %u, this weft speaks %u (mixed weft versions?)", id->version,
@@ -280,8 +281,8 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
     weft_waitlog_leave(&wl);
     if (rc != WEFT_SUCCESS) goto fail;
   }
-  close(listen_fd);
-  free(table);
+  b->listen_fd = listen_fd; /* both stay for subset exchanges (weft_bootstrap_subset_bcast) */
+  b->table = table;
   *out = b;
   return WEFT_SUCCESS;
 fail:
@@ -344,6 +345,8 @@ void weft_bootstrap_free(weft_bootstrap_t *b) {
   if (!b) return;
   if (b->next_fd >= 0) close(b->next_fd);
   if (b->prev_fd >= 0) close(b->prev_fd);
+  if (b->listen_fd >= 0) close(b->listen_fd);
+  free(b->table);
   pthread_mutex_destroy(&b->send_mu);
   free(b);
 }

@@ -19,8 +19,10 @@ enum weft_msg_type {
   WEFT_MSG_ROOT_TABLE = 0x11,
   WEFT_MSG_RING_HELLO = 0x12,
   WEFT_MSG_TCP_HELLO = 0x13,
-  WEFT_MSG_NOTICE = 0x14, /* a rank failed: forwarded around the ring */
-  WEFT_MSG_BYE = 0x15     /* the sender destroys its communicator: its close is no failure */
+  WEFT_MSG_NOTICE = 0x14,       /* a rank failed: forwarded around the ring */
+  WEFT_MSG_BYE = 0x15,          /* the sender destroys its communicator: its close is no failure */
+  WEFT_MSG_SUBSET_HELLO = 0x16, /* a member of a subset exchange reaches its lowest rank */
+  WEFT_MSG_SUBSET_DATA = 0x17   /* the lowest rank's answer */
 };
 
 /* A failure notice: origin is the rank that first saw the failure; text is its error
@@ -52,6 +54,12 @@ typedef struct weft_bootstrap {
   const atomic_int *abort_flag;
   int next_fd, prev_fd;
   weft_sockaddr_t my_addr; /* how the others reach this rank (port 0) */
+  /* kept from init for exchanges among a subset of the ranks (weft_comm_shrink), which the
+   * ring cannot serve when a rank outside the subset is dead: this rank's listening socket
+   * and every rank's (the root's table) */
+  int listen_fd;
+  weft_sockaddr_t *table;
+  uint32_t subset_seq; /* subset exchanges so far: a late or stray one is told apart */
   /* failure channel: partial notices read so far, neighbours that said bye, and sides whose
    * next bytes belong to a bootstrap collective (left for it; cleared when one starts) */
   unsigned char rbuf[2][WEFT_NOTICE_BYTES];
@@ -69,6 +77,14 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
 /* data holds nranks blocks of size bytes; this rank's block must be filled in. */
 weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t size);
 weft_result_t weft_bootstrap_barrier(weft_bootstrap_t *b);
+/* Hands size bytes at data from members[0] to every other member, with no other rank taking
+ * part: each member connects to the listening socket members[0] kept since init. members are
+ * n distinct ranks in ascending order, this rank among them; every member passes the same
+ * members, size and tag (else WEFT_ERR_MISMATCH on every member the first one hears from).
+ * Waits until deadline, or until *abort_flag is set (abort_flag may be NULL). */
+weft_result_t weft_bootstrap_subset_bcast(weft_bootstrap_t *b, const int *members, int n,
+                                          uint64_t tag, void *data, size_t size, int64_t deadline,
+                                          const atomic_int *abort_flag);
 void weft_bootstrap_free(weft_bootstrap_t *b);
 
 /* After init the ring sockets are idle, so they double as the failure channel. Best

@@ -122,6 +122,7 @@ static ncclResult_t finish(call_t *c, weft_result_t w, cudaStream_t s) {
 
 NCCL_EXPORT(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count,
             ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD(comm, ncclAllReduce, sendbuff, recvbuff, count, datatype, op, comm->real, stream);
   call_t c;
   ncclResult_t r = prepare(&c, comm, datatype, 1, op, "ncclAllReduce");
   if (r != ncclSuccess || (r = scale_input(&c, &sendbuff, count, stream))) return r;
@@ -131,6 +132,8 @@ NCCL_EXPORT(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, s
 
 NCCL_EXPORT(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
             ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD(comm, ncclReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm->real,
+               stream);
   call_t c;
   ncclResult_t r = prepare(&c, comm, datatype, 1, op, "ncclReduceScatter");
   if (r != ncclSuccess) return r;
@@ -146,6 +149,7 @@ NCCL_EXPORT(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuf
 NCCL_EXPORT(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count,
             ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
             cudaStream_t stream) {
+  SHIM_FORWARD(comm, ncclReduce, sendbuff, recvbuff, count, datatype, op, root, comm->real, stream);
   call_t c;
   ncclResult_t r = prepare(&c, comm, datatype, 1, op, "ncclReduce");
   if (r != ncclSuccess || (r = scale_input(&c, &sendbuff, count, stream))) return r;
@@ -155,6 +159,7 @@ NCCL_EXPORT(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size
 
 NCCL_EXPORT(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,
             ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD(comm, ncclBroadcast, sendbuff, recvbuff, count, datatype, root, comm->real, stream);
   call_t c;
   ncclResult_t r = prepare(&c, comm, datatype, 0, ncclSum, "ncclBroadcast");
   if (r != ncclSuccess) return r;
@@ -163,11 +168,13 @@ NCCL_EXPORT(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, s
 
 NCCL_EXPORT(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root,
             ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD(comm, ncclBcast, buff, count, datatype, root, comm->real, stream);
   return pncclBroadcast(buff, buff, count, datatype, root, comm, stream);
 }
 
 NCCL_EXPORT(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
             ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD(comm, ncclAllGather, sendbuff, recvbuff, sendcount, datatype, comm->real, stream);
   call_t c;
   ncclResult_t r = prepare(&c, comm, datatype, 0, ncclSum, "ncclAllGather");
   if (r != ncclSuccess) return r;
@@ -176,6 +183,7 @@ NCCL_EXPORT(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, s
 
 NCCL_EXPORT(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count,
             ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD(comm, ncclAlltoAll, sendbuff, recvbuff, count, datatype, comm->real, stream);
   call_t c;
   ncclResult_t r = prepare(&c, comm, datatype, 0, ncclSum, "ncclAlltoAll");
   if (r != ncclSuccess) return r;
@@ -184,6 +192,7 @@ NCCL_EXPORT(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, si
 
 NCCL_EXPORT(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype,
             int peer, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD(comm, ncclSend, sendbuff, count, datatype, peer, comm->real, stream);
   call_t c;
   ncclResult_t r = prepare(&c, comm, datatype, 0, ncclSum, "ncclSend");
   if (r != ncclSuccess) return r;
@@ -192,6 +201,7 @@ NCCL_EXPORT(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclData
 
 NCCL_EXPORT(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
             ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD(comm, ncclRecv, recvbuff, count, datatype, peer, comm->real, stream);
   call_t c;
   ncclResult_t r = prepare(&c, comm, datatype, 0, ncclSum, "ncclRecv");
   if (r != ncclSuccess) return r;
@@ -231,25 +241,38 @@ static ncclResult_t rooted_p2p(const char *fn, int gather, const void *sendbuff,
 
 NCCL_EXPORT(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count,
             ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD(comm, ncclGather, sendbuff, recvbuff, count, datatype, root, comm->real, stream);
   return rooted_p2p("ncclGather", 1, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
 NCCL_EXPORT(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count,
             ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD(comm, ncclScatter, sendbuff, recvbuff, count, datatype, root, comm->real, stream);
   return rooted_p2p("ncclScatter", 0, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
+/* A group may hold comms of weft's and of the fallback NCCL (WEFT_NCCL_FALLBACK): both
+ * libraries' groups open and close together. */
 NCCL_EXPORT(ncclResult_t, ncclGroupStart, void) {
+  const shim_real_t *real = shim_real_loaded();
+  ncclResult_t r = shim_result(weft_group_start());
+  if (r != ncclSuccess) return r;
   grp.depth++;
-  return shim_result(weft_group_start());
+  if (real && (r = real->ncclGroupStart()) != ncclSuccess)
+    return shim_real_error(real, NULL, r, "ncclGroupStart");
+  return ncclSuccess;
 }
 
 NCCL_EXPORT(ncclResult_t, ncclGroupEnd, void) {
   if (!grp.depth) return shim_error(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  const shim_real_t *real = shim_real_loaded();
   grp.depth--;
   ncclResult_t r = shim_result(weft_group_end());
   if (!grp.depth) flush_frees();
-  return r;
+  ncclResult_t rr = real ? real->ncclGroupEnd() : ncclSuccess;
+  if (rr != ncclSuccess && rr != ncclInProgress && r == ncclSuccess)
+    r = shim_real_error(real, NULL, rr, "ncclGroupEnd");
+  return r == ncclSuccess ? rr : r;
 }
 
 /* weft has no cost model to report: the group's operations are dropped unrun and the
@@ -263,11 +286,19 @@ NCCL_EXPORT(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo) {
   weft_result_t w = weft_group_discard();
   if (!grp.depth) flush_frees();
   if (simInfo) simInfo->estimatedTime = NCCL_UNDEF_FLOAT;
+  /* the fallback's ops are dropped too (an NCCL before 2.22 has no simulation: they run) */
+  const shim_real_t *real = shim_real_loaded();
+  ncclResult_t rr = !real                        ? ncclSuccess
+                    : real->ncclGroupSimulateEnd ? real->ncclGroupSimulateEnd(simInfo)
+                                                 : real->ncclGroupEnd();
+  if (w == WEFT_SUCCESS && rr != ncclSuccess)
+    return shim_real_error(real, NULL, rr, "ncclGroupSimulateEnd");
   return shim_result(w);
 }
 
 NCCL_EXPORT(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar,
             ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm) {
+  SHIM_FORWARD(comm, ncclRedOpCreatePreMulSum, op, scalar, datatype, residence, comm->real);
   const char *fn = "ncclRedOpCreatePreMulSum";
   weft_dtype_t dt;
   ncclResult_t r = shim_ready(comm, fn);
@@ -302,6 +333,7 @@ NCCL_EXPORT(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scala
 }
 
 NCCL_EXPORT(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
+  SHIM_FORWARD(comm, ncclRedOpDestroy, op, comm->real);
   ncclResult_t r = shim_ready(comm, "ncclRedOpDestroy");
   if (r != ncclSuccess) return r;
   int k = (int)op - ncclNumOps;

@@ -2,10 +2,12 @@
  * non-blocking config), split, finalize, destroy, abort, and the queries. Each one wraps a
  * device communicator of weft on the GPU current at init. */
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
+#include "param.h"
 #include "shim.h"
 
 /* NCCL waits for a peer as long as it takes and leaves hangs to the caller's watchdog
@@ -46,21 +48,117 @@ static ncclResult_t current_device(const char *fn, int *dev) {
   return ncclSuccess;
 }
 
-/* What a communicator's (possibly background) creation does. */
+/* What a communicator's (possibly background) creation does: an init (through the real
+ * NCCL where weft refuses it and WEFT_NCCL_FALLBACK names one), a split or a shrink. */
 typedef struct {
   struct ncclComm *c, *parent;
   int nranks, rank, color, key;
+  int *exclude, nexclude, shrink_flags; /* a shrink when exclude is set or parent is shrunk */
+  int shrink;
+  char fallback[4096];      /* WEFT_NCCL_FALLBACK as init read it, or "" */
+  ncclConfig_t real_config; /* the caller's, for the real NCCL (blocking: this job waits) */
 } job_t;
+
+static void job_free(job_t *j) {
+  free(j->exclude);
+  free(j);
+}
+
+/* The real NCCL makes the comm: rank 0's id reaches the others over h, weft's host comm. */
+static ncclResult_t init_real(job_t *j, weft_comm_t h) {
+  struct ncclComm *c = j->c;
+  const shim_real_t *real = NULL;
+  ncclResult_t mine = shim_real_load(j->fallback, &real);
+  char why[1024];
+  snprintf(why, sizeof why, "%s", shim_last_error());
+  int32_t vote = mine != ncclSuccess, any = 0;
+  weft_result_t w = weft_allreduce(&vote, &any, 1, WEFT_I32, WEFT_MAX, h, NULL);
+  if (w != WEFT_SUCCESS) return shim_result(w);
+  if (mine != ncclSuccess) return shim_error(mine, "%s", why);
+  if (any)
+    return shim_error(ncclInvalidUsage,
+                      "ncclCommInitRank: another rank could not load WEFT_NCCL_FALLBACK (its "
+                      "log says why); rank %d loaded %s",
+                      j->rank, j->fallback);
+  struct {
+    int32_t status;
+    ncclUniqueId id;
+  } m = {0};
+  if (j->rank == 0) m.status = (int32_t)real->ncclGetUniqueId(&m.id);
+  w = weft_broadcast(&m, &m, sizeof m, WEFT_U8, 0, h, NULL);
+  if (w != WEFT_SUCCESS) return shim_result(w);
+  if (m.status != ncclSuccess)
+    return j->rank == 0 ? shim_real_error(real, NULL, (ncclResult_t)m.status, "ncclGetUniqueId")
+                        : shim_error((ncclResult_t)m.status,
+                                     "ncclCommInitRank: rank 0 could not make the fallback "
+                                     "NCCL's id (its log says why)");
+  ncclComm_t rc = NULL;
+  ncclResult_t r = real->ncclCommInitRankConfig(&rc, j->nranks, m.id, j->rank, &j->real_config);
+  if (r != ncclSuccess) return shim_real_error(real, rc, r, "ncclCommInitRankConfig");
+  c->real = rc;
+  c->fb = real;
+  c->rank = j->rank;
+  c->nranks = j->nranks;
+  WEFT_INFO(WEFT_SUB_INIT, "nccl: rank %d of %d on GPU %d runs on the fallback NCCL %s", c->rank,
+            c->nranks, c->device, real->path);
+  return ncclSuccess;
+}
+
+/* With WEFT_NCCL_FALLBACK set the ranks decide together who serves: a host comm of weft's
+ * (which any set of ranks can make) carries a vote on the device comm's init, so that all
+ * take weft or all the real NCCL, never a mix, and then rank 0's real id. */
+static ncclResult_t init_or_fallback(job_t *j) {
+  struct ncclComm *c = j->c;
+  weft_config_t hc = WEFT_CONFIG_INIT;
+  hc.timeout_ms = c->wconfig.timeout_ms;
+  weft_comm_t h = NULL, d = NULL;
+  weft_result_t w = weft_comm_init(&h, j->nranks, c->id, j->rank, &hc);
+  if (w != WEFT_SUCCESS) return shim_result(w);
+  w = weft_comm_split(h, 0, j->rank, &d, &c->wconfig);
+  ncclResult_t mine = shim_result(w); /* keeps weft's reason as this thread's */
+  char why[1024];
+  snprintf(why, sizeof why, "%s", shim_last_error());
+  /* 0: weft serves; 1: weft refuses (unsupported); 2: another failure */
+  int32_t vote = w == WEFT_SUCCESS ? 0 : w == WEFT_ERR_UNSUPPORTED ? 1 : 2, worst = 0;
+  weft_result_t aw = weft_allreduce(&vote, &worst, 1, WEFT_I32, WEFT_MAX, h, NULL);
+  ncclResult_t r = ncclSuccess;
+  if (aw != WEFT_SUCCESS) {
+    r = shim_result(aw);
+  } else if (worst == 0) {
+    c->w = d;
+    d = NULL;
+  } else if (worst == 2) {
+    r = vote == 2 ? shim_error(mine, "%s", why)
+                  : shim_error(ncclInvalidUsage,
+                               "ncclCommInitRank: another rank's init failed, not for want of "
+                               "support (its log says why): no fallback");
+  } else {
+    WEFT_INFO(WEFT_SUB_INIT,
+              "nccl: rank %d: weft cannot serve this communicator (%s); the "
+              "fallback NCCL will",
+              j->rank, vote ? why : "another rank's reason");
+    if (d) weft_comm_destroy(d);
+    d = NULL;
+    r = init_real(j, h);
+  }
+  if (d) weft_comm_destroy(d);
+  weft_comm_destroy(h);
+  return r;
+}
 
 static void *run_job(void *arg) {
   job_t *j = arg;
   struct ncclComm *c = j->c;
-  weft_result_t r;
-  if (j->parent)
-    r = weft_comm_split(j->parent->w, j->color, j->key, &c->w, &c->wconfig);
+  ncclResult_t nr;
+  if (j->shrink)
+    nr = shim_result(weft_comm_shrink(j->parent->w, j->exclude, j->nexclude, j->shrink_flags, &c->w,
+                                      &c->wconfig));
+  else if (j->parent)
+    nr = shim_result(weft_comm_split(j->parent->w, j->color, j->key, &c->w, &c->wconfig));
+  else if (j->fallback[0])
+    nr = init_or_fallback(j);
   else
-    r = weft_comm_init(&c->w, j->nranks, c->id, j->rank, &c->wconfig);
-  ncclResult_t nr = shim_result(r);
+    nr = shim_result(weft_comm_init(&c->w, j->nranks, c->id, j->rank, &c->wconfig));
   if (nr == ncclSuccess && c->w) {
     weft_comm_rank(c->w, &c->rank);
     weft_comm_count(c->w, &c->nranks);
@@ -68,7 +166,7 @@ static void *run_job(void *arg) {
               c->nranks, c->device, weft_get_version(), c->blocking ? "blocking" : "non-blocking");
   }
   atomic_store(&c->state, nr);
-  free(j);
+  job_free(j);
   return NULL;
 }
 
@@ -88,7 +186,7 @@ static ncclResult_t start(job_t *j, ncclComm_t *out) {
   }
   c->joined = 0;
   if (pthread_create(&c->init_thread, NULL, run_job, j) != 0) {
-    free(j);
+    job_free(j);
     comm_free(c);
     return shim_error(ncclSystemError, "cannot start the thread of a non-blocking init");
   }
@@ -129,7 +227,14 @@ NCCL_EXPORT(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *newcomm, int nrank
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return shim_error(ncclInvalidArgument, "%s: rank %d of %d ranks", fn, rank, nranks);
   ncclResult_t r = shim_config(config, &blocking);
-  if (r == ncclSuccess) r = current_device(fn, &dev);
+  if (r != ncclSuccess) return r;
+  const char *fallback = weft_param_get_str(WEFT_PARAM_NCCL_FALLBACK);
+  if (strlen(fallback) >= sizeof((job_t *)0)->fallback)
+    return shim_error(ncclInvalidArgument, "WEFT_NCCL_FALLBACK: a path of %zu bytes",
+                      strlen(fallback));
+  r = current_device(fn, &dev);
+  /* no usable GPU is one more thing weft cannot serve: its init says so on every rank */
+  if (r != ncclSuccess && fallback[0]) dev = 0, r = ncclSuccess;
   if (r != ncclSuccess) return r;
   struct ncclComm *c = comm_new(dev, blocking);
   job_t *j = calloc(1, sizeof *j);
@@ -139,7 +244,17 @@ NCCL_EXPORT(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *newcomm, int nrank
     return shim_error(ncclSystemError, "%s: out of memory", fn);
   }
   memcpy(&c->id, &commId, sizeof c->id);
-  *j = (job_t){.c = c, .nranks = nranks, .rank = rank};
+  j->c = c;
+  j->nranks = nranks;
+  j->rank = rank;
+  snprintf(j->fallback, sizeof j->fallback, "%s", fallback);
+  /* the real NCCL gets the caller's fields (as many as its size holds), blocking: the job
+   * already runs on a thread of its own where the caller asked for non-blocking */
+  ncclConfig_t rc = NCCL_CONFIG_INITIALIZER;
+  if (config) memcpy(&rc, config, config->size < sizeof rc ? config->size : sizeof rc);
+  rc.size = sizeof rc;
+  rc.blocking = 1;
+  j->real_config = rc;
   return start(j, newcomm);
 }
 
@@ -205,9 +320,38 @@ NCCL_EXPORT(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const in
   return r;
 }
 
+/* A comm the real NCCL made from parent's (split, shrink): ours wraps its handle. A
+ * non-blocking one is ready as a handle at once; ncclCommGetAsyncError asks the real one. */
+static ncclResult_t wrap_real(ncclComm_t parent, ncclResult_t r, ncclComm_t rc, ncclComm_t *newcomm,
+                              const char *fn) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    return shim_real_error(parent->fb, parent->real, r, fn);
+  if (!rc) return r; /* NCCL_SPLIT_NOCOLOR */
+  struct ncclComm *c = comm_new(parent->device, 1);
+  if (!c) {
+    parent->fb->ncclCommAbort(rc);
+    return shim_error(ncclSystemError, "%s: out of memory", fn);
+  }
+  c->real = rc;
+  c->fb = parent->fb;
+  c->rank = c->nranks = -1; /* the real comm answers the queries */
+  atomic_store(&c->state, ncclSuccess);
+  *newcomm = c;
+  return r;
+}
+
 NCCL_EXPORT(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
             ncclConfig_t *config) {
   const char *fn = "ncclCommSplit";
+  if (SHIM_IS_REAL(comm)) {
+    if (!newcomm) return shim_error(ncclInvalidArgument, "%s: newcomm is NULL", fn);
+    *newcomm = NULL;
+    ncclComm_t rc = NULL;
+    ncclResult_t r = comm->fb->ncclCommSplit
+                         ? comm->fb->ncclCommSplit(comm->real, color, key, &rc, config)
+                         : shim_error(ncclInvalidUsage, "%s: the fallback NCCL has none", fn);
+    return wrap_real(comm, r, rc, newcomm, fn);
+  }
   ncclResult_t r = shim_ready(comm, fn);
   if (r != ncclSuccess) return r;
   if (!newcomm) return shim_error(ncclInvalidArgument, "%s: newcomm is NULL", fn);
@@ -223,10 +367,10 @@ NCCL_EXPORT(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, nc
     return shim_error(ncclSystemError, "%s: out of memory", fn);
   }
   c->wconfig.timeout_ms = comm->wconfig.timeout_ms;
-  *j = (job_t){.c = c,
-               .parent = comm,
-               .color = color == NCCL_SPLIT_NOCOLOR ? WEFT_SPLIT_NOCOLOR : color,
-               .key = key};
+  j->c = c;
+  j->parent = comm;
+  j->color = color == NCCL_SPLIT_NOCOLOR ? WEFT_SPLIT_NOCOLOR : color;
+  j->key = key;
   if (color == NCCL_SPLIT_NOCOLOR) c->blocking = 1; /* nothing is kept: no handle to poll */
   r = start(j, newcomm);
   if (r == ncclSuccess && *newcomm && !(*newcomm)->w) { /* not a member */
@@ -236,19 +380,83 @@ NCCL_EXPORT(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, nc
   return r;
 }
 
-/* The excluded ranks do not take part in NCCL's shrink; weft's split needs every rank. */
+/* The exclude list, checked here so that a bad one fails the call itself, also when the
+ * shrink then runs on a thread of its own. */
+static ncclResult_t check_exclude(const ncclComm_t comm, const int *list, int count,
+                                  const char *fn) {
+  if (count < 0 || (count > 0 && !list))
+    return shim_error(ncclInvalidArgument, "%s: %d ranks to exclude at %p", fn, count,
+                      (const void *)list);
+  unsigned char *seen = calloc((size_t)comm->nranks, 1);
+  if (!seen) return shim_error(ncclSystemError, "%s: out of memory", fn);
+  ncclResult_t r = ncclSuccess;
+  for (int i = 0; i < count && r == ncclSuccess; i++) {
+    int x = list[i];
+    if (x < 0 || x >= comm->nranks)
+      r = shim_error(ncclInvalidArgument, "%s: excluded rank %d (entry %d) is not a rank of %d", fn,
+                     x, i, comm->nranks);
+    else if (seen[x])
+      r = shim_error(ncclInvalidArgument, "%s: rank %d is listed twice (entry %d)", fn, x, i);
+    else if (x == comm->rank)
+      r = shim_error(ncclInvalidArgument,
+                     "%s: rank %d excludes itself (excluded ranks do not call ncclCommShrink)", fn,
+                     x);
+    else
+      seen[x] = 1;
+  }
+  free(seen);
+  return r;
+}
+
+/* Only the remaining ranks call it (weft_comm_shrink): the lowest of them makes the new
+ * comm's id and hands it to the others directly, so excluded ranks, dead or alive, take no
+ * part. NCCL_SHRINK_ABORT aborts the parent first: its operations in flight end. The parent
+ * still has to be destroyed, as in NCCL. */
 NCCL_EXPORT(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList,
             int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
-  (void)excludeRanksList, (void)config, (void)shrinkFlags;
-  if (newcomm) *newcomm = NULL;
-  return shim_error(ncclInvalidUsage,
-                    "ncclCommShrink (excluding %d ranks of comm %p) is not supported by weft: its "
-                    "split needs every rank; call ncclCommSplit on all ranks instead",
-                    excludeRanksCount, (void *)comm);
+  const char *fn = "ncclCommShrink";
+  if (!newcomm) return shim_error(ncclInvalidArgument, "%s: newcomm is NULL", fn);
+  *newcomm = NULL;
+  if (SHIM_IS_REAL(comm)) {
+    ncclComm_t rc = NULL;
+    ncclResult_t r = comm->fb->ncclCommShrink
+                         ? comm->fb->ncclCommShrink(comm->real, excludeRanksList, excludeRanksCount,
+                                                    &rc, config, shrinkFlags)
+                         : shim_error(ncclInvalidUsage, "%s: the fallback NCCL has none", fn);
+    return wrap_real(comm, r, rc, newcomm, fn);
+  }
+  ncclResult_t r = shim_ready(comm, fn);
+  if (r != ncclSuccess) return r;
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
+    return shim_error(ncclInvalidArgument,
+                      "%s: flags %#x (NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT)", fn, shrinkFlags);
+  if ((r = check_exclude(comm, excludeRanksList, excludeRanksCount, fn)) != ncclSuccess) return r;
+  int blocking = comm->blocking; /* inherited unless config says, as in a split */
+  if (config && (r = shim_config(config, &blocking)) != ncclSuccess) return r;
+  if (config && config->blocking == NCCL_CONFIG_UNDEF_INT) blocking = comm->blocking;
+  struct ncclComm *c = comm_new(comm->device, blocking);
+  job_t *j = calloc(1, sizeof *j);
+  int *ex = malloc(sizeof *ex * (size_t)(excludeRanksCount ? excludeRanksCount : 1));
+  if (!c || !j || !ex) {
+    free(j);
+    free(ex);
+    if (c) comm_free(c);
+    return shim_error(ncclSystemError, "%s: out of memory", fn);
+  }
+  if (excludeRanksCount) memcpy(ex, excludeRanksList, sizeof *ex * (size_t)excludeRanksCount);
+  c->wconfig.timeout_ms = comm->wconfig.timeout_ms;
+  j->c = c;
+  j->parent = comm;
+  j->shrink = 1;
+  j->exclude = ex;
+  j->nexclude = excludeRanksCount;
+  j->shrink_flags = shrinkFlags == NCCL_SHRINK_ABORT ? WEFT_SHRINK_ABORT : 0;
+  return start(j, newcomm);
 }
 
 /* Every operation issued so far ends on the GPU: weft runs them on the callers' streams. */
 NCCL_EXPORT(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  SHIM_FORWARD(comm, ncclCommFinalize, comm->real);
   ncclResult_t r = shim_ready(comm, "ncclCommFinalize");
   if (r != ncclSuccess) return r;
   int saved = 0;
@@ -270,6 +478,13 @@ static ncclResult_t release(ncclComm_t comm, const char *fn, int abort) {
     return shim_error(ncclInvalidArgument, "%s: comm %p is not a communicator of this library", fn,
                       (void *)comm);
   join(comm); /* a non-blocking init still running ends within its timeout */
+  if (comm->real) {
+    ncclResult_t rr =
+        abort ? comm->fb->ncclCommAbort(comm->real) : comm->fb->ncclCommDestroy(comm->real);
+    if (rr != ncclSuccess) rr = shim_real_error(comm->fb, NULL, rr, fn);
+    comm_free(comm);
+    return rr;
+  }
   weft_result_t r = WEFT_SUCCESS;
   if (comm->w) {
     if (abort) weft_comm_abort(comm->w);
@@ -289,6 +504,7 @@ NCCL_EXPORT(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 
 /* Ends every operation in flight (they fail); the comm must still be destroyed. */
 NCCL_EXPORT(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  SHIM_FORWARD(comm, ncclCommRevoke, comm->real, revokeFlags);
   ncclResult_t r = shim_ready(comm, "ncclCommRevoke");
   if (r != ncclSuccess) return r;
   if (revokeFlags != 0)
@@ -299,6 +515,7 @@ NCCL_EXPORT(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
 NCCL_EXPORT(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asyncError) {
   if (!asyncError)
     return shim_error(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+  SHIM_FORWARD(comm, ncclCommGetAsyncError, comm->real, asyncError);
   if (!comm || comm->magic != SHIM_MAGIC)
     return shim_error(ncclInvalidArgument, "ncclCommGetAsyncError: comm %p is not ours",
                       (void *)comm);
@@ -316,6 +533,7 @@ NCCL_EXPORT(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *
 }
 
 NCCL_EXPORT(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count) {
+  SHIM_FORWARD(comm, ncclCommCount, comm->real, count);
   ncclResult_t r = shim_ready(comm, "ncclCommCount");
   if (r == ncclSuccess && !count) r = shim_error(ncclInvalidArgument, "ncclCommCount: NULL");
   if (r == ncclSuccess) *count = comm->nranks;
@@ -323,6 +541,7 @@ NCCL_EXPORT(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count) {
 }
 
 NCCL_EXPORT(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device) {
+  SHIM_FORWARD(comm, ncclCommCuDevice, comm->real, device);
   ncclResult_t r = shim_ready(comm, "ncclCommCuDevice");
   if (r == ncclSuccess && !device) r = shim_error(ncclInvalidArgument, "ncclCommCuDevice: NULL");
   if (r == ncclSuccess) *device = comm->device;
@@ -330,6 +549,7 @@ NCCL_EXPORT(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device) 
 }
 
 NCCL_EXPORT(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank) {
+  SHIM_FORWARD(comm, ncclCommUserRank, comm->real, rank);
   ncclResult_t r = shim_ready(comm, "ncclCommUserRank");
   if (r == ncclSuccess && !rank) r = shim_error(ncclInvalidArgument, "ncclCommUserRank: NULL");
   if (r == ncclSuccess) *rank = comm->rank;
@@ -351,6 +571,7 @@ NCCL_EXPORT(const char *, ncclGetErrorString, ncclResult_t result) {
 }
 
 NCCL_EXPORT(const char *, ncclGetLastError, ncclComm_t comm) {
+  if (SHIM_IS_REAL(comm)) return comm->fb->ncclGetLastError(comm->real);
   if (comm && comm->magic == SHIM_MAGIC && comm->w) {
     weft_result_t e = WEFT_SUCCESS;
     if (weft_comm_get_async_error(comm->w, &e) == WEFT_SUCCESS && e != WEFT_SUCCESS)

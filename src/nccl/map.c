@@ -51,7 +51,7 @@ ncclResult_t shim_ready(const struct ncclComm *comm, const char *fn) {
                       "%s: the communicator's non-blocking init has not finished (poll "
                       "ncclCommGetAsyncError until ncclSuccess)",
                       fn);
-  if (st != ncclSuccess || !comm->w)
+  if (st != ncclSuccess || (!comm->w && !comm->real))
     return shim_error(ncclInvalidUsage, "%s: the communicator's init failed", fn);
   return ncclSuccess;
 }

@@ -38,6 +38,7 @@ enum { REG_MAGIC = 0x72656721u };
 
 NCCL_EXPORT(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size_t size,
             void **handle) {
+  SHIM_FORWARD(comm, ncclCommRegister, comm->real, buff, size, handle);
   ncclResult_t r = shim_ready(comm, "ncclCommRegister");
   if (r != ncclSuccess) return r;
   if (!handle || !buff)
@@ -50,6 +51,7 @@ NCCL_EXPORT(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, s
 }
 
 NCCL_EXPORT(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle) {
+  SHIM_FORWARD(comm, ncclCommDeregister, comm->real, handle);
   ncclResult_t r = shim_ready(comm, "ncclCommDeregister");
   if (r != ncclSuccess) return r;
   reg_t *g = handle;
@@ -63,6 +65,7 @@ NCCL_EXPORT(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handl
 /* Collective, as in NCCL: every rank registers a buffer of the same size. */
 NCCL_EXPORT(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size_t size,
             ncclWindow_t *win, int winFlags) {
+  SHIM_FORWARD(comm, ncclCommWindowRegister, comm->real, buff, size, win, winFlags);
   ncclResult_t r = shim_ready(comm, "ncclCommWindowRegister");
   if (r != ncclSuccess) return r;
   if (!win) return shim_error(ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
@@ -75,6 +78,7 @@ NCCL_EXPORT(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, s
 }
 
 NCCL_EXPORT(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  SHIM_FORWARD(comm, ncclCommWindowDeregister, comm->real, win);
   ncclResult_t r = shim_ready(comm, "ncclCommWindowDeregister");
   if (r != ncclSuccess) return r;
   return shim_result(weft_window_deregister(comm->w, (weft_window_t)(void *)win));

@@ -10,8 +10,12 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "fallback.h"
 #include "premul.h"
 #include "weft.h"
+
+/* comm is served by the real NCCL (SHIM_FORWARD forwards its calls). */
+#define SHIM_IS_REAL(comm) ((comm) && (comm)->magic == SHIM_MAGIC && (comm)->real)
 
 /* Marks every exported function: the NCCL name is a weak alias of the profiling one
  * (pnccl*), as in NCCL itself, so a profiler can wrap one and call the other. */
@@ -34,6 +38,9 @@ struct ncclComm {
   pthread_mutex_t mu; /* ops */
   shim_premul_t *ops;
   int nops;
+  /* served by the real NCCL (WEFT_NCCL_FALLBACK): its comm, and its library; w is NULL */
+  ncclComm_t real;
+  const shim_real_t *fb;
 };
 
 /* NCCL's result for a weft result, recording weft's message as this thread's last error. */

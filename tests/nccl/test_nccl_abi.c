@@ -131,7 +131,9 @@ static void bad_arguments(void) {
          "config without its magic");
   EXPECT(strstr(ncclGetLastError(NULL), "NCCL_CONFIG_INITIALIZER"), "message: %s",
          ncclGetLastError(NULL));
-  EXPECT(ncclCommShrink(NULL, NULL, 0, &c, NULL, 0) == ncclInvalidUsage, "shrink");
+  EXPECT(ncclCommShrink(NULL, NULL, 0, &c, NULL, 0) == ncclInvalidArgument, "shrink of NULL");
+  EXPECT(c == NULL, "shrink left newcomm set");
+  EXPECT(strstr(ncclGetLastError(NULL), "ncclCommShrink"), "message: %s", ncclGetLastError(NULL));
   EXPECT(ncclDevCommCreate(NULL, NULL, NULL) == ncclInvalidUsage, "device API");
   EXPECT(strstr(ncclGetLastError(NULL), "device API"), "message: %s", ncclGetLastError(NULL));
   EXPECT(ncclLLA2ACalcSlots(16, 4) < 0, "LLA2A slots");

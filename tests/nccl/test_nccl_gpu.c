@@ -1,7 +1,8 @@
 /* libnccl.so.2 (NCCL's ABI on weft) through nccl.h and the CUDA runtime only: the parent makes
  * the ids and forks a process per rank (--share: all on GPU 0, which NCCL refuses); each checks
  * collectives, groups, PreMulSum, graphs, errors, split, non-blocking init and abort against exact
- * host oracles. usage: test_nccl_gpu RANKS [--share]; TEST_NCCL_GPU_TIMEOUT_S (240) bounds it. */
+ * host oracles, and shrink (default, and with the abort flag while an allreduce waits for the
+ * rank left out). usage: test_nccl_gpu RANKS [--share]; TEST_NCCL_GPU_TIMEOUT_S (240) bounds it. */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -924,6 +925,81 @@ static void test_split(void) {
   if (NCCL("split NOCOLOR: destroy", ncclCommDestroy(sub))) pass("split NOCOLOR: destroy");
 }
 
+/* ---- 7b: shrink ---- */
+
+static void shrink_refused(const int *list, int count, int flags, const char *word,
+                           const char *name) {
+  ncclComm_t k = (ncclComm_t)(uintptr_t)0x1;
+  ncclResult_t r = ncclCommShrink(g.comm, (int *)list, count, &k, NULL, flags);
+  expect(r == ncclInvalidArgument && k == NULL && strstr(ncclGetLastError(NULL), word), name,
+         "%s, newcomm %p: %s", ncclGetErrorString(r), (void *)k, ncclGetLastError(NULL));
+}
+
+/* The last rank is left out and never calls it; the others get a comm of their own, in their
+ * old order, while the parent stays whole (the last rank then joins an allreduce on it). */
+static void test_shrink(void) {
+  int out[] = {g.n}, twice[] = {(g.rank + 1) % g.n, (g.rank + 1) % g.n}, self[] = {g.rank};
+  shrink_refused(out, 1, NCCL_SHRINK_DEFAULT, "is not a rank", "shrink: rank out of range");
+  if (g.n > 1) shrink_refused(twice, 2, NCCL_SHRINK_DEFAULT, "twice", "shrink: rank twice");
+  shrink_refused(self, 1, NCCL_SHRINK_DEFAULT, "excludes itself", "shrink: own rank");
+  shrink_refused(NULL, 0, 0x7, "flags", "shrink: unknown flags");
+  if (g.n < 2) return;
+  const char *name = "shrink NCCL_SHRINK_DEFAULT without the last rank";
+  int ex[] = {g.n - 1}, members[256], nm = 0;
+  for (int p = 0; p < g.n - 1; p++)
+    members[nm++] = p;
+  if (g.rank != g.n - 1) {
+    ncclComm_t sub = NULL;
+    if (NCCL(name, ncclCommShrink(g.comm, ex, 1, &sub, NULL, NCCL_SHRINK_DEFAULT)) &&
+        expect(sub != NULL, name, "newcomm is NULL")) {
+      check_sub(sub, nm, g.rank, name);
+      sub_allreduce(sub, members, nm, "shrink: allreduce on the new comm");
+      if (NCCL("shrink: destroy", ncclCommDestroy(sub))) pass("shrink: destroy");
+    }
+  }
+  int all[256];
+  for (int p = 0; p < g.n; p++)
+    all[p] = p;
+  sub_allreduce(g.comm, all, g.n, "shrink: the parent still serves every rank");
+}
+
+/* NCCL_SHRINK_ABORT after a failure: on a comm split off the main one, the ranks but the last
+ * start an allreduce the last never joins (its kernel waits), then shrink with the abort flag:
+ * the wait ends, the shrink does not wait for the last rank, and the new comm works. */
+static void test_shrink_abort(void) {
+  if (g.n < 2) return;
+  const char *name = "shrink NCCL_SHRINK_ABORT with an allreduce waiting for the left-out rank";
+  ncclComm_t p = NULL, k = NULL;
+  cudaStream_t as = NULL;
+  if (!NCCL(name, ncclCommSplit(g.comm, 0, g.rank, &p, NULL)) ||
+      !CUDA(name, cudaStreamCreateWithFlags(&as, cudaStreamNonBlocking)))
+    return;
+  if (g.rank == g.n - 1) {
+    sleep_s(3.0); /* stays out, alive, until the others are done with p */
+  } else {
+    ncclResult_t r = ncclAllReduce(g.d_a, g.d_b, 1 << 16, ncclFloat32, ncclSum, p, as);
+    expect(r == ncclSuccess, "shrink abort: the allreduce is issued", "%s", ncclGetErrorString(r));
+    sleep_s(0.5);
+    int ex[] = {g.n - 1}, members[256], nm = 0;
+    for (int q = 0; q < g.n - 1; q++)
+      members[nm++] = q;
+    double t0 = now_s();
+    if (NCCL(name, ncclCommShrink(p, ex, 1, &k, NULL, NCCL_SHRINK_ABORT)) &&
+        expect(k != NULL, name, "newcomm is NULL")) {
+      double took = now_s() - t0;
+      cudaError_t e = cudaStreamSynchronize(as);
+      expect(e == cudaSuccess && took < 10.0, "shrink abort: the waiting allreduce ends",
+             "shrink took %.3f s; the stream: %s", took, cudaGetErrorString(e));
+      check_sub(k, nm, g.rank, name);
+      sub_allreduce(k, members, nm, "shrink abort: allreduce on the new comm");
+      if (NCCL("shrink abort: destroy", ncclCommDestroy(k))) pass("shrink abort: destroy");
+      printf("%d INFO shrink abort: the shrink took %.3f s\n", g.rank, took);
+    }
+  }
+  ncclCommAbort(p);
+  cudaStreamDestroy(as);
+}
+
 /* ---- 8: non-blocking communicator ---- */
 
 /* Polls until comm's state is no longer ncclInProgress (at most limit seconds). */
@@ -1109,7 +1185,9 @@ static int run_rank(int rank, int n, int share, const ncclUniqueId *ids) {
   test_errors();
   test_mem();
   test_split();
+  test_shrink();
   test_nonblocking(&ids[1]);
+  test_shrink_abort();
   test_abort(&ids[2]); /* last: an abort may leave state behind */
 
   /* the main comm must have outlived the other one's abort */
