@@ -29,6 +29,7 @@ typedef struct {
   weft_op_t op;
   int colls[B_NCOLLS], ncolls;
   int ranks;
+  int hosts; /* --hosts K: the local ranks as K fake hosts (rank % K) */
   const char *json;
   int compare_mpi;
   int compare_nccl;

@@ -96,6 +96,8 @@ static void usage(FILE *f) {
           "                        sendrecv all\n"
           "                        (comma list allowed; default all)\n"
           "      --ranks N         spawn N local ranks (default 4; ignored under mpirun)\n"
+          "      --hosts K         the local ranks as K fake hosts (rank %% K; WEFT_HOSTID and\n"
+          "                        NCCL_HOSTID): tcp between them, GPU buffers via the proxy\n"
           "      --json FILE       write every row as JSON\n"
           "      --compare mpi     also time Open MPI's collective in the same run (mpirun)\n"
           "      --compare nccl    also time NCCL (libnccl.so.2, loaded at run time) on GPUs\n"
@@ -579,6 +581,12 @@ static int rank_entry(weft_comm_t host, int rank, int nranks, const bench_opts_t
 static int local_rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
   run_arg_t *a = arg;
   weft_comm_t comm;
+  if (a->o->hosts > 0) { /* before any init reads them: weft's and NCCL's */
+    char host[32];
+    snprintf(host, sizeof host, "collbench-host-%d", rank % a->o->hosts);
+    setenv("WEFT_HOSTID", host, 1);
+    setenv("NCCL_HOSTID", host, 1);
+  }
   if (weft_comm_init(&comm, nranks, id, rank, NULL) != WEFT_SUCCESS)
     return init_failed(a->o, rank, "weft_comm_init");
   int rc = rank_entry(comm, rank, nranks, a->o, a->argc, a->argv);
@@ -636,6 +644,7 @@ int main(int argc, char **argv) {
                                         {"plot", required_argument, 0, 7},
                                         {"trace", no_argument, 0, 8},
                                         {"window", no_argument, 0, 9},
+                                        {"hosts", required_argument, 0, 10},
 
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
@@ -688,6 +697,7 @@ int main(int argc, char **argv) {
     case 7: o.plot = optarg; break;
     case 8: o.trace = 1; break;
     case 9: o.window = 1; break;
+    case 10: o.hosts = atoi(optarg); break;
 
     case 4: print_params(stdout, 0); return 0;
     case 'h': usage(stdout); return 0;

@@ -69,6 +69,17 @@ int launch_join_netns(int rank) {
   return 0;
 }
 
+int launch_fake_hosts(int rank) {
+  const char *k = getenv("WEFT_TEST_HOSTS");
+  int hosts = k ? atoi(k) : 0;
+  if (hosts <= 0) return 0;
+  char host[32];
+  snprintf(host, sizeof host, "test-host-%d", rank % hosts);
+  setenv("WEFT_HOSTID", host, 1);
+  setenv("NCCL_HOSTID", host, 1);
+  return 0;
+}
+
 typedef struct {
   atomic_int state; /* 0: not yet, 1: id ready, -1: rank 0 could not make one */
   weft_unique_id_t id;
@@ -103,7 +114,8 @@ int launch_local(int nranks, launch_fn fn, void *arg, int timeout_s) {
     pid_t p = fork();
     if (p == 0) {
       weft_unique_id_t id;
-      int rc = launch_join_netns(r) == 0 && share_id(slot, r, &id, timeout_s) == 0
+      int rc = launch_fake_hosts(r) == 0 && launch_join_netns(r) == 0 &&
+                       share_id(slot, r, &id, timeout_s) == 0
                    ? fn(r, nranks, id, arg)
                    : 1;
       fflush(stdout);

@@ -52,9 +52,10 @@ struct weft_dev {
   const void *checked[8];   /* device pointers validated lately (a call costs ~1 us) */
   int logged_ll128;
   int checked_next;
-  struct weft_winset *wins;  /* registered windows (window.c), NULL until the first */
-  uint64_t moe_window_bytes; /* WEFT_MOE_WINDOW_BYTES */
-  weft_dev_view_t view;      /* what MoE sees (dev_view.h), filled once setup succeeded */
+  struct weft_winset *wins;   /* registered windows (window.c), NULL until the first */
+  uint64_t moe_window_bytes;  /* WEFT_MOE_WINDOW_BYTES */
+  weft_dev_view_t view;       /* what MoE sees (dev_view.h), filled once setup succeeded */
+  struct weft_rproxy *rproxy; /* ranks on other hosts: the proxy carrying their chunks */
 };
 
 extern const weft_engine_t weft_engine_gpu;

@@ -8,6 +8,7 @@
 #include "err.h"
 #include "gpu.h"
 #include "param.h"
+#include "region.h"
 #include "window.h"
 
 _Static_assert((int)WEFT_DEV_MAX_RANKS <= (int)WEFT_IPC_MAX_RANKS,
@@ -33,11 +34,6 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   if (device >= ndev)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_init: device %d, but %d GPU(s) visible",
                           device, ndev);
-  if (c->nlocal != c->nranks)
-    return weft_set_error(WEFT_ERR_UNSUPPORTED,
-                          "weft_comm_init: device communicators span one host for now (%d of %d "
-                          "ranks are here)",
-                          c->nlocal, c->nranks);
   CHECK(weft_dev_read_params(c, d));
   /* staging is sized for the channels in use: ask for fewer, hold less */
   CUDA_CHECK(cudaSetDevice(device), "weft_comm_init: cudaSetDevice");
@@ -60,6 +56,7 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
 }
 
 static void dev_release(struct weft_dev *d) {
+  weft_rproxy_stop(d->rproxy); /* before the regions it writes go */
   weft_ipc_unmap(d->ipc);
   weft_sharers_leave(d->sharers);
   if (d->counters) cudaFree(d->counters);
@@ -67,6 +64,67 @@ static void dev_release(struct weft_dev *d) {
   if (d->err_h) cudaFreeHost(d->err_h);
   if (d->order) cudaEventDestroy(d->order);
   free(d);
+}
+
+/* The proxy's view of a failure: a lost connection is a lost peer, or the abort. Notices
+ * from other hosts come over the bootstrap ring, which the caller's thread may be using: the
+ * proxy reads only what local transports say. */
+static weft_result_t proxy_check(void *ctx) { return weft_fail_check_local(ctx); }
+static weft_result_t proxy_explain(void *ctx, weft_result_t rc, int peer) {
+  weft_comm_t c = ctx;
+  if (atomic_load(&c->aborted))
+    return weft_set_error(WEFT_ERR_ABORTED, "rank %d: the communicator was aborted", c->rank);
+  if (rc != WEFT_ERR_PEER_LOST) return rc;
+  char first[512];
+  snprintf(first, sizeof first, "%s", weft_thread_error());
+  weft_result_t why = weft_fail_check_local(c);
+  return why != WEFT_SUCCESS ? why : weft_fail_peer_gone(c, peer, first);
+}
+static void proxy_fail(void *ctx, weft_result_t rc, const char *msg) {
+  weft_comm_t c = ctx;
+  pthread_mutex_lock(&c->mu);
+  uint64_t seq = c->seq;
+  pthread_mutex_unlock(&c->mu);
+  weft_comm_fail(c, rc, msg, seq);
+}
+
+/* Ranks on other hosts: the region proxy over the comm's tcp transport (region.h). */
+static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
+  int tcp = -1;
+  uint8_t remote[WEFT_DEV_MAX_RANKS] = {0};
+  char *region[WEFT_DEV_MAX_RANKS] = {0};
+  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
+    if (c->tr[t] && c->tr_state[t] && !strcmp(c->tr[t]->name, "tcp")) tcp = t;
+  if (tcp < 0)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_comm_init: rank %d: ranks on other hosts, but no tcp transport "
+                          "reaches them (WEFT_TRANSPORT)",
+                          c->rank);
+  for (int r = 0; r < c->nranks; r++) {
+    remote[r] = (uint8_t)weft_ipc_remote(d->ipc, r);
+    region[r] = weft_ipc_host_region(d->ipc, r);
+  }
+  weft_rproxy_init_t in = {.rank = c->rank,
+                           .nranks = c->nranks,
+                           .remote = remote,
+                           .region = region,
+                           .region_bytes = weft_ipc_bytes(d->ipc),
+                           .chunk_bytes = d->chunk_bytes,
+                           .stages = d->stages,
+                           .coll_channels = d->plan.max_channels,
+                           .tr = c->tr[tcp],
+                           .tr_state = c->tr_state[tcp],
+                           .abort_flag = &c->aborted,
+                           .kernel_abort = d->abort_h,
+                           .timeout_ms = c->timeout_ms,
+                           .check = proxy_check,
+                           .explain = proxy_explain,
+                           .fail = proxy_fail,
+                           .ctx = c};
+  CHECK(weft_rproxy_start(&in, &d->rproxy));
+  WEFT_INFO(WEFT_SUB_INIT, "rank %d: %d of %d ranks on other hosts, reached by the proxy over tcp",
+            c->rank, c->nranks - c->nlocal, c->nranks);
+  return WEFT_SUCCESS;
 }
 
 weft_result_t weft_dev_setup(weft_comm_t c, int device) {
@@ -86,8 +144,11 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
                        weft_dev_region_bytes(d, c->nranks, 0),
                        weft_dev_region_bytes(&h, c->nranks, 0)};
     rc = weft_ipc_map(c->boot, c->rank, c->nranks, device, bytes,
-                      weft_param_get_int(WEFT_PARAM_P2P_DISABLE) != 0, &d->ipc);
+                      weft_param_get_int(WEFT_PARAM_P2P_DISABLE) != 0, c->local_rank, &d->ipc);
     if (rc == WEFT_SUCCESS && weft_ipc_host_staged(d->ipc)) weft_dev_host_sizing(d);
+    /* across hosts only the general kernel's chunks and flags travel (the proxy follows
+     * those): the low-latency kernels' flags ride inside their data */
+    if (rc == WEFT_SUCCESS && c->nlocal < c->nranks) d->ll_max = 0, d->ll_max_set = 1;
   }
   weft_dev_leave(device, saved);
   if (rc != WEFT_SUCCESS) {
@@ -120,6 +181,18 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
       WEFT_INFO(WEFT_SUB_INIT, "several ranks of this communicator share a GPU, under MPS");
   }
   weft_dev_fill_launch(c, d);
+  if (c->nlocal < c->nranks) {
+    weft_result_t prc = weft_comm_agree(c, start_proxy(c, d), "could not start its proxy");
+    if (prc != WEFT_SUCCESS) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", weft_thread_error());
+      saved = -1;
+      weft_dev_enter(device, &saved);
+      dev_release(d);
+      weft_dev_leave(device, saved);
+      return weft_set_error(prc, "%s", msg);
+    }
+  }
   c->engine_state = d;
   WEFT_INFO(WEFT_SUB_INIT,
             "rank %d: device %d, %zu bytes of staging in %s memory, chunk %u x %u stages", c->rank,
@@ -142,6 +215,14 @@ void weft_dev_free(weft_comm_t c) {
   int healthy = c->async_error == WEFT_SUCCESS && !atomic_load(&c->aborted);
   pthread_mutex_unlock(&c->mu);
   if (weft_ipc_drain(d->ipc) && healthy && c->boot) weft_bootstrap_barrier(c->boot);
+  /* Across hosts a peer's kernels may still wait for chunks our proxy has yet to carry: it
+   * runs on until every rank's kernels are done, and every proxy stops before any socket
+   * closes (an unread credit would reset the stream under a proxy still reading it). */
+  if (d->rproxy && healthy && c->boot && weft_bootstrap_barrier(c->boot) == WEFT_SUCCESS) {
+    weft_rproxy_stop(d->rproxy);
+    d->rproxy = NULL;
+    weft_bootstrap_barrier(c->boot);
+  }
   int device = d->device;
   dev_release(d);
   weft_dev_leave(device, saved);

@@ -123,7 +123,8 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
   if (weft_ipc_host_staged(ipc))
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
                           "weft_window_register: this communicator stages through host memory "
-                          "(its GPUs cannot map each other), so it has no windows");
+                          "(its GPUs cannot map each other, or it spans hosts), so it has no "
+                          "windows");
   if (!buf || !bytes)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_register: buffer %p of %zu bytes", buf,
                           bytes);

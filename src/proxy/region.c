@@ -33,7 +33,9 @@ typedef struct {
 } peer_t;
 
 struct weft_rproxy {
-  weft_rproxy_init_t in;
+  weft_rproxy_init_t in; /* remote and region point at the copies below */
+  uint8_t remote[WEFT_DEV_MAX_RANKS];
+  char *region[WEFT_DEV_MAX_RANKS];
   int watch[MAX_WATCH], nwatch; /* the channels with staging */
   peer_t *peers;
   weft_pump_t pump;
@@ -194,6 +196,9 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
     return weft_set_error(WEFT_ERR_NO_MEMORY, "proxy: out of memory");
   }
   P->in = *in;
+  memcpy(P->remote, in->remote, (size_t)in->nranks);
+  memcpy(P->region, in->region, sizeof *P->region * (size_t)in->nranks);
+  P->in.remote = P->remote, P->in.region = P->region;
   for (int ch = 0; ch < in->coll_channels; ch++)
     P->watch[P->nwatch++] = ch;
   for (int ch = WEFT_DEV_COLL_CHANNELS; ch < WEFT_DEV_MAX_CHANNELS; ch++)

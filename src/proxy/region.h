@@ -37,8 +37,8 @@ typedef struct {
 
 typedef struct weft_rproxy weft_rproxy_t;
 
-/* Starts the thread (local: the peers' proxies need not run yet). WEFT_ERR_INVALID_ARG when the
- * layout does not fit region_bytes. */
+/* Starts the thread (local: the peers' proxies need not run yet); in and its arrays are
+ * copied. WEFT_ERR_INVALID_ARG when the layout does not fit region_bytes. */
 weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **out);
 /* WEFT_SUCCESS while it runs; else its failure (the message as the thread's error). */
 weft_result_t weft_rproxy_status(weft_rproxy_t *p);

@@ -1,6 +1,8 @@
 /* Host-staged regions for device communicators whose GPUs cannot map each other: each
- * rank's region is a POSIX shared-memory segment that every process maps and registers
- * with CUDA, so the same kernels read and write it, over PCIe instead of NVLink. */
+ * rank's region is a POSIX shared-memory segment that every process of its host maps and
+ * registers with CUDA, so the same kernels read and write it, over PCIe instead of NVLink. A
+ * rank on another host gets a mirror here instead, private to this process (the proxy carries
+ * what lands in it). */
 #include <cuda_runtime_api.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,7 +14,7 @@
 #define HINT "lower WEFT_P2P_CHANNELS or WEFT_P2P_CHUNK_BYTES"
 
 weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, size_t bytes,
-                                 weft_ipc_t *out) {
+                                 const int *local_rank, weft_ipc_t *out) {
   weft_result_t rc = WEFT_SUCCESS;
   out->host = 1;
   out->bytes = bytes;
@@ -24,6 +26,16 @@ weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, s
   CHECK_GOTO(weft_bootstrap_barrier(boot), rc, fail);
   for (int p = 0; p < nranks; p++) {
     if (p == rank) continue;
+    if (local_rank[p] < 0) { /* zeroed, like a fresh segment; never another process's */
+      void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED)
+        ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY,
+                 "cuda_ipc (host-staged): no memory for a mirror of rank %d's region (%zu bytes)",
+                 p, bytes);
+      out->seg[p] = m;
+      out->remote[p] = 1;
+      continue;
+    }
     char name[64];
     weft_shm_name(name, sizeof name, boot->magic, p, "-dev");
     CHECK_GOTO(weft_shm_map(name, bytes, 0, HINT, &out->seg[p]), rc, fail);

@@ -136,7 +136,8 @@ static void unmap_device(weft_ipc_t *p) {
 }
 
 weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int device,
-                           const size_t bytes[3], int force_host, weft_ipc_t **res) {
+                           const size_t bytes[3], int force_host, const int *local_rank,
+                           weft_ipc_t **res) {
   weft_result_t rc = WEFT_SUCCESS;
   card_t *cards = NULL;
   int32_t *words = NULL;
@@ -163,7 +164,7 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
   CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
   int forced = 0;
   for (int p = 0; p < nranks; p++) {
-    forced |= cards[p].force_host;
+    forced |= cards[p].force_host || local_rank[p] < 0; /* across hosts: the same everywhere */
     for (int q = p + 1; q < nranks; q++)
       out->gpu_shared |= strcmp(cards[p].bus, cards[q].bus) == 0;
   }
@@ -201,7 +202,7 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
           "cuda_ipc: rank %d's GPU cannot map every peer's memory (WEFT_DEBUG=INFO says why); "
           "every rank stages through host memory, which is slower than NVLink",
           first_bad);
-    CHECK_GOTO(weft_hoststage_map(boot, rank, nranks, bytes[2], out), rc, fail);
+    CHECK_GOTO(weft_hoststage_map(boot, rank, nranks, bytes[2], local_rank, out), rc, fail);
   }
   free(cards);
   free(words);
@@ -226,6 +227,8 @@ void weft_ipc_unmap(weft_ipc_t *p) {
 void *weft_ipc_region(const weft_ipc_t *p, int r) { return p->region[r]; }
 size_t weft_ipc_bytes(const weft_ipc_t *p) { return p->bytes; }
 int weft_ipc_host_staged(const weft_ipc_t *p) { return p->host; }
+char *weft_ipc_host_region(const weft_ipc_t *p, int r) { return p->host ? p->seg[r] : NULL; }
+int weft_ipc_remote(const weft_ipc_t *p, int r) { return p->remote[r]; }
 int weft_ipc_nvlink(const weft_ipc_t *p) { return p->nvlink; }
 int weft_ipc_gpu_shared(const weft_ipc_t *p) { return p->gpu_shared; }
 int weft_ipc_local_device(const weft_ipc_t *p, int r) { return p->local_dev[r]; }

@@ -22,7 +22,11 @@ typedef struct weft_ipc weft_ipc_t;
  * force_host is set on any rank, every rank instead maps host-staged regions of bytes[2]
  * (weft_ipc_host_staged). */
 weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int device,
-                           const size_t bytes[3], int force_host, weft_ipc_t **out);
+                           const size_t bytes[3], int force_host, const int *local_rank,
+                           weft_ipc_t **out);
+/* local_rank[r] < 0: rank r is on another host. Then every rank stages through host memory,
+ * and this rank's region of r is a mirror only this process maps (weft_ipc_remote): the
+ * proxy (src/proxy/region.h) carries what the kernels write there. */
 /* Unmaps and frees (NULL: nothing). */
 void weft_ipc_unmap(weft_ipc_t *p);
 /* Before the regions go. Ranks of this process may still run kernels that write to ours:
@@ -35,6 +39,10 @@ int weft_ipc_drain(weft_ipc_t *p);
 /* Rank r's region as mapped here (a device pointer), and the bytes of each region. */
 void *weft_ipc_region(const weft_ipc_t *p, int r);
 size_t weft_ipc_bytes(const weft_ipc_t *p);
+/* Host addresses of rank r's region (host-staged only; else NULL), and whether r is on another
+ * host (its region here is a mirror). */
+char *weft_ipc_host_region(const weft_ipc_t *p, int r);
+int weft_ipc_remote(const weft_ipc_t *p, int r);
 /* The regions live in host shared memory (PCIe, not NVLink). */
 int weft_ipc_host_staged(const weft_ipc_t *p);
 /* Every pair of ranks sits on two GPUs whose link has native atomics (NVLink, not PCIe), by

@@ -27,12 +27,13 @@ struct weft_ipc {
   char *seg[WEFT_IPC_MAX_RANKS];       /* host mappings */
   char registered[WEFT_IPC_MAX_RANKS]; /* cudaHostRegister'ed (unregistered at unmap) */
   char name[64];                       /* own segment's name while it is linked */
+  char remote[WEFT_IPC_MAX_RANKS];     /* on another host: seg is this process's mirror */
   int linked;
 };
 
 /* The host-staged half of the above (hoststage.c). */
 weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, size_t bytes,
-                                 weft_ipc_t *out);
+                                 const int *local_rank, weft_ipc_t *out);
 void weft_hoststage_unmap(weft_ipc_t *p);
 
 #endif
