@@ -104,23 +104,23 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
     remote[r] = (uint8_t)weft_ipc_remote(d->ipc, r);
     region[r] = weft_ipc_host_region(d->ipc, r);
   }
-  weft_rproxy_init_t in = {.rank = c->rank,
-                           .nranks = c->nranks,
+  weft_rproxy_init_t in = {.link = {.rank = c->rank,
+                                    .nranks = c->nranks,
+                                    .tr = c->tr[tcp],
+                                    .tr_state = c->tr_state[tcp],
+                                    .abort_flag = &c->aborted,
+                                    .kernel_abort = d->abort_h,
+                                    .timeout_ms = c->timeout_ms,
+                                    .check = proxy_check,
+                                    .explain = proxy_explain,
+                                    .fail = proxy_fail,
+                                    .ctx = c},
                            .remote = remote,
                            .region = region,
                            .region_bytes = weft_ipc_bytes(d->ipc),
                            .chunk_bytes = d->chunk_bytes,
                            .stages = d->stages,
-                           .coll_channels = d->plan.max_channels,
-                           .tr = c->tr[tcp],
-                           .tr_state = c->tr_state[tcp],
-                           .abort_flag = &c->aborted,
-                           .kernel_abort = d->abort_h,
-                           .timeout_ms = c->timeout_ms,
-                           .check = proxy_check,
-                           .explain = proxy_explain,
-                           .fail = proxy_fail,
-                           .ctx = c};
+                           .coll_channels = d->plan.max_channels};
   CHECK(weft_rproxy_start(&in, &d->rproxy));
   WEFT_INFO(WEFT_SUB_INIT, "rank %d: %d of %d ranks on other hosts, reached by the proxy over tcp",
             c->rank, c->nranks - c->nlocal, c->nranks);

@@ -39,7 +39,6 @@ struct weft_proxy {
   weft_proxy_conn_t *send, *recv;
   peer_t *peers;
   weft_pump_t pump;
-  _Atomic uint64_t nsent, nrecv;
 };
 
 static char *slot_of(const weft_proxy_conn_t *c, unsigned slot) {
@@ -69,21 +68,22 @@ static weft_result_t send_progress(weft_proxy_t *P, int peer, int *moved) {
     const weft_proxy_conn_t *c = &P->send[q->cur];
     size_t acc = 0;
     if (q->hdr_done < sizeof q->hdr) {
-      CHECK(P->in.tr->send(P->in.tr_state, peer, (char *)&q->hdr + q->hdr_done,
-                           sizeof q->hdr - q->hdr_done, &acc));
+      CHECK(P->in.link.tr->send(P->in.link.tr_state, peer, (char *)&q->hdr + q->hdr_done,
+                                sizeof q->hdr - q->hdr_done, &acc));
       q->hdr_done += (uint32_t)acc;
       *moved |= acc > 0;
       if (q->hdr_done < sizeof q->hdr) return WEFT_SUCCESS;
     }
     if (q->body_done < q->hdr.bytes) {
-      CHECK(P->in.tr->send(P->in.tr_state, peer, slot_of(c, weft_fifo_slot(c->fifo)) + q->body_done,
-                           q->hdr.bytes - q->body_done, &acc));
+      CHECK(P->in.link.tr->send(P->in.link.tr_state, peer,
+                                slot_of(c, weft_fifo_slot(c->fifo)) + q->body_done,
+                                q->hdr.bytes - q->body_done, &acc));
       q->body_done += (uint32_t)acc;
       *moved |= acc > 0;
       if (q->body_done < q->hdr.bytes) return WEFT_SUCCESS;
     }
     weft_fifo_pop(c->fifo); /* on the stream: the slot is the kernel's again */
-    atomic_fetch_add(&P->nsent, 1);
+    atomic_fetch_add(&P->pump.sent, 1);
     q->cur = -1;
     *moved = 1;
   }
@@ -98,11 +98,11 @@ static weft_result_t recv_progress(weft_proxy_t *P, int peer, int *moved) {
   for (;;) {
     if (q->rcur < 0) {
       while (q->rh_got < sizeof q->rh) {
-        CHECK(P->in.tr->peek(P->in.tr_state, peer, &p, &contig, &total));
+        CHECK(P->in.link.tr->peek(P->in.link.tr_state, peer, &p, &contig, &total));
         if (!total) return WEFT_SUCCESS;
         size_t n = contig < sizeof q->rh - q->rh_got ? contig : sizeof q->rh - q->rh_got;
         memcpy(q->rh + q->rh_got, p, n);
-        P->in.tr->consume(P->in.tr_state, peer, n);
+        P->in.link.tr->consume(P->in.link.tr_state, peer, n);
         q->rh_got += (uint32_t)n;
         *moved = 1;
       }
@@ -129,16 +129,16 @@ static weft_result_t recv_progress(weft_proxy_t *P, int peer, int *moved) {
     }
     char *dst = slot_of(c, (unsigned)(c->fifo->head % WEFT_FIFO_SLOTS));
     while (q->rgot < q->rbytes) {
-      CHECK(P->in.tr->peek(P->in.tr_state, peer, &p, &contig, &total));
+      CHECK(P->in.link.tr->peek(P->in.link.tr_state, peer, &p, &contig, &total));
       if (!total) return WEFT_SUCCESS;
       size_t n = contig < q->rbytes - q->rgot ? contig : q->rbytes - q->rgot;
       memcpy(dst + q->rgot, p, n);
-      P->in.tr->consume(P->in.tr_state, peer, n);
+      P->in.link.tr->consume(P->in.link.tr_state, peer, n);
       q->rgot += (uint32_t)n;
       *moved = 1;
     }
     weft_fifo_post(c->fifo, q->rbytes);
-    atomic_fetch_add(&P->nrecv, 1);
+    atomic_fetch_add(&P->pump.received, 1);
     q->rcur = -1;
     *moved = 1;
   }
@@ -160,13 +160,13 @@ static weft_result_t check_conns(const weft_proxy_init_t *in, const weft_proxy_c
                                  const char *dir, uint8_t *seen) {
   for (int i = 0; i < n; i++) {
     const weft_proxy_conn_t *c = &cs[i];
-    if (c->peer < 0 || c->peer >= in->nranks || c->peer == in->rank || c->chan < 0 ||
+    if (c->peer < 0 || c->peer >= in->link.nranks || c->peer == in->link.rank || c->chan < 0 ||
         c->chan >= in->nchan || !c->fifo || !c->buf || !c->slot_bytes ||
         c->slot_bytes > MAX_SLOT_BYTES)
       return weft_set_error(WEFT_ERR_INVALID_ARG,
                             "proxy: %s connection %d (rank %d, channel %d, slots of %u bytes) is "
                             "invalid for rank %d of %d with %d channels",
-                            dir, i, c->peer, c->chan, c->slot_bytes, in->rank, in->nranks,
+                            dir, i, c->peer, c->chan, c->slot_bytes, in->link.rank, in->link.nranks,
                             in->nchan);
     uint8_t *s = &seen[(size_t)c->peer * (size_t)in->nchan + (size_t)c->chan];
     if (*s)
@@ -180,7 +180,7 @@ static weft_result_t check_conns(const weft_proxy_init_t *in, const weft_proxy_c
 
 static void proxy_free(weft_proxy_t *P) {
   if (P->peers)
-    for (int r = 0; r < P->in.nranks; r++) {
+    for (int r = 0; r < P->in.link.nranks; r++) {
       free(P->peers[r].sends);
       free(P->peers[r].recv_of);
     }
@@ -191,12 +191,12 @@ static void proxy_free(weft_proxy_t *P) {
 }
 
 weft_result_t weft_proxy_start(const weft_proxy_init_t *in, weft_proxy_t **out) {
-  if (!in || !out || !in->tr || in->nranks < 1 || in->rank < 0 || in->rank >= in->nranks ||
-      in->nchan < 1 || in->nsend < 0 || in->nrecv < 0 || (in->nsend && !in->send) ||
-      (in->nrecv && !in->recv) || in->timeout_ms <= 0)
+  if (!in || !out || !in->link.tr || in->link.nranks < 1 || in->link.rank < 0 ||
+      in->link.rank >= in->link.nranks || in->nchan < 1 || in->nsend < 0 || in->nrecv < 0 ||
+      (in->nsend && !in->send) || (in->nrecv && !in->recv) || in->link.timeout_ms <= 0)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "proxy: invalid arguments");
   weft_result_t rc = WEFT_SUCCESS;
-  size_t pairs = (size_t)in->nranks * (size_t)in->nchan;
+  size_t pairs = (size_t)in->link.nranks * (size_t)in->nchan;
   uint8_t *seen = calloc(pairs, 2);
   weft_proxy_t *P = calloc(1, sizeof *P);
   if (!seen || !P) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "proxy: out of memory");
@@ -205,12 +205,12 @@ weft_result_t weft_proxy_start(const weft_proxy_init_t *in, weft_proxy_t **out) 
   P->in = *in;
   P->send = calloc((size_t)in->nsend + 1, sizeof *P->send);
   P->recv = calloc((size_t)in->nrecv + 1, sizeof *P->recv);
-  P->peers = calloc((size_t)in->nranks, sizeof *P->peers);
+  P->peers = calloc((size_t)in->link.nranks, sizeof *P->peers);
   if (!P->send || !P->recv || !P->peers)
     ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "proxy: out of memory");
   memcpy(P->send, in->send, sizeof *P->send * (size_t)in->nsend);
   memcpy(P->recv, in->recv, sizeof *P->recv * (size_t)in->nrecv);
-  for (int r = 0; r < in->nranks; r++) {
+  for (int r = 0; r < in->link.nranks; r++) {
     peer_t *q = &P->peers[r];
     q->cur = q->rcur = -1;
     q->sends = calloc((size_t)in->nchan, sizeof *q->sends);
@@ -228,19 +228,7 @@ weft_result_t weft_proxy_start(const weft_proxy_init_t *in, weft_proxy_t **out) 
     q->recv_of[in->recv[i].chan] = i;
     q->nrecvs++;
   }
-  weft_pump_init_t pin = {.rank = in->rank,
-                          .nranks = in->nranks,
-                          .tr = in->tr,
-                          .tr_state = in->tr_state,
-                          .abort_flag = in->abort_flag,
-                          .kernel_abort = in->kernel_abort,
-                          .timeout_ms = in->timeout_ms,
-                          .check = in->check,
-                          .explain = in->explain,
-                          .fail = in->fail,
-                          .ctx = in->ctx,
-                          .pass = pass,
-                          .self = P};
+  weft_pump_init_t pin = {.link = in->link, .pass = pass, .self = P};
   CHECK_GOTO(weft_pump_start(&P->pump, &pin), rc, out);
   *out = P;
 out:
@@ -252,8 +240,7 @@ out:
 weft_result_t weft_proxy_status(weft_proxy_t *p) { return weft_pump_status(&p->pump); }
 
 void weft_proxy_counts(weft_proxy_t *p, uint64_t *sent, uint64_t *received) {
-  if (sent) *sent = atomic_load(&p->nsent);
-  if (received) *received = atomic_load(&p->nrecv);
+  weft_pump_counts(&p->pump, sent, received);
 }
 
 void weft_proxy_stop(weft_proxy_t *p) {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "fifo.h"
+#include "pump.h"
 #include "transport.h"
 
 /* One direction of one channel with one peer. */
@@ -22,27 +23,10 @@ typedef struct {
 } weft_proxy_conn_t;
 
 typedef struct {
-  int rank, nranks, nchan;
-  const weft_transport_t *tr; /* the network transport and its state (set up by the caller) */
-  void *tr_state;
+  weft_proxy_link_t link; /* pump.h */
+  int nchan;
   const weft_proxy_conn_t *send, *recv; /* copied; at most one per (peer, channel) each */
   int nsend, nrecv;
-  const atomic_int *abort_flag; /* the communicator's: set, the proxy stops at once */
-  /* Set to 1 by the proxy when it stops on a failure, so that the kernels' waits end; may be
-   * NULL. Host-mapped where kernels read it. */
-  int32_t *kernel_abort;
-  int64_t timeout_ms; /* work waiting that long without any progress fails */
-  /* Optional: a failure seen elsewhere (notices, dead peers) ends the proxy too; called every
-   * few milliseconds from the proxy thread. */
-  weft_result_t (*check)(void *ctx);
-  /* Optional: a transport's error with peer (a closed socket, bad bytes) is often the echo of
-   * a failure elsewhere: returns the error to report instead, or rc (setting the thread's
-   * error either way). From the proxy thread. */
-  weft_result_t (*explain)(void *ctx, weft_result_t rc, int peer);
-  /* Optional: told once of the proxy's own failure (code and message), e.g. to fail the
-   * communicator and tell the peers. From the proxy thread. */
-  void (*fail)(void *ctx, weft_result_t rc, const char *msg);
-  void *ctx;
 } weft_proxy_init_t;
 
 typedef struct weft_proxy weft_proxy_t;

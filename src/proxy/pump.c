@@ -13,13 +13,13 @@ enum { SPINS = 64, CHECK_MS = 5 };
 static void failed(weft_pump_t *P, weft_result_t rc, int tell) {
   snprintf(P->msg, sizeof P->msg, "%s", weft_thread_error());
   atomic_store(&P->status, (int)rc);
-  if (P->in.kernel_abort) __atomic_store_n(P->in.kernel_abort, 1, __ATOMIC_RELEASE);
-  if (tell && P->in.fail) P->in.fail(P->in.ctx, rc, P->msg);
+  if (P->in.link.kernel_abort) __atomic_store_n(P->in.link.kernel_abort, 1, __ATOMIC_RELEASE);
+  if (tell && P->in.link.fail) P->in.link.fail(P->in.link.ctx, rc, P->msg);
 }
 
 static void *pump_main(void *arg) {
   weft_pump_t *P = arg;
-  const weft_pump_init_t *in = &P->in;
+  const weft_proxy_link_t *in = &P->in.link;
   int64_t last = weft_now_ms(), checked = last;
   int idle = 0;
   while (!atomic_load(&P->stop)) {
@@ -32,7 +32,7 @@ static void *pump_main(void *arg) {
     weft_result_t rc = WEFT_SUCCESS;
     for (; r < in->nranks && rc == WEFT_SUCCESS; r++) {
       int b = 0;
-      rc = in->pass(in->self, r, &moved, &b);
+      rc = P->in.pass(P->in.self, r, &moved, &b);
       if (b && stalled < 0) stalled = r;
       busy |= b;
     }
@@ -78,6 +78,11 @@ weft_result_t weft_pump_start(weft_pump_t *p, const weft_pump_init_t *in) {
 weft_result_t weft_pump_status(weft_pump_t *p) {
   weft_result_t rc = (weft_result_t)atomic_load(&p->status);
   return rc == WEFT_SUCCESS ? rc : weft_set_error(rc, "%s", p->msg);
+}
+
+void weft_pump_counts(weft_pump_t *p, uint64_t *sent, uint64_t *received) {
+  if (sent) *sent = atomic_load(&p->sent);
+  if (received) *received = atomic_load(&p->received);
 }
 
 void weft_pump_stop(weft_pump_t *p) {

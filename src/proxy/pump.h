@@ -11,17 +11,32 @@
 
 #include "transport.h"
 
+/* What both proxies are given: the rank, the network transport (set up by the caller), the
+ * words that stop them, the stall timeout, and the communicator's callbacks. */
 typedef struct {
   int rank, nranks;
   const weft_transport_t *tr;
   void *tr_state;
-  const atomic_int *abort_flag;
-  int32_t *kernel_abort; /* may be NULL */
-  int64_t timeout_ms;
-  weft_result_t (*check)(void *ctx);                               /* optional */
-  weft_result_t (*explain)(void *ctx, weft_result_t rc, int peer); /* optional */
-  void (*fail)(void *ctx, weft_result_t rc, const char *msg);      /* optional */
+  const atomic_int *abort_flag; /* the communicator's: set, the proxy stops at once */
+  /* set to 1 when the proxy stops on a failure, so that the kernels' waits end (host-mapped
+   * where kernels read it; may be NULL) */
+  int32_t *kernel_abort;
+  int64_t timeout_ms; /* work waiting that long without any progress fails */
+  /* Optional: a failure seen elsewhere (notices, dead peers) ends the proxy too; called every
+   * few milliseconds from the proxy thread. */
+  weft_result_t (*check)(void *ctx);
+  /* Optional: a transport's error with peer (a closed socket, bad bytes) is often the echo of
+   * a failure elsewhere: returns the error to report instead, or rc (setting the thread's
+   * error either way). */
+  weft_result_t (*explain)(void *ctx, weft_result_t rc, int peer);
+  /* Optional: told once of the proxy's own failure (code and message), e.g. to fail the
+   * communicator and tell the peers. */
+  void (*fail)(void *ctx, weft_result_t rc, const char *msg);
   void *ctx;
+} weft_proxy_link_t;
+
+typedef struct {
+  weft_proxy_link_t link;
   /* The proxy's own: one pass over peer; *moved when bytes moved, *busy when some frame with
    * peer is under way or waits to go. */
   weft_result_t (*pass)(void *self, int peer, int *moved, int *busy);
@@ -35,10 +50,13 @@ typedef struct {
   atomic_int stop;
   atomic_int status; /* weft_result_t; msg is written before it leaves WEFT_SUCCESS */
   char msg[1024];
+  _Atomic uint64_t sent, received; /* frames, counted by the passes */
 } weft_pump_t;
 
 weft_result_t weft_pump_start(weft_pump_t *p, const weft_pump_init_t *in);
 weft_result_t weft_pump_status(weft_pump_t *p);
+/* Frames sent and received so far (either may be NULL). */
+void weft_pump_counts(weft_pump_t *p, uint64_t *sent, uint64_t *received);
 void weft_pump_stop(weft_pump_t *p);
 
 #endif

@@ -39,7 +39,6 @@ struct weft_rproxy {
   int watch[MAX_WATCH], nwatch; /* the channels with staging */
   peer_t *peers;
   weft_pump_t pump;
-  _Atomic uint64_t nsent, nrecv;
 };
 
 /* Where src's chunk seq on channel ch lies in owner's region (prims.cuh's Chan::stage). */
@@ -48,7 +47,7 @@ static uint64_t stage_off(const weft_rproxy_t *P, int owner, int src, int ch, ui
                     ? (uint64_t)ch
                     : (uint64_t)(ch - WEFT_DEV_COLL_CHANNELS + P->in.coll_channels);
   uint64_t slot = (uint64_t)(src < owner ? src : src - 1);
-  uint64_t i = (sc * (uint64_t)(P->in.nranks - 1) + slot) * P->in.stages + seq % P->in.stages;
+  uint64_t i = (sc * (uint64_t)(P->in.link.nranks - 1) + slot) * P->in.stages + seq % P->in.stages;
   return WEFT_DEV_STAGE_OFF + i * P->in.chunk_bytes;
 }
 
@@ -60,7 +59,7 @@ static uint64_t load(const char *region, uint64_t off) {
  * credits first, then one chunk (channels in turn). */
 static int next_frame(weft_rproxy_t *P, int peer, peer_t *q) {
   const char *m = P->in.region[peer];
-  int me = P->in.rank;
+  int me = P->in.link.rank;
   for (int i = 0; i < P->nwatch; i++) {
     uint64_t off = WEFT_DEV_DONE_OFF(P->watch[i], me), v = load(m, off);
     if (v > q->done_sent[i]) {
@@ -94,21 +93,22 @@ static weft_result_t send_frames(weft_rproxy_t *P, int peer, peer_t *q, int *mov
     }
     size_t acc = 0;
     if (q->hdr_done < sizeof q->hdr) {
-      CHECK(P->in.tr->send(P->in.tr_state, peer, (char *)&q->hdr + q->hdr_done,
-                           sizeof q->hdr - q->hdr_done, &acc));
+      CHECK(P->in.link.tr->send(P->in.link.tr_state, peer, (char *)&q->hdr + q->hdr_done,
+                                sizeof q->hdr - q->hdr_done, &acc));
       q->hdr_done += (uint32_t)acc;
       *moved |= acc > 0;
       if (q->hdr_done < sizeof q->hdr) return WEFT_SUCCESS;
     }
     if (q->body_done < q->hdr.bytes) { /* straight from the mirror's slot */
-      CHECK(P->in.tr->send(P->in.tr_state, peer, P->in.region[peer] + q->hdr.off + q->body_done,
-                           q->hdr.bytes - q->body_done, &acc));
+      CHECK(P->in.link.tr->send(P->in.link.tr_state, peer,
+                                P->in.region[peer] + q->hdr.off + q->body_done,
+                                q->hdr.bytes - q->body_done, &acc));
       q->body_done += (uint32_t)acc;
       *moved |= acc > 0;
       if (q->body_done < q->hdr.bytes) return WEFT_SUCCESS;
     }
     q->busy = 0;
-    atomic_fetch_add(&P->nsent, 1);
+    atomic_fetch_add(&P->pump.sent, 1);
     *moved = 1;
   }
 }
@@ -130,17 +130,17 @@ static weft_result_t check_frame(const weft_rproxy_t *P, int peer, const frame_t
 }
 
 static weft_result_t recv_frames(weft_rproxy_t *P, int peer, peer_t *q, int *moved) {
-  char *own = P->in.region[P->in.rank];
+  char *own = P->in.region[P->in.link.rank];
   const void *p;
   size_t contig, total;
   for (;;) {
     if (!q->rbody) {
       while (q->rh_got < sizeof q->rh) {
-        CHECK(P->in.tr->peek(P->in.tr_state, peer, &p, &contig, &total));
+        CHECK(P->in.link.tr->peek(P->in.link.tr_state, peer, &p, &contig, &total));
         if (!total) return WEFT_SUCCESS;
         size_t n = contig < sizeof q->rh - q->rh_got ? contig : sizeof q->rh - q->rh_got;
         memcpy(q->rh + q->rh_got, p, n);
-        P->in.tr->consume(P->in.tr_state, peer, n);
+        P->in.link.tr->consume(P->in.link.tr_state, peer, n);
         q->rh_got += (uint32_t)n;
         *moved = 1;
       }
@@ -150,18 +150,18 @@ static weft_result_t recv_frames(weft_rproxy_t *P, int peer, peer_t *q, int *mov
       q->rbody = 1, q->rgot = 0;
     }
     while (q->rgot < q->rf.bytes) {
-      CHECK(P->in.tr->peek(P->in.tr_state, peer, &p, &contig, &total));
+      CHECK(P->in.link.tr->peek(P->in.link.tr_state, peer, &p, &contig, &total));
       if (!total) return WEFT_SUCCESS;
       size_t n = contig < q->rf.bytes - q->rgot ? contig : q->rf.bytes - q->rgot;
       memcpy(own + q->rf.off + q->rgot, p, n);
-      P->in.tr->consume(P->in.tr_state, peer, n);
+      P->in.link.tr->consume(P->in.link.tr_state, peer, n);
       q->rgot += (uint32_t)n;
       *moved = 1;
     }
     /* the chunk's bytes before its flag (release): the kernel reads them after seeing it */
     __atomic_store_n((uint64_t *)(own + q->rf.flag_off), q->rf.value, __ATOMIC_RELEASE);
     q->rbody = 0;
-    atomic_fetch_add(&P->nrecv, 1);
+    atomic_fetch_add(&P->pump.received, 1);
     *moved = 1;
   }
 }
@@ -177,45 +177,34 @@ static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
 }
 
 weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **out) {
-  if (!in || !out || !in->tr || !in->remote || !in->region || in->nranks < 2 || in->rank < 0 ||
-      in->rank >= in->nranks || in->nranks > WEFT_DEV_MAX_RANKS || in->coll_channels < 1 ||
+  if (!in || !out || !in->link.tr || !in->remote || !in->region || in->link.nranks < 2 ||
+      in->link.rank < 0 || in->link.rank >= in->link.nranks ||
+      in->link.nranks > WEFT_DEV_MAX_RANKS || in->coll_channels < 1 ||
       in->coll_channels > WEFT_DEV_COLL_CHANNELS || !in->chunk_bytes || !in->stages ||
-      in->timeout_ms <= 0)
+      in->link.timeout_ms <= 0)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "proxy: invalid arguments");
   uint64_t chans = (uint64_t)in->coll_channels + WEFT_DEV_P2P_CHANNELS;
   uint64_t need = WEFT_DEV_STAGE_OFF +
-                  chans * (uint64_t)(in->nranks - 1) * in->stages * (uint64_t)in->chunk_bytes;
+                  chans * (uint64_t)(in->link.nranks - 1) * in->stages * (uint64_t)in->chunk_bytes;
   if (need > in->region_bytes)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "proxy: regions of %zu bytes cannot hold the staging (%llu bytes)",
                           in->region_bytes, (unsigned long long)need);
   weft_rproxy_t *P = calloc(1, sizeof *P);
-  if (P) P->peers = calloc((size_t)in->nranks, sizeof *P->peers);
+  if (P) P->peers = calloc((size_t)in->link.nranks, sizeof *P->peers);
   if (!P || !P->peers) {
     free(P);
     return weft_set_error(WEFT_ERR_NO_MEMORY, "proxy: out of memory");
   }
   P->in = *in;
-  memcpy(P->remote, in->remote, (size_t)in->nranks);
-  memcpy(P->region, in->region, sizeof *P->region * (size_t)in->nranks);
+  memcpy(P->remote, in->remote, (size_t)in->link.nranks);
+  memcpy(P->region, in->region, sizeof *P->region * (size_t)in->link.nranks);
   P->in.remote = P->remote, P->in.region = P->region;
   for (int ch = 0; ch < in->coll_channels; ch++)
     P->watch[P->nwatch++] = ch;
   for (int ch = WEFT_DEV_COLL_CHANNELS; ch < WEFT_DEV_MAX_CHANNELS; ch++)
     P->watch[P->nwatch++] = ch;
-  weft_pump_init_t pin = {.rank = in->rank,
-                          .nranks = in->nranks,
-                          .tr = in->tr,
-                          .tr_state = in->tr_state,
-                          .abort_flag = in->abort_flag,
-                          .kernel_abort = in->kernel_abort,
-                          .timeout_ms = in->timeout_ms,
-                          .check = in->check,
-                          .explain = in->explain,
-                          .fail = in->fail,
-                          .ctx = in->ctx,
-                          .pass = pass,
-                          .self = P};
+  weft_pump_init_t pin = {.link = in->link, .pass = pass, .self = P};
   weft_result_t rc = weft_pump_start(&P->pump, &pin);
   if (rc != WEFT_SUCCESS) {
     free(P->peers);
@@ -229,8 +218,7 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
 weft_result_t weft_rproxy_status(weft_rproxy_t *p) { return weft_pump_status(&p->pump); }
 
 void weft_rproxy_counts(weft_rproxy_t *p, uint64_t *sent, uint64_t *received) {
-  if (sent) *sent = atomic_load(&p->nsent);
-  if (received) *received = atomic_load(&p->nrecv);
+  weft_pump_counts(&p->pump, sent, received);
 }
 
 void weft_rproxy_stop(weft_rproxy_t *p) {

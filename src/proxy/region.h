@@ -14,25 +14,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "transport.h"
+#include "pump.h"
 
 typedef struct {
-  int rank, nranks;
-  const uint8_t *remote; /* [nranks]: 1 where the rank is on another host */
+  weft_proxy_link_t link; /* pump.h: the transport to the remote ranks, set up */
+  const uint8_t *remote;  /* [nranks]: 1 where the rank is on another host */
   char *const *region; /* [nranks] host addresses: this rank's region, the remote ranks' mirrors */
   size_t region_bytes;
   uint32_t chunk_bytes, stages;
   int coll_channels; /* collective channels with staging (the send/recv sets follow them) */
-  const weft_transport_t *tr; /* the network transport to the remote ranks, set up */
-  void *tr_state;
-  const atomic_int *abort_flag; /* the communicator's */
-  int32_t *kernel_abort;        /* host-mapped word the kernels read: set on a failure */
-  int64_t timeout_ms;           /* a frame stalled this long fails */
-  /* optional, as in proxy.h */
-  weft_result_t (*check)(void *ctx);
-  weft_result_t (*explain)(void *ctx, weft_result_t rc, int peer);
-  void (*fail)(void *ctx, weft_result_t rc, const char *msg);
-  void *ctx;
 } weft_rproxy_init_t;
 
 typedef struct weft_rproxy weft_rproxy_t;

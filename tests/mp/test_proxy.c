@@ -161,22 +161,22 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
       }
     }
   int32_t kabort = 0;
-  weft_proxy_init_t pin = {.rank = rank,
-                           .nranks = n,
+  weft_proxy_init_t pin = {.link = {.rank = rank,
+                                    .nranks = n,
+                                    .tr = comm->tr[tcp],
+                                    .tr_state = comm->tr_state[tcp],
+                                    .abort_flag = &comm->aborted,
+                                    .kernel_abort = &kabort,
+                                    .timeout_ms = (int64_t)(20000 * launch_time_scale()),
+                                    .check = check_cb,
+                                    .explain = explain_cb,
+                                    .fail = fail_cb,
+                                    .ctx = comm},
                            .nchan = a->nchan,
-                           .tr = comm->tr[tcp],
-                           .tr_state = comm->tr_state[tcp],
                            .send = cs,
                            .recv = cr,
                            .nsend = ns,
-                           .nrecv = ns,
-                           .abort_flag = &comm->aborted,
-                           .kernel_abort = &kabort,
-                           .timeout_ms = (int64_t)(20000 * launch_time_scale()),
-                           .check = check_cb,
-                           .explain = explain_cb,
-                           .fail = fail_cb,
-                           .ctx = comm};
+                           .nrecv = ns};
   weft_proxy_t *px = NULL;
   if (weft_proxy_start(&pin, &px) != WEFT_SUCCESS)
     return printf("test_proxy: rank %d: %s\n", rank, weft_get_last_error(NULL)), 1;

@@ -59,21 +59,21 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
     if (!region[r]) return printf("test_rproxy: out of memory\n"), 1;
   }
   int32_t kabort = 0;
-  weft_rproxy_init_t in = {.rank = rank,
-                           .nranks = n,
+  weft_rproxy_init_t in = {.link = {.rank = rank,
+                                    .nranks = n,
+                                    .tr = comm->tr[tcp],
+                                    .tr_state = comm->tr_state[tcp],
+                                    .abort_flag = &comm->aborted,
+                                    .kernel_abort = &kabort,
+                                    .timeout_ms = (int64_t)(20000 * launch_time_scale()),
+                                    .explain = explain_cb,
+                                    .ctx = comm},
                            .remote = remote,
                            .region = region,
                            .region_bytes = bytes,
                            .chunk_bytes = CHUNK,
                            .stages = STAGES,
-                           .coll_channels = COLL,
-                           .tr = comm->tr[tcp],
-                           .tr_state = comm->tr_state[tcp],
-                           .abort_flag = &comm->aborted,
-                           .kernel_abort = &kabort,
-                           .timeout_ms = (int64_t)(20000 * launch_time_scale()),
-                           .explain = explain_cb,
-                           .ctx = comm};
+                           .coll_channels = COLL};
   weft_rproxy_t *px = NULL;
   if (tcp < 0 || weft_rproxy_start(&in, &px) != WEFT_SUCCESS)
     return printf("test_rproxy: rank %d: %s\n", rank, weft_get_last_error(NULL)), 1;
