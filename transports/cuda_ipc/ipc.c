@@ -151,7 +151,7 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
   memset(out->local_dev, -1, sizeof out->local_dev);
   if (nranks > WEFT_IPC_MAX_RANKS)
     ERR_GOTO(rc, fail, WEFT_ERR_UNSUPPORTED,
-             "device communicators have at most %d ranks (one host) for now; %d asked",
+             "device communicators have at most %d ranks for now (on all hosts together); %d asked",
              WEFT_IPC_MAX_RANKS, nranks);
   cards = calloc((size_t)nranks, sizeof *cards);
   words = calloc((size_t)nranks, sizeof *words);
