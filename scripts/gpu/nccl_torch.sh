@@ -17,7 +17,9 @@
 # logs to OUTDIR/<test>.rank<r>.log; when a rank fails, the others get 20 s, then are stopped.
 # usage: scripts/gpu/nccl_torch.sh OUTDIR BUILDDIR
 #   BUILDDIR: a build made with -Dcuda=enabled (src/nccl/libnccl.so.2 in it)
-#   env: PYTHON (python3), WEFT_TORCH_BUDGET (seconds for everything, default 450)
+#   env: PYTHON (python3), WEFT_TORCH_BUDGET (seconds for everything, default 450),
+#        WEFT_TORCH_HOSTS=K (rank r on fake host r % K: WEFT_HOSTID, so weft's device
+#        communicators span hosts and their bytes between hosts go through the proxy)
 # Exit status: 0 when every step passed, 1 otherwise (2: bad usage).
 set -u
 usage="usage: scripts/gpu/nccl_torch.sh OUTDIR BUILDDIR"
@@ -81,10 +83,13 @@ launch() {
   local pre_env=()
   [ "$pre" = 1 ] && pre_env=("LD_PRELOAD=$lib")
   for ((r = 0; r < n; r++)); do
+    local host_env=()
+    [ -n "${WEFT_TORCH_HOSTS:-}" ] && host_env=("WEFT_HOSTID=torch-host-$((r % WEFT_TORCH_HOSTS))")
     (
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r \
         LOCAL_WORLD_SIZE=$n timeout -k 5 "$limit" \
-        env ${pre_env[@]+"${pre_env[@]}"} "$py" "$@" > "$out/$name.rank$r.log" 2>&1 &
+        env ${pre_env[@]+"${pre_env[@]}"} ${host_env[@]+"${host_env[@]}"} "$py" "$@" \
+        > "$out/$name.rank$r.log" 2>&1 &
       echo $! > "$out/$name.rank$r.pid"
       wait $!
       rc=$?
