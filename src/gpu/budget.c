@@ -24,7 +24,9 @@ int weft_dev_budget(const weft_dev_share_in_t *in, weft_dev_budget_t *out) {
 static int sharers_of(const weft_dev_share_card_t *cards, int nranks, int r, int *ours) {
   int n = 0, most = 1;
   for (int p = 0; p < nranks; p++) {
-    if (strncmp(cards[p].bus, cards[r].bus, sizeof cards[r].bus) != 0) continue;
+    if (cards[p].host != cards[r].host ||
+        strncmp(cards[p].bus, cards[r].bus, sizeof cards[r].bus) != 0)
+      continue;
     n++;
     if (cards[p].listed > most) most = cards[p].listed;
     if (cards[p].asked > most) most = cards[p].asked;

@@ -33,6 +33,7 @@ typedef struct {
   int32_t sms, usable;   /* the GPU's SMs, and those this process may use */
   int32_t occ, occ_ll;   /* blocks an SM keeps of the general and the low-latency kernel */
   int32_t percent, pad_; /* WEFT_SHARED_SM_PERCENT (agreed already) */
+  uint64_t host;         /* its host's key: equal bus ids on two hosts are two GPUs */
 } weft_dev_share_card_t;
 
 /* Fills *out; returns 0, or -1 where the budget holds fewer blocks than the kernels need (out

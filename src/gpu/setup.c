@@ -66,10 +66,10 @@ static void dev_release(struct weft_dev *d) {
   free(d);
 }
 
-/* The proxy's view of a failure: a lost connection is a lost peer, or the abort. Notices
- * from other hosts come over the bootstrap ring, which the caller's thread may be using: the
- * proxy reads only what local transports say. */
-static weft_result_t proxy_check(void *ctx) { return weft_fail_check_local(ctx); }
+/* The proxy's view of a failure: a lost connection is a lost peer, or the abort. It checks
+ * nothing itself: local failures are the heartbeat thread's to find (their checks keep state
+ * of their own), and notices from other hosts come over the bootstrap ring, which the
+ * caller's thread may be using. */
 static weft_result_t proxy_explain(void *ctx, weft_result_t rc, int peer) {
   weft_comm_t c = ctx;
   if (atomic_load(&c->aborted))
@@ -77,8 +77,7 @@ static weft_result_t proxy_explain(void *ctx, weft_result_t rc, int peer) {
   if (rc != WEFT_ERR_PEER_LOST) return rc;
   char first[512];
   snprintf(first, sizeof first, "%s", weft_thread_error());
-  weft_result_t why = weft_fail_check_local(c);
-  return why != WEFT_SUCCESS ? why : weft_fail_peer_gone(c, peer, first);
+  return weft_fail_peer_gone(c, peer, first);
 }
 static void proxy_fail(void *ctx, weft_result_t rc, const char *msg) {
   weft_comm_t c = ctx;
@@ -111,7 +110,6 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                                     .abort_flag = &c->aborted,
                                     .kernel_abort = d->abort_h,
                                     .timeout_ms = c->timeout_ms,
-                                    .check = proxy_check,
                                     .explain = proxy_explain,
                                     .fail = proxy_fail,
                                     .ctx = c},

@@ -10,6 +10,7 @@
 #include "err.h"
 #include "gpu.h"
 #include "param.h"
+#include "topo.h"
 
 /* Whether this process's contexts on device are MPS clients (0 where CUDA cannot say). */
 int weft_dev_mps(int device) {
@@ -52,6 +53,7 @@ static int usable_sms(int sms) {
 static void fill_card(struct weft_dev *d, weft_dev_share_card_t *me) {
   char name[64];
   memset(me, 0, sizeof *me);
+  me->host = weft_topo_host_key();
   if (cudaDeviceGetPCIBusId(me->bus, sizeof me->bus, d->device) != cudaSuccess) {
     cudaGetLastError();
     snprintf(me->bus, sizeof me->bus, "device-%d", d->device);

@@ -14,6 +14,11 @@
 #include "pump.h"
 #include "transport.h"
 
+/* Known limit: the channels to one peer share one stream, so a chunk for a channel whose
+ * receiving FIFO is full holds back the chunks behind it on other channels; kernels that post
+ * here must drain their channels independently (or the sender will check the receiver's
+ * room per channel, to come). */
+
 /* One direction of one channel with one peer. */
 typedef struct {
   int peer, chan;    /* the same channel number on both ends */

@@ -10,11 +10,13 @@
 
 enum { SPINS = 64, CHECK_MS = 5 };
 
+/* The communicator hears of the failure before the kernels stop: a caller whose stream
+ * returns early then finds the error already there. */
 static void failed(weft_pump_t *P, weft_result_t rc, int tell) {
   snprintf(P->msg, sizeof P->msg, "%s", weft_thread_error());
   atomic_store(&P->status, (int)rc);
-  if (P->in.link.kernel_abort) __atomic_store_n(P->in.link.kernel_abort, 1, __ATOMIC_RELEASE);
   if (tell && P->in.link.fail) P->in.link.fail(P->in.link.ctx, rc, P->msg);
+  if (P->in.link.kernel_abort) __atomic_store_n(P->in.link.kernel_abort, 1, __ATOMIC_RELEASE);
 }
 
 static void *pump_main(void *arg) {
@@ -42,7 +44,7 @@ static void *pump_main(void *arg) {
       checked = now;
       rc = in->check(in->ctx);
       if (rc != WEFT_SUCCESS) {
-        failed(P, rc, 0); /* found elsewhere: it is already the communicator's */
+        failed(P, rc, 1); /* found elsewhere; the communicator keeps the first failure */
         break;
       }
     }

@@ -23,7 +23,8 @@ typedef struct {
   int32_t *kernel_abort;
   int64_t timeout_ms; /* work waiting that long without any progress fails */
   /* Optional: a failure seen elsewhere (notices, dead peers) ends the proxy too; called every
-   * few milliseconds from the proxy thread. */
+   * few milliseconds from the proxy thread, so it must be safe beside the communicator's
+   * other threads. */
   weft_result_t (*check)(void *ctx);
   /* Optional: a transport's error with peer (a closed socket, bad bytes) is often the echo of
    * a failure elsewhere: returns the error to report instead, or rc (setting the thread's

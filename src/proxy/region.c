@@ -113,14 +113,28 @@ static weft_result_t send_frames(weft_rproxy_t *P, int peer, peer_t *q, int *mov
   }
 }
 
-/* Whether f may land in this rank's region: a flag of the sender's, a slot inside staging. */
+static int watched(const weft_rproxy_t *P, uint64_t ch) {
+  return ch < (uint64_t)P->in.coll_channels ||
+         (ch >= WEFT_DEV_COLL_CHANNELS && ch < WEFT_DEV_MAX_CHANNELS);
+}
+
+/* Whether f is what peer may send: a chunk exactly where its next chunk on a watched channel
+ * lies, raising its own ready flag; or a credit of its own (a done flag). */
 static weft_result_t check_frame(const weft_rproxy_t *P, int peer, const frame_t *f) {
-  uint64_t flags_end = WEFT_DEV_STAGE_OFF, idx = f->flag_off / WEFT_DEV_FLAG_STRIDE;
-  int ok = (f->kind == CHUNK || f->kind == FLAG) && f->flag_off % WEFT_DEV_FLAG_STRIDE == 0 &&
-           f->flag_off < WEFT_DEV_DIN_OFF(0, 0) && idx % WEFT_DEV_MAX_RANKS == (uint64_t)peer &&
-           (f->kind == FLAG ? f->bytes == 0
-                            : f->bytes <= P->in.chunk_bytes && f->off >= flags_end &&
-                                  f->off <= P->in.region_bytes - f->bytes);
+  uint64_t idx = f->flag_off / WEFT_DEV_FLAG_STRIDE,
+           done0 = WEFT_DEV_DONE_OFF(0, 0) / WEFT_DEV_FLAG_STRIDE, ch;
+  int ok = f->flag_off % WEFT_DEV_FLAG_STRIDE == 0;
+  if (f->kind == CHUNK) {
+    ch = idx / WEFT_DEV_MAX_RANKS;
+    ok = ok && idx < done0 && idx % WEFT_DEV_MAX_RANKS == (uint64_t)peer && watched(P, ch) &&
+         f->value >= 1 && f->bytes == P->in.chunk_bytes &&
+         f->off == stage_off(P, P->in.link.rank, peer, (int)ch, f->value - 1);
+  } else {
+    ch = (idx - done0) / WEFT_DEV_MAX_RANKS;
+    ok = ok && f->kind == FLAG && f->bytes == 0 && idx >= done0 &&
+         idx < done0 + (uint64_t)WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS &&
+         (idx - done0) % WEFT_DEV_MAX_RANKS == (uint64_t)peer && watched(P, ch);
+  }
   if (ok) return WEFT_SUCCESS;
   return weft_set_error(WEFT_ERR_PROTOCOL,
                         "proxy: rank %d sent a frame that does not fit this rank's region (kind "

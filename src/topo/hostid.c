@@ -40,3 +40,12 @@ int weft_topo_local_ranks(const char (*hosts)[WEFT_HOSTID_BYTES], int nranks, in
   }
   return nlocal;
 }
+
+uint64_t weft_topo_host_key(void) {
+  char id[WEFT_HOSTID_BYTES];
+  weft_topo_host_identity(id);
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < WEFT_HOSTID_BYTES; i++)
+    h = (h ^ (uint8_t)id[i]) * 1099511628211ull;
+  return h;
+}

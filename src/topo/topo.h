@@ -116,6 +116,8 @@ weft_result_t weft_topo_pin_thread(pthread_t thread, const char *root, int numa)
 /* This host's identity: "id:<WEFT_HOSTID>" when set, else "<hostname>/<boot id>", NUL
  * padded to WEFT_HOSTID_BYTES; ranks with equal identities share memory. */
 void weft_topo_host_identity(char out[WEFT_HOSTID_BYTES]);
+/* A 64-bit key of that identity (FNV-1a), for cards that must tell hosts apart. */
+uint64_t weft_topo_host_key(void);
 /* From every rank's identity (nranks rows of WEFT_HOSTID_BYTES): local_rank[p] = p's index
  * among the ranks of me's host (-1 elsewhere), host_of[p] = the lowest rank on p's host;
  * returns how many ranks share me's host. */

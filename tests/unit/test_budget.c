@@ -149,7 +149,14 @@ static void agreement(void **st) {
   assert_int_equal(bad, 4); /* the first rank on B */
   assert_int_equal(ours, 4);
   assert_int_equal(b.sharers, 16);
-  assert_int_equal(b.general, 8); /* 4 SMs each: short of 14 */
+  assert_int_equal(b.general, 8);           /* 4 SMs each: short of 14 */
+  k[0] = card("A", 1), k[1] = card("A", 1); /* the same bus id on two hosts: two GPUs */
+  k[1].host = 7;
+  assert_int_equal(weft_dev_budget_agree(k, 2, &b, &bad, &ours), 0);
+  assert_int_equal(b.sharers, 1);
+  k[1].host = k[0].host; /* one host: one GPU shared */
+  assert_int_equal(weft_dev_budget_agree(k, 2, &b, &bad, &ours), 0);
+  assert_int_equal(b.sharers, 2);
 }
 
 int main(void) {

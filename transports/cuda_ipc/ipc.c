@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "topo.h"
 
 typedef struct {
   cudaIpcMemHandle_t handle;
@@ -18,7 +19,8 @@ typedef struct {
   int32_t device;
   int32_t pid;
   int32_t force_host; /* WEFT_P2P_DISABLE set on this rank */
-  char bus[32];       /* PCI bus id: which physical GPU */
+  char bus[32];       /* PCI bus id: which physical GPU (of its host) */
+  uint64_t host;      /* its host's key (weft_topo_host_key) */
 } card_t;
 
 /* The region of a rank in this process, reachable from `device` (peer access on). */
@@ -159,6 +161,7 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
   cards[rank].force_host = force_host != 0;
   cards[rank].device = device;
   cards[rank].pid = (int32_t)getpid();
+  cards[rank].host = weft_topo_host_key();
   CUDA_GOTO(cudaDeviceGetPCIBusId(cards[rank].bus, sizeof cards[rank].bus, device), rc, fail,
             "cuda_ipc: cudaDeviceGetPCIBusId");
   CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
@@ -166,7 +169,7 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
   for (int p = 0; p < nranks; p++) {
     forced |= cards[p].force_host || local_rank[p] < 0; /* across hosts: the same everywhere */
     for (int q = p + 1; q < nranks; q++)
-      out->gpu_shared |= strcmp(cards[p].bus, cards[q].bus) == 0;
+      out->gpu_shared |= cards[p].host == cards[q].host && strcmp(cards[p].bus, cards[q].bus) == 0;
   }
   /* All ranks must choose alike: one pair that cannot map each other stages everyone. The
    * links are known before the region is allocated, so that it holds only what runs over
