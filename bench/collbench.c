@@ -581,12 +581,6 @@ static int rank_entry(weft_comm_t host, int rank, int nranks, const bench_opts_t
 static int local_rank_main(int rank, int nranks, weft_unique_id_t id, void *arg) {
   run_arg_t *a = arg;
   weft_comm_t comm;
-  if (a->o->hosts > 0) { /* before any init reads them: weft's and NCCL's */
-    char host[32];
-    snprintf(host, sizeof host, "collbench-host-%d", rank % a->o->hosts);
-    setenv("WEFT_HOSTID", host, 1);
-    setenv("NCCL_HOSTID", host, 1);
-  }
   if (weft_comm_init(&comm, nranks, id, rank, NULL) != WEFT_SUCCESS)
     return init_failed(a->o, rank, "weft_comm_init");
   int rc = rank_entry(comm, rank, nranks, a->o, a->argc, a->argv);
@@ -769,5 +763,10 @@ int main(int argc, char **argv) {
     return rc;
   }
   if (o.root >= o.ranks) o.root = 0;
+  if (o.hosts > 0) { /* the launcher gives each rank its fake host (bench/launch.c) */
+    char k[16];
+    snprintf(k, sizeof k, "%d", o.hosts);
+    setenv("WEFT_TEST_HOSTS", k, 1);
+  }
   return launch_local(o.ranks, local_rank_main, &a, 3600);
 }

@@ -33,7 +33,7 @@ int launch_open_fds(void);
  * namespace ns[rank % 2] and takes it as its host identity. Returns 0, also when unset. */
 int launch_join_netns(int rank);
 /* With WEFT_TEST_HOSTS=K each rank takes fake host rank % K (WEFT_HOSTID and NCCL_HOSTID), so
- * that any launched test runs across hosts on one machine. Returns 0. */
+ * that any launched test (and collbench --hosts) runs across hosts on one machine. Returns 0. */
 int launch_fake_hosts(int rank);
 
 #endif

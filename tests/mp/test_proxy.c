@@ -19,6 +19,7 @@
 #include "comm.h"
 #include "launch.h"
 #include "proxy.h"
+#include "proxy_test.h"
 
 enum { MAXR = 8, MSG = 512 };
 typedef enum { DATA, ABORT, KILL, CUT } mode_t_;
@@ -130,16 +131,9 @@ static void fail_cb(void *ctx, weft_result_t rc, const char *msg) {
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   const arg_t *a = argp;
-  char host[32];
-  snprintf(host, sizeof host, "proxyhost%d", rank); /* every rank a host of its own: tcp */
-  setenv("WEFT_HOSTID", host, 1);
   weft_comm_t comm;
-  if (weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS)
-    return printf("test_proxy: rank %d: init: %s\n", rank, weft_get_last_error(NULL)), 1;
-  int tcp = -1;
-  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
-    if (comm->tr[t] && !strcmp(comm->tr[t]->name, "tcp")) tcp = t;
-  if (tcp < 0) return printf("test_proxy: rank %d: no tcp transport\n", rank), 1;
+  int tcp;
+  if (proxy_test_comm("test_proxy", rank, n, id, &comm, &tcp)) return 1;
   int ns = (n - 1) * a->nchan, k = 0;
   stream_t *out = calloc((size_t)ns, sizeof *out), *in = calloc((size_t)ns, sizeof *in);
   weft_proxy_conn_t *cs = calloc((size_t)ns, sizeof *cs), *cr = calloc((size_t)ns, sizeof *cr);
@@ -161,22 +155,10 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
       }
     }
   int32_t kabort = 0;
-  weft_proxy_init_t pin = {.link = {.rank = rank,
-                                    .nranks = n,
-                                    .tr = comm->tr[tcp],
-                                    .tr_state = comm->tr_state[tcp],
-                                    .abort_flag = &comm->aborted,
-                                    .kernel_abort = &kabort,
-                                    .timeout_ms = (int64_t)(20000 * launch_time_scale()),
-                                    .check = check_cb,
-                                    .explain = explain_cb,
-                                    .fail = fail_cb,
-                                    .ctx = comm},
-                           .nchan = a->nchan,
-                           .send = cs,
-                           .recv = cr,
-                           .nsend = ns,
-                           .nrecv = ns};
+  weft_proxy_link_t link = proxy_test_link(comm, tcp, &kabort);
+  link.check = check_cb, link.explain = explain_cb, link.fail = fail_cb;
+  weft_proxy_init_t pin = {
+      .link = link, .nchan = a->nchan, .send = cs, .recv = cr, .nsend = ns, .nrecv = ns};
   weft_proxy_t *px = NULL;
   if (weft_proxy_start(&pin, &px) != WEFT_SUCCESS)
     return printf("test_proxy: rank %d: %s\n", rank, weft_get_last_error(NULL)), 1;
@@ -280,6 +262,7 @@ int main(int argc, char **argv) {
   a.sh = mmap(NULL, sizeof *a.sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (a.sh == MAP_FAILED) return 1;
   memset(a.sh, 0, sizeof *a.sh);
+  proxy_test_hosts(n);
   int rc = launch_local(n, rank_main, &a, (int)(120 * launch_time_scale()));
   if (a.mode == DATA) {
     double lo = 1e30;

@@ -13,6 +13,7 @@
 #include "comm.h"
 #include "dev.h"
 #include "launch.h"
+#include "proxy_test.h"
 #include "region.h"
 
 enum { COLL = 3, STAGES = 4, CHUNK = 8192, MAXR = 8 };
@@ -40,15 +41,9 @@ static weft_result_t explain_cb(void *ctx, weft_result_t rc, int peer) {
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   uint64_t K = *(const uint64_t *)arg;
-  char host[32];
-  snprintf(host, sizeof host, "rproxyhost%d", rank);
-  setenv("WEFT_HOSTID", host, 1);
   weft_comm_t comm;
-  if (weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS)
-    return printf("test_rproxy: rank %d: init: %s\n", rank, weft_get_last_error(NULL)), 1;
-  int tcp = -1;
-  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
-    if (comm->tr[t] && !strcmp(comm->tr[t]->name, "tcp")) tcp = t;
+  int tcp;
+  if (proxy_test_comm("test_rproxy", rank, n, id, &comm, &tcp)) return 1;
   size_t bytes = WEFT_DEV_STAGE_OFF +
                  (size_t)(COLL + WEFT_DEV_P2P_CHANNELS) * (size_t)(n - 1) * STAGES * CHUNK;
   char *region[MAXR];
@@ -59,15 +54,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
     if (!region[r]) return printf("test_rproxy: out of memory\n"), 1;
   }
   int32_t kabort = 0;
-  weft_rproxy_init_t in = {.link = {.rank = rank,
-                                    .nranks = n,
-                                    .tr = comm->tr[tcp],
-                                    .tr_state = comm->tr_state[tcp],
-                                    .abort_flag = &comm->aborted,
-                                    .kernel_abort = &kabort,
-                                    .timeout_ms = (int64_t)(20000 * launch_time_scale()),
-                                    .explain = explain_cb,
-                                    .ctx = comm},
+  weft_proxy_link_t link = proxy_test_link(comm, tcp, &kabort);
+  link.explain = explain_cb;
+  weft_rproxy_init_t in = {.link = link,
                            .remote = remote,
                            .region = region,
                            .region_bytes = bytes,
@@ -75,7 +64,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
                            .stages = STAGES,
                            .coll_channels = COLL};
   weft_rproxy_t *px = NULL;
-  if (tcp < 0 || weft_rproxy_start(&in, &px) != WEFT_SUCCESS)
+  if (weft_rproxy_start(&in, &px) != WEFT_SUCCESS)
     return printf("test_rproxy: rank %d: %s\n", rank, weft_get_last_error(NULL)), 1;
   uint64_t sent[MAXR][NCH] = {{0}}, recvd[MAXR][NCH] = {{0}},
            left = 2 * (uint64_t)(n - 1) * NCH * K;
@@ -138,5 +127,6 @@ int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   uint64_t K = argc > 2 ? (uint64_t)atoll(argv[2]) : 200;
   if (n < 2 || n > MAXR || K < 1) return printf("usage: test_rproxy NRANKS(2-8) [K]\n"), 2;
+  proxy_test_hosts(n);
   return launch_local(n, rank_main, &K, (int)(120 * launch_time_scale())) != 0;
 }
