@@ -15,10 +15,11 @@ struct weft_comm;
 struct weft_moe_window;
 
 typedef struct weft_dev_view {
-  int device;                /* the CUDA device the communicator's kernels run on */
-  int host_staged;           /* peers are reached through host memory: no kernel writes into them */
-  int gpu_shared;            /* some ranks of the communicator share a GPU */
-  int32_t *abort_flag;       /* device word every kernel wait reads: nonzero gives up */
+  int device;          /* the CUDA device the communicator's kernels run on */
+  int host_staged;     /* peers are reached through host memory or on other hosts: no kernel writes
+                          into them */
+  int gpu_shared;      /* some ranks of the communicator share a GPU */
+  int32_t *abort_flag; /* device word every kernel wait reads: nonzero gives up */
   weft_dev_error_t *error;   /* where a kernel reports what failed (errors.c reads it) */
   uint64_t timeout_ns;       /* a kernel's wait gives up after this */
   uint64_t moe_window_bytes; /* WEFT_MOE_WINDOW_BYTES, agreed at init */

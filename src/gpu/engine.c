@@ -15,15 +15,16 @@ static weft_result_t check_ptr(struct weft_comm *c, const char *what, const void
 static weft_result_t gpu_setup(struct weft_comm *c, const weft_config_t *config) {
   CHECK(weft_dev_setup(c, config->device));
   struct weft_dev *d = dev_of(c);
-  d->view = (weft_dev_view_t){.device = d->device,
-                              .host_staged = weft_ipc_host_staged(d->ipc),
-                              .gpu_shared = weft_ipc_gpu_shared(d->ipc),
-                              .abort_flag = d->abort_d,
-                              .error = d->err_d,
-                              .timeout_ns = d->launch.timeout_ns,
-                              .moe_window_bytes = d->moe_window_bytes,
-                              .check_ptr = check_ptr,
-                              .window_peer = weft_window_peer};
+  d->view =
+      (weft_dev_view_t){.device = d->device,
+                        .host_staged = weft_ipc_host_staged(d->ipc) || weft_ipc_spans_hosts(d->ipc),
+                        .gpu_shared = weft_ipc_gpu_shared(d->ipc),
+                        .abort_flag = d->abort_d,
+                        .error = d->err_d,
+                        .timeout_ns = d->launch.timeout_ns,
+                        .moe_window_bytes = d->moe_window_bytes,
+                        .check_ptr = check_ptr,
+                        .window_peer = weft_window_peer};
   return WEFT_SUCCESS;
 }
 

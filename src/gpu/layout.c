@@ -39,8 +39,10 @@ void *weft_dev_scratch(struct weft_comm *c) { return (char *)dev_of(c)->counters
 void weft_dev_fill_launch(const struct weft_comm *c, struct weft_dev *d) {
   weft_dev_launch_t *L = &d->launch;
   weft_dev_ll_t *P = &d->ll;
-  for (int r = 0; r < c->nranks; r++)
+  for (int r = 0; r < c->nranks; r++) {
     L->region[r] = P->region[r] = weft_ipc_region(d->ipc, r);
+    L->inbox[r] = weft_ipc_inbox(d->ipc, r);
+  }
   L->counters = d->counters;
   L->progress = (uint64_t *)((char *)d->counters + PROGRESS_OFF);
   L->dseq = (uint64_t *)((char *)d->counters + DSEQ_OFF);

@@ -125,6 +125,16 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
   return WEFT_SUCCESS;
 }
 
+/* One INFO line: how this rank's kernels reach each rank (weft_ipc_pair). */
+static void log_pairs(const struct weft_comm *c, const struct weft_dev *d) {
+  char line[512];
+  int n = 0;
+  for (int r = 0; r < c->nranks && n < (int)sizeof line; r++)
+    n += snprintf(line + n, sizeof line - (size_t)n, "%s%d %s", r ? ", " : "", r,
+                  weft_ipc_pair(d->ipc, r));
+  WEFT_INFO(WEFT_SUB_INIT, "rank %d: reaches rank %s", c->rank, line);
+}
+
 weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   struct weft_dev *d = calloc(1, sizeof *d);
   if (!d) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
@@ -136,6 +146,11 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   if (rc == WEFT_SUCCESS) rc = weft_dev_share_agree(c, d);
   if (rc == WEFT_SUCCESS) weft_dev_budget_apply(d); /* before the region is sized */
   if (rc == WEFT_SUCCESS) {
+    /* Across hosts every region, the device ones of this host's pairs included, shares the
+     * mirrors' layout, sized for host memory; and only the general kernel's chunks and flags
+     * travel (the proxy follows those): the low-latency kernels' flags ride inside their
+     * data. */
+    if (c->nlocal < c->nranks) weft_dev_host_sizing(d), d->ll_max = 0, d->ll_max_set = 1;
     struct weft_dev h = *d;
     weft_dev_host_sizing(&h);
     size_t bytes[3] = {weft_dev_region_bytes(d, c->nranks, d->ll128_max[0] || d->ll128_max[1]),
@@ -144,9 +159,6 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
     rc = weft_ipc_map(c->boot, c->rank, c->nranks, device, bytes,
                       weft_param_get_int(WEFT_PARAM_P2P_DISABLE) != 0, c->local_rank, &d->ipc);
     if (rc == WEFT_SUCCESS && weft_ipc_host_staged(d->ipc)) weft_dev_host_sizing(d);
-    /* across hosts only the general kernel's chunks and flags travel (the proxy follows
-     * those): the low-latency kernels' flags ride inside their data */
-    if (rc == WEFT_SUCCESS && c->nlocal < c->nranks) d->ll_max = 0, d->ll_max_set = 1;
   }
   weft_dev_leave(device, saved);
   if (rc != WEFT_SUCCESS) {
@@ -196,6 +208,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
             "rank %d: device %d, %zu bytes of staging in %s memory, chunk %u x %u stages", c->rank,
             device, weft_ipc_bytes(d->ipc), weft_ipc_host_staged(d->ipc) ? "host" : "device",
             d->chunk_bytes, d->stages);
+  log_pairs(c, d);
   return WEFT_SUCCESS;
 }
 

@@ -120,7 +120,7 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
   if (!ipc)
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
                           "weft_window_register: windows need a device communicator");
-  if (weft_ipc_host_staged(ipc))
+  if (weft_ipc_host_staged(ipc) || weft_ipc_spans_hosts(ipc))
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
                           "weft_window_register: this communicator stages through host memory "
                           "(its GPUs cannot map each other, or it spans hosts), so it has no "

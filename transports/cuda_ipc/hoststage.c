@@ -2,7 +2,7 @@
  * rank's region is a POSIX shared-memory segment that every process of its host maps and
  * registers with CUDA, so the same kernels read and write it, over PCIe instead of NVLink. A
  * rank on another host gets a mirror here instead, private to this process (the proxy carries
- * what lands in it). */
+ * what lands in it), whether the local regions are host-staged or on the devices. */
 #include <cuda_runtime_api.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,6 +12,33 @@
 #include "shmseg.h"
 
 #define HINT "lower WEFT_P2P_CHANNELS or WEFT_P2P_CHUNK_BYTES"
+
+/* Zeroed, like a fresh segment; never another process's. */
+static weft_result_t private_seg(size_t bytes, const char *what, int r, char **seg) {
+  void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    return weft_set_error(WEFT_ERR_NO_MEMORY,
+                          "cuda_ipc (host-staged): no memory for %s rank %d (%zu bytes); " HINT,
+                          what, r, bytes);
+  *seg = m;
+  return WEFT_SUCCESS;
+}
+
+/* Portable: one process may drive several GPUs, each of which must reach every region. */
+static weft_result_t register_seg(char *seg, size_t bytes, int r, char *registered, char **dev) {
+  cudaError_t e = cudaHostRegister(seg, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+  if (e != cudaSuccess)
+    return weft_set_error(WEFT_ERR_SYSTEM,
+                          "cuda_ipc (host-staged): registering rank %d's region: %s", r,
+                          cudaGetErrorString(e));
+  *registered = 1;
+  e = cudaHostGetDevicePointer((void **)dev, seg, 0);
+  if (e != cudaSuccess)
+    return weft_set_error(WEFT_ERR_SYSTEM,
+                          "cuda_ipc (host-staged): device address of rank %d's region: %s", r,
+                          cudaGetErrorString(e));
+  return WEFT_SUCCESS;
+}
 
 weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, size_t bytes,
                                  const int *local_rank, weft_ipc_t *out) {
@@ -26,13 +53,8 @@ weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, s
   CHECK_GOTO(weft_bootstrap_barrier(boot), rc, fail);
   for (int p = 0; p < nranks; p++) {
     if (p == rank) continue;
-    if (local_rank[p] < 0) { /* zeroed, like a fresh segment; never another process's */
-      void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (m == MAP_FAILED)
-        ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY,
-                 "cuda_ipc (host-staged): no memory for a mirror of rank %d's region (%zu bytes)",
-                 p, bytes);
-      out->seg[p] = m;
+    if (local_rank[p] < 0) {
+      CHECK_GOTO(private_seg(bytes, "a mirror of the region of", p, &out->seg[p]), rc, fail);
       out->remote[p] = 1;
       continue;
     }
@@ -43,21 +65,8 @@ weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, s
   CHECK_GOTO(weft_bootstrap_barrier(boot), rc, fail);
   shm_unlink(out->name);
   out->linked = 0;
-  /* Portable: one process may drive several GPUs, each of which must reach every region. */
-  for (int p = 0; p < nranks; p++) {
-    cudaError_t e =
-        cudaHostRegister(out->seg[p], bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
-    if (e != cudaSuccess)
-      ERR_GOTO(rc, fail, WEFT_ERR_SYSTEM,
-               "cuda_ipc (host-staged): registering rank %d's region: %s", p,
-               cudaGetErrorString(e));
-    out->registered[p] = 1;
-    e = cudaHostGetDevicePointer((void **)&out->region[p], out->seg[p], 0);
-    if (e != cudaSuccess)
-      ERR_GOTO(rc, fail, WEFT_ERR_SYSTEM,
-               "cuda_ipc (host-staged): device address of rank %d's region: %s", p,
-               cudaGetErrorString(e));
-  }
+  for (int p = 0; p < nranks; p++)
+    CHECK_GOTO(register_seg(out->seg[p], bytes, p, &out->registered[p], &out->region[p]), rc, fail);
   WEFT_INFO(WEFT_SUB_INIT, "rank %d: GPU %d stages through host memory (%zu bytes per rank)", rank,
             out->device, bytes);
   return WEFT_SUCCESS;
@@ -66,14 +75,30 @@ fail:
   return rc;
 }
 
+weft_result_t weft_hoststage_remote(const int *local_rank, weft_ipc_t *out) {
+  for (int p = 0; p < out->nranks; p++) {
+    if (local_rank[p] >= 0) continue;
+    CHECK(private_seg(out->bytes, "a mirror of the region of", p, &out->seg[p]));
+    out->remote[p] = 1;
+    CHECK(register_seg(out->seg[p], out->bytes, p, &out->registered[p], &out->region[p]));
+  }
+  CHECK(private_seg(out->bytes, "what comes from other hosts to", out->rank, &out->inbox_seg));
+  return register_seg(out->inbox_seg, out->bytes, out->rank, &out->inbox_registered, &out->inbox);
+}
+
 void weft_hoststage_unmap(weft_ipc_t *p) {
   for (int r = 0; r < p->nranks && r < WEFT_IPC_MAX_RANKS; r++) {
     if (p->registered[r]) cudaHostUnregister(p->seg[r]);
     if (p->seg[r]) munmap(p->seg[r], p->bytes);
     p->seg[r] = NULL;
     p->registered[r] = 0;
+    p->remote[r] = 0;
     p->region[r] = NULL;
   }
+  if (p->inbox_registered) cudaHostUnregister(p->inbox_seg);
+  if (p->inbox_seg) munmap(p->inbox_seg, p->bytes);
+  p->inbox_seg = p->inbox = NULL;
+  p->inbox_registered = 0;
   if (p->linked) shm_unlink(p->name);
   p->linked = 0;
 }

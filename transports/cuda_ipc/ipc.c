@@ -2,7 +2,8 @@
  * communicator and mapped once, so no operation pays for a handle exchange. Ranks in the
  * same process (one process driving several GPUs) use each other's pointers directly,
  * with peer access enabled, since CUDA refuses to open a handle in the process that made it.
- * Where some pair cannot map each other, every rank falls back to host-staged regions. */
+ * Where some pair of one host cannot map each other, every rank falls back to host-staged
+ * regions. Ranks on other hosts get mirrors either way (hoststage.c). */
 #include "ipc_state.h"
 
 #include <cuda_runtime_api.h>
@@ -49,11 +50,16 @@ static weft_result_t same_process(int device, const card_t *peer, int peer_dev, 
 /* What this rank learns of its peers before anything is allocated: 1 where it can map every
  * peer's memory, | 2 where every peer is on another GPU over a link with native atomics
  * (NVLink, not PCIe). */
-static int32_t reach_peers(const card_t *cards, const weft_ipc_t *out, int8_t *peer_dev) {
+static int32_t reach_peers(const card_t *cards, const weft_ipc_t *out, const int *local_rank,
+                           int8_t *peer_dev) {
   int rank = out->rank, device = out->device, linked = 1;
   for (int p = 0; p < out->nranks; p++) {
     peer_dev[p] = -1;
     if (p == rank) continue;
+    if (local_rank[p] < 0) { /* the proxy's: a mirror, in host memory */
+      linked = 0;
+      continue;
+    }
     if (strcmp(cards[p].bus, cards[rank].bus) == 0) {
       linked = 0;
       continue;
@@ -81,13 +87,15 @@ static int32_t reach_peers(const card_t *cards, const weft_ipc_t *out, int8_t *p
 
 /* Maps every peer's region; 0 (with the reason logged) where some handle does not open, so
  * that the communicator can stage through host memory. */
-static int map_peers(const card_t *cards, const int8_t *peer_dev, weft_ipc_t *out) {
+static int map_peers(const card_t *cards, const int8_t *peer_dev, const int *local_rank,
+                     weft_ipc_t *out) {
   int rank = out->rank, device = out->device;
   for (int p = 0; p < out->nranks; p++) {
     if (p == rank) {
       out->region[p] = out->mine;
       continue;
     }
+    if (local_rank[p] < 0) continue;
     void *ptr = NULL;
     cudaError_t e = cudaIpcOpenMemHandle(&ptr, cards[p].handle, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess && cards[p].pid == cards[rank].pid) {
@@ -167,15 +175,16 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
   CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
   int forced = 0;
   for (int p = 0; p < nranks; p++) {
-    forced |= cards[p].force_host || local_rank[p] < 0; /* across hosts: the same everywhere */
+    forced |= cards[p].force_host;
+    out->spans |= local_rank[p] < 0; /* the same on every rank */
     for (int q = p + 1; q < nranks; q++)
       out->gpu_shared |= cards[p].host == cards[q].host && strcmp(cards[p].bus, cards[q].bus) == 0;
   }
-  /* All ranks must choose alike: one pair that cannot map each other stages everyone. The
-   * links are known before the region is allocated, so that it holds only what runs over
-   * them (the 128-byte kernel's buffers need NVLink). */
+  /* All ranks must choose alike: one pair of a host that cannot map each other stages
+   * everyone. The links are known before the region is allocated, so that it holds only what
+   * runs over them (the 128-byte kernel's buffers need NVLink). */
   int reach = 0, first_bad = -1;
-  int32_t mine = forced ? 0 : reach_peers(cards, out, peer_dev);
+  int32_t mine = forced ? 0 : reach_peers(cards, out, local_rank, peer_dev);
   CHECK_GOTO(all_have(boot, words, rank, nranks, mine, &reach, &first_bad), rc, fail);
   out->nvlink = reach;
   for (int p = 0; p < nranks; p++)
@@ -191,10 +200,11 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
               "cuda_ipc: cudaIpcGetMemHandle");
     cards[rank].addr = (uint64_t)(uintptr_t)out->mine;
     CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
-    CHECK_GOTO(
-        all_have(boot, words, rank, nranks, map_peers(cards, peer_dev, out), &mapped, &first_bad),
-        rc, fail);
+    CHECK_GOTO(all_have(boot, words, rank, nranks, map_peers(cards, peer_dev, local_rank, out),
+                        &mapped, &first_bad),
+               rc, fail);
   }
+  if (mapped && out->spans) CHECK_GOTO(weft_hoststage_remote(local_rank, out), rc, fail);
   if (!mapped) {
     unmap_device(out);
     out->nvlink = 0;
@@ -220,18 +230,26 @@ fail:
 
 void weft_ipc_unmap(weft_ipc_t *p) {
   if (!p) return;
-  if (p->host)
-    weft_hoststage_unmap(p);
-  else
-    unmap_device(p);
+  if (!p->host) unmap_device(p); /* its IPC mappings; the mirrors go with the segments */
+  weft_hoststage_unmap(p);
   free(p);
 }
 
 void *weft_ipc_region(const weft_ipc_t *p, int r) { return p->region[r]; }
+void *weft_ipc_inbox(const weft_ipc_t *p, int r) {
+  return p->remote[r] && !p->host ? p->inbox : p->region[p->rank];
+}
 size_t weft_ipc_bytes(const weft_ipc_t *p) { return p->bytes; }
 int weft_ipc_host_staged(const weft_ipc_t *p) { return p->host; }
-char *weft_ipc_host_region(const weft_ipc_t *p, int r) { return p->host ? p->seg[r] : NULL; }
+int weft_ipc_spans_hosts(const weft_ipc_t *p) { return p->spans; }
+char *weft_ipc_host_region(const weft_ipc_t *p, int r) {
+  if (p->host || p->remote[r]) return p->seg[r];
+  return r == p->rank ? p->inbox_seg : NULL;
+}
 int weft_ipc_remote(const weft_ipc_t *p, int r) { return p->remote[r]; }
+const char *weft_ipc_pair(const weft_ipc_t *p, int r) {
+  return r == p->rank ? "self" : p->remote[r] ? "proxy" : p->host ? "host-staged" : "p2p";
+}
 int weft_ipc_nvlink(const weft_ipc_t *p) { return p->nvlink; }
 int weft_ipc_gpu_shared(const weft_ipc_t *p) { return p->gpu_shared; }
 int weft_ipc_local_device(const weft_ipc_t *p, int r) { return p->local_dev[r]; }

@@ -1,7 +1,8 @@
 /* The cuda_ipc transport: the ranks of a device communicator on one host map each other's
  * staging regions (CUDA IPC handles exchanged over the bootstrap ring, or the pointers
  * themselves within one process), or, where some pair cannot, every region lives in host
- * shared memory that all GPUs map (host-staged). Unlike shm and tcp it moves no bytes
+ * shared memory that all GPUs map (host-staged). A rank on another host gets a mirror in host
+ * memory that the proxy (src/proxy/region.h) keeps. Unlike shm and tcp it moves no bytes
  * itself: the gpu engine's kernels read and write the mapped regions. */
 #ifndef WEFT_IPC_H
 #define WEFT_IPC_H
@@ -24,9 +25,9 @@ typedef struct weft_ipc weft_ipc_t;
 weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int device,
                            const size_t bytes[3], int force_host, const int *local_rank,
                            weft_ipc_t **out);
-/* local_rank[r] < 0: rank r is on another host. Then every rank stages through host memory,
- * and this rank's region of r is a mirror only this process maps (weft_ipc_remote): the
- * proxy (src/proxy/region.h) carries what the kernels write there. */
+/* local_rank[r] < 0: rank r is on another host. This rank's region of r is then a mirror in
+ * host memory only this process maps (weft_ipc_remote), and what r sends lands in this rank's
+ * inbox for r (weft_ipc_inbox): the proxy carries both ways. */
 /* Unmaps and frees (NULL: nothing). */
 void weft_ipc_unmap(weft_ipc_t *p);
 /* Before the regions go. Ranks of this process may still run kernels that write to ours:
@@ -39,12 +40,21 @@ int weft_ipc_drain(weft_ipc_t *p);
 /* Rank r's region as mapped here (a device pointer), and the bytes of each region. */
 void *weft_ipc_region(const weft_ipc_t *p, int r);
 size_t weft_ipc_bytes(const weft_ipc_t *p);
-/* Host addresses of rank r's region (host-staged only; else NULL), and whether r is on another
- * host (its region here is a mirror). */
+/* This rank's region as rank r writes into it (a device pointer): its own region, or, for r
+ * on another host with the local regions on the devices, the host memory the proxy fills. */
+void *weft_ipc_inbox(const weft_ipc_t *p, int r);
+/* Host addresses of rank r's region where it lives in host memory (host-staged regions, the
+ * mirror of a remote r, this rank's inbox for remote ranks as r == rank); else NULL. And
+ * whether r is on another host (its region here is a mirror). */
 char *weft_ipc_host_region(const weft_ipc_t *p, int r);
 int weft_ipc_remote(const weft_ipc_t *p, int r);
-/* The regions live in host shared memory (PCIe, not NVLink). */
+/* How this rank reaches r: "self", "p2p" (the region on r's GPU, mapped), "host-staged"
+ * (shared memory of this host) or "proxy" (a mirror, carried over the network). */
+const char *weft_ipc_pair(const weft_ipc_t *p, int r);
+/* The regions of this host live in host shared memory (PCIe, not NVLink). */
 int weft_ipc_host_staged(const weft_ipc_t *p);
+/* Some rank is on another host: no kernel writes into its buffers. */
+int weft_ipc_spans_hosts(const weft_ipc_t *p);
 /* Every pair of ranks sits on two GPUs whose link has native atomics (NVLink, not PCIe), by
  * every rank's account: there a warp's 128-byte store reaches the peer whole. */
 int weft_ipc_nvlink(const weft_ipc_t *p);

@@ -29,11 +29,19 @@ struct weft_ipc {
   char name[64];                       /* own segment's name while it is linked */
   char remote[WEFT_IPC_MAX_RANKS];     /* on another host: seg is this process's mirror */
   int linked;
+  int spans; /* some rank is on another host */
+  /* device regions with ranks on other hosts: the host memory the proxy fills with what they
+   * send (this rank's region as they write it), its device address, and whether registered */
+  char *inbox_seg, *inbox;
+  char inbox_registered;
 };
 
 /* The host-staged half of the above (hoststage.c). */
 weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, size_t bytes,
                                  const int *local_rank, weft_ipc_t *out);
+/* Device regions: mirrors of the remote ranks' regions, and the inbox (weft_ipc_inbox). */
+weft_result_t weft_hoststage_remote(const int *local_rank, weft_ipc_t *out);
+/* Undoes either (the device regions' IPC mappings are ipc.c's). */
 void weft_hoststage_unmap(weft_ipc_t *p);
 
 #endif

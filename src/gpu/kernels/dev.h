@@ -117,7 +117,10 @@ enum {
 
 typedef struct {
   char *region[WEFT_DEV_MAX_RANKS]; /* every rank's region as mapped here (own included) */
-  uint64_t *counters;               /* private: [ch][peer][2] sent, received */
+  /* This rank's region as rank p writes into it: region[rank], or for p on another host the
+   * host memory the proxy fills with what p sent (and where it raises p's flags) */
+  char *inbox[WEFT_DEV_MAX_RANKS];
+  uint64_t *counters; /* private: [ch][peer][2] sent, received */
   uint64_t *progress; /* private: per collective channel, rounds its sender finished in this
                          launch (in-place items), one per WEFT_DEV_FLAG_STRIDE bytes */
   uint64_t *dseq;     /* private: per direct channel, direct operations so far */

@@ -281,7 +281,7 @@ __device__ bool direct_open(const Chan &c, uint64_t k) {
   if (threadIdx.x == 0)
     for (int p = 0; p < n; p++) {
       if (p == me) continue;
-      uint64_t *f = c.flag(p, WEFT_DEV_DIN_OFF(c.ch, me));
+      uint64_t *f = c.out_flag(p, WEFT_DEV_DIN_OFF(c.ch, me));
       f[1] = L.direct_where;
       f[2] = L.direct_bytes;
       f[3] = L.direct_where_send;
@@ -289,7 +289,7 @@ __device__ bool direct_open(const Chan &c, uint64_t k) {
     }
   for (int i = 0; i < n - 1; i++) {
     int p = peer_at(c, i);
-    const uint64_t *f = c.flag(me, WEFT_DEV_DIN_OFF(c.ch, p));
+    const uint64_t *f = c.in_flag(p, WEFT_DEV_DIN_OFF(c.ch, p));
     if (!c.wait_geq(f, k, p)) return false;
     const volatile uint64_t *v = f;
     if (v[1] != L.direct_where || v[2] != L.direct_bytes || v[3] != L.direct_where_send) {
@@ -316,11 +316,11 @@ __device__ void direct_close(const Chan &c, uint64_t k, uint64_t *seq) {
   if (threadIdx.x == 0) {
     __threadfence_system();
     for (int p = 0; p < n; p++)
-      if (p != me) st_relaxed_sys(c.flag(p, WEFT_DEV_DOUT_OFF(c.ch, me)), k);
+      if (p != me) st_relaxed_sys(c.out_flag(p, WEFT_DEV_DOUT_OFF(c.ch, me)), k);
   }
   for (int i = 0; i < n - 1; i++) {
     int p = peer_at(c, i);
-    if (!c.wait_geq(c.flag(me, WEFT_DEV_DOUT_OFF(c.ch, p)), k, p)) return;
+    if (!c.wait_geq(c.in_flag(p, WEFT_DEV_DOUT_OFF(c.ch, p)), k, p)) return;
   }
   if (threadIdx.x == 0) *seq = k;
 }

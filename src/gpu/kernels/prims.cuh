@@ -44,17 +44,22 @@ struct Chan {
   int *bail;              /* shared memory */
   uint32_t kind;
 
-  __device__ char *region(int r) const { return L->region[r]; }
-  __device__ uint64_t *flag(int owner, uint64_t off) const {
-    return (uint64_t *)(region(owner) + off);
+  /* A flag in our own region that peer writes, and one in peer's region that we write. The
+   * first is read through our inbox for that peer: on another host, the proxy raises it. */
+  __device__ uint64_t *in_flag(int peer, uint64_t off) const {
+    return (uint64_t *)(L->inbox[peer] + off);
+  }
+  __device__ uint64_t *out_flag(int peer, uint64_t off) const {
+    return (uint64_t *)(L->region[peer] + off);
   }
   /* Slot index of src in a receiver's staging area (a rank keeps none for itself). */
   __device__ int slot_of(int src, int dst) const { return src < dst ? src : src - 1; }
-  __device__ char *stage(int owner, int src, uint64_t seq) const {
+  /* Staging slot seq of src's chunks to dst, in base (dst's region or our inbox for src). */
+  __device__ char *stage(const char *base, int src, int dst, uint64_t seq) const {
     /* staging exists for the comm's collective channels, then for the send/recv sets */
     uint64_t sc = ch < WEFT_DEV_COLL_CHANNELS ? ch : ch - WEFT_DEV_COLL_CHANNELS + L->coll_channels;
-    uint64_t i = (sc * (n - 1) + slot_of(src, owner)) * L->stages + seq % L->stages;
-    return region(owner) + WEFT_DEV_STAGE_OFF + i * L->chunk_bytes;
+    uint64_t i = (sc * (n - 1) + slot_of(src, dst)) * L->stages + seq % L->stages;
+    return (char *)base + WEFT_DEV_STAGE_OFF + i * L->chunk_bytes;
   }
 
   /* Thread 0 waits for *p >= target; everyone learns the outcome. */
@@ -77,7 +82,7 @@ struct Chan {
             L->error->kind = kind;
             /* a flag of the region, or (in-place rounds) this block's own sender's count in
              * private memory: WEFT_DEV_WHERE_PROGRESS */
-            const char *q = (const char *)p, *r = L->region[L->rank];
+            const char *q = (const char *)p, *r = L->inbox[peer];
             L->error->where =
                 q >= r && q < r + WEFT_DEV_STAGE_OFF ? (uint64_t)(q - r) : WEFT_DEV_WHERE_PROGRESS;
             L->error->want = target;
@@ -104,8 +109,8 @@ struct Chan {
   __device__ char *send_slot(int dst) const {
     uint64_t s = sent[dst];
     uint64_t need = s + 1 > L->stages ? s + 1 - L->stages : 0;
-    if (!wait_geq(flag(rank, WEFT_DEV_DONE_OFF(ch, dst)), need, dst)) return nullptr;
-    return stage(dst, rank, s);
+    if (!wait_geq(in_flag(dst, WEFT_DEV_DONE_OFF(ch, dst)), need, dst)) return nullptr;
+    return stage(L->region[dst], rank, dst, s);
   }
   /* After the whole block wrote the chunks: make them visible, then bump ready. One fence
    * (cumulative over the block's writes through the barrier) covers every peer's flag. */
@@ -115,15 +120,15 @@ struct Chan {
       __threadfence_system();
       for (int i = 0; i < nd; i++) {
         int d = dsts[i];
-        st_relaxed_sys(flag(d, WEFT_DEV_READY_OFF(ch, rank)), ++sent[d]);
+        st_relaxed_sys(out_flag(d, WEFT_DEV_READY_OFF(ch, rank)), ++sent[d]);
       }
     }
     __syncthreads();
   }
   __device__ const char *recv_slot(int src) const {
     uint64_t r = recvd[src];
-    if (!wait_geq(flag(rank, WEFT_DEV_READY_OFF(ch, src)), r + 1, src)) return nullptr;
-    return stage(rank, src, r);
+    if (!wait_geq(in_flag(src, WEFT_DEV_READY_OFF(ch, src)), r + 1, src)) return nullptr;
+    return stage(L->inbox[src], src, rank, r);
   }
   /* After the whole block has read the chunks: hand the slots back. */
   __device__ void release(const int *srcs, int ns) const {
@@ -131,7 +136,7 @@ struct Chan {
     if (threadIdx.x == 0)
       for (int i = 0; i < ns; i++) {
         int s = srcs[i];
-        st_release_sys(flag(s, WEFT_DEV_DONE_OFF(ch, rank)), ++recvd[s]);
+        st_release_sys(out_flag(s, WEFT_DEV_DONE_OFF(ch, rank)), ++recvd[s]);
       }
     __syncthreads();
   }
