@@ -19,6 +19,9 @@ typedef struct {
   const uint8_t *use;    /* use[p] != 0: this transport serves peer p (collective: all ranks) */
   const int *local_rank; /* index of each rank among those on this host; -1 elsewhere */
   int nlocal;
+  /* each rank's host for messages: nranks rows of WEFT_HOST_LABEL_BYTES (topo.h); lives as
+   * long as the transport */
+  const char *host_labels;
   uint64_t magic;
   const atomic_int *abort_flag;
   int wake_fd; /* eventfd that weft_comm_abort writes, for transports that poll */

@@ -98,6 +98,7 @@ static void comm_free(weft_comm_t c) {
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->hb_cv);
   free(c->local_rank);
+  free(c->host_labels);
   free(c->peer_tr);
   free(c);
 }
@@ -114,6 +115,7 @@ static weft_result_t setup_transports(weft_comm_t c, const int *host_of) {
                               .nranks = c->nranks,
                               .local_rank = c->local_rank,
                               .nlocal = c->nlocal,
+                              .host_labels = c->host_labels,
                               .magic = c->magic,
                               .abort_flag = &c->aborted,
                               .wake_fd = c->wake_fd,
@@ -129,6 +131,12 @@ static weft_result_t setup_transports(weft_comm_t c, const int *host_of) {
   return rc;
 }
 
+const char *weft_comm_host(const struct weft_comm *c, int r) {
+  return c->host_labels && r >= 0 && r < c->nranks
+             ? c->host_labels + (size_t)r * WEFT_HOST_LABEL_BYTES
+             : "?";
+}
+
 static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
   weft_result_t rc = WEFT_SUCCESS;
   char(*hosts)[WEFT_HOSTID_BYTES] = NULL;
@@ -141,13 +149,16 @@ static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
   hosts = calloc((size_t)c->nranks, WEFT_HOSTID_BYTES);
   host_of = calloc((size_t)c->nranks, sizeof *host_of);
   c->local_rank = malloc(sizeof(int) * (size_t)c->nranks);
+  c->host_labels = calloc((size_t)c->nranks, WEFT_HOST_LABEL_BYTES);
   c->peer_tr = calloc((size_t)c->nranks, 1);
-  if (!hosts || !host_of || !c->local_rank || !c->peer_tr)
+  if (!hosts || !host_of || !c->local_rank || !c->host_labels || !c->peer_tr)
     ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "comm init: out of memory");
   weft_topo_host_identity(hosts[c->rank]);
   CHECK_GOTO(weft_bootstrap_allgather(c->boot, hosts, WEFT_HOSTID_BYTES), rc, out);
   c->nlocal = weft_topo_local_ranks((const char(*)[WEFT_HOSTID_BYTES])hosts, c->nranks, c->rank,
                                     c->local_rank, host_of);
+  for (int r = 0; r < c->nranks; r++)
+    weft_topo_host_label(hosts[r], c->host_labels + (size_t)r * WEFT_HOST_LABEL_BYTES);
   CHECK_GOTO(setup_transports(c, host_of), rc, out);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   c->spin = (int)weft_param_get_int(WEFT_PARAM_SPIN);

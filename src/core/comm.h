@@ -44,7 +44,8 @@ struct weft_comm {
   uint64_t magic;
 
   /* topology */
-  int *local_rank; /* index among ranks on this host, -1 elsewhere */
+  int *local_rank;   /* index among ranks on this host, -1 elsewhere */
+  char *host_labels; /* nranks rows of WEFT_HOST_LABEL_BYTES: each rank's host (messages) */
   int nlocal;
   int spin;
   int yield;            /* more local ranks than cores: yield instead of pausing while spinning */
@@ -83,6 +84,8 @@ struct weft_comm {
 weft_result_t weft_comm_agree(struct weft_comm *c, weft_result_t mine, const char *what);
 /* Records err as the comm's failure (first one wins) and tells the other ranks. */
 void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg, uint64_t seq);
+/* Rank r's host as messages name it ("?" when not known). */
+const char *weft_comm_host(const struct weft_comm *c, int r);
 /* Tuner: fills task->algo and task->args.chunk through the comm's engine. Fails (nothing
  * changed) when WEFT_ALGO names no algorithm, or one the collective has but that cannot serve
  * this call. */

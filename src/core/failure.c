@@ -20,7 +20,8 @@ void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char
 }
 
 /* How a rank that found a peer dead says it, whichever channel showed it first. */
-#define GONE "rank %d is gone (its process died, or it left without destroying the communicator)"
+#define GONE                                                                                       \
+  "rank %d (host %s) is gone (its process died, or it left without destroying the communicator)"
 
 static weft_result_t check(weft_comm_t c, int ring) {
   weft_notice_t n = {0};
@@ -38,9 +39,10 @@ static weft_result_t check(weft_comm_t c, int ring) {
   /* Found here (seq 0), with the detector's precise words (a stopped rank): those alone. */
   if (n.seq == 0 && n.text[0]) return weft_set_error(rc, "rank %d: %s", c->rank, n.text);
   if (n.seq == 0)
-    snprintf(what, sizeof what, GONE, n.origin);
+    snprintf(what, sizeof what, GONE, n.origin, weft_comm_host(c, n.origin));
   else if (rc == WEFT_ERR_PEER_LOST)
-    snprintf(what, sizeof what, "rank %d is gone (noticed during op %llu)", n.origin, op);
+    snprintf(what, sizeof what, "rank %d (host %s) is gone (noticed during op %llu)", n.origin,
+             weft_comm_host(c, n.origin), op);
   else if (rc == WEFT_ERR_TIMEOUT)
     snprintf(what, sizeof what, "rank %d timed out in op %llu waiting for a peer", n.origin, op);
   else if (rc == WEFT_ERR_ABORTED)
@@ -61,7 +63,8 @@ weft_result_t weft_fail_check_local(weft_comm_t c) { return check(c, 0); }
 
 weft_result_t weft_fail_peer_gone(weft_comm_t c, int peer, const char *detail) {
   WEFT_INFO(WEFT_SUB_NET, "rank %d: rank %d lost: %s", c->rank, peer, detail);
-  return weft_set_error(WEFT_ERR_PEER_LOST, "rank %d: " GONE, c->rank, peer);
+  return weft_set_error(WEFT_ERR_PEER_LOST, "rank %d: " GONE, c->rank, peer,
+                        weft_comm_host(c, peer));
 }
 
 weft_result_t weft_fail_root_cause(weft_comm_t c, weft_result_t rc, int peer, const char *what,

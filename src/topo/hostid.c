@@ -41,6 +41,13 @@ int weft_topo_local_ranks(const char (*hosts)[WEFT_HOSTID_BYTES], int nranks, in
   return nlocal;
 }
 
+void weft_topo_host_label(const char id[WEFT_HOSTID_BYTES], char out[WEFT_HOST_LABEL_BYTES]) {
+  if (!strncmp(id, "id:", 3))
+    snprintf(out, WEFT_HOST_LABEL_BYTES, "%.*s", WEFT_HOST_LABEL_BYTES - 1, id + 3);
+  else
+    snprintf(out, WEFT_HOST_LABEL_BYTES, "%.*s", (int)strcspn(id, "/"), id);
+}
+
 uint64_t weft_topo_host_key(void) {
   char id[WEFT_HOSTID_BYTES];
   weft_topo_host_identity(id);

@@ -17,8 +17,9 @@ enum {
   WEFT_TOPO_DEPTH = 12, /* PCI hops kept between the host bridge and a device */
   WEFT_TOPO_MAX_DEVS = 128,
   WEFT_TOPO_MAX_NUMA = 64,
-  WEFT_TOPO_CPULIST = 256, /* a node's cpulist text, "0-55,112-167" */
-  WEFT_HOSTID_BYTES = 64   /* a host identity, compared with memcmp across ranks */
+  WEFT_TOPO_CPULIST = 256,   /* a node's cpulist text, "0-55,112-167" */
+  WEFT_HOSTID_BYTES = 64,    /* a host identity, compared with memcmp across ranks */
+  WEFT_HOST_LABEL_BYTES = 32 /* a host's name in messages (weft_topo_host_label) */
 };
 
 typedef enum { WEFT_TOPO_GPU = 0, WEFT_TOPO_NIC = 1 } weft_topo_kind_t;
@@ -118,6 +119,8 @@ weft_result_t weft_topo_pin_thread(pthread_t thread, const char *root, int numa)
 void weft_topo_host_identity(char out[WEFT_HOSTID_BYTES]);
 /* A 64-bit key of that identity (FNV-1a), for cards that must tell hosts apart. */
 uint64_t weft_topo_host_key(void);
+/* A host's name for messages, from its identity: WEFT_HOSTID's value, else the host name. */
+void weft_topo_host_label(const char id[WEFT_HOSTID_BYTES], char out[WEFT_HOST_LABEL_BYTES]);
 /* From every rank's identity (nranks rows of WEFT_HOSTID_BYTES): local_rank[p] = p's index
  * among the ranks of me's host (-1 elsewhere), host_of[p] = the lowest rank on p's host;
  * returns how many ranks share me's host. */

@@ -54,9 +54,17 @@ int readme_quotes(const char *row, char *out, size_t cap) {
 }
 
 static int same_but_numbers(const char *a, size_t na, const char *b) {
+  static const char host[] = "(host ";
+  const size_t nh = sizeof host - 1;
   size_t i = 0, j = 0, nb = strlen(b);
   while (i < na && j < nb) {
-    if (isdigit((unsigned char)a[i]) && isdigit((unsigned char)b[j])) {
+    if (na - i > nh && !strncmp(a + i, host, nh) && !strncmp(b + j, host, nh)) {
+      i += nh, j += nh; /* both name a host: any name, up to the parenthesis */
+      while (i < na && a[i] != ')')
+        i++;
+      while (j < nb && b[j] != ')')
+        j++;
+    } else if (isdigit((unsigned char)a[i]) && isdigit((unsigned char)b[j])) {
       while (i < na && isdigit((unsigned char)a[i]))
         i++;
       while (j < nb && isdigit((unsigned char)b[j]))

@@ -13,7 +13,8 @@
 int readme_quotes(const char *row, char *out, size_t cap);
 
 /* 1 when msg equals one of the quotes (lines of quotes) with every run of digits taken as
- * equal to any other: the numbers (ranks, pids, ms, op counts) vary from run to run. */
+ * equal to any other, and every host name in "(host NAME)" as equal to any other: the numbers
+ * (ranks, pids, ms, op counts) and the test hosts' names vary from run to run. */
 int readme_quoted(const char *quotes, const char *msg);
 
 #endif

@@ -4,9 +4,10 @@
  * wrap-around, frames split by the stream and backed-up receivers all happen; every byte is
  * checked. abort: rank 0 aborts its communicator a third of the way in; kill: the last rank
  * is SIGKILLed there. Every survivor's proxy must then stop on an error within 5 s (times
- * WEFT_TEST_TIME_SCALE) that names the rank, and its stand-in must see the abort word. cut (2
- * ranks in tests/fault/netns.sh's namespaces): rank 1 sets its end of the link down, and both
- * must stop within 5 s naming the other, though no socket closes (WEFT_TCP_DEAD_MS).
+ * WEFT_TEST_TIME_SCALE) that names the rank (a killed one with its host), and its stand-in
+ * must see the abort word. cut (2 ranks in tests/fault/netns.sh's namespaces): rank 1 sets its
+ * end of the link down, and both must stop within 5 s naming the other and its host, though
+ * no socket closes (WEFT_TCP_DEAD_MS).
  * usage: test_proxy NRANKS [data|abort|kill|cut] [--chan=C] [--slot=BYTES] [--kib=K] */
 #include <sched.h>
 #include <signal.h>
@@ -273,15 +274,16 @@ int main(int argc, char **argv) {
            n, a.nchan, a.slot, (unsigned long long)a.kib, rc ? "FAILED" : "every byte arrived", lo);
     return rc != 0;
   }
-  /* abort, kill: every survivor's proxy failed in time, naming the rank; cut: each names the
-   * other */
+  /* abort, kill: every survivor's proxy failed in time, naming the rank (and, lost, its
+   * host); cut: each names the other and its host */
   int victim = a.mode == ABORT ? 0 : n - 1, fails = 0;
   int64_t bound = (int64_t)(5000 * launch_time_scale());
   for (int r = 0; r < n; r++) {
     if (a.mode == KILL && r == victim) continue;
     int64_t dt = a.sh->t_fail[r] - a.sh->t_event;
-    char want[32];
-    snprintf(want, sizeof want, "rank %d", a.mode == CUT ? 1 - r : victim);
+    char want[32]; /* a lost rank is named with its host */
+    snprintf(want, sizeof want, a.mode == ABORT ? "rank %d" : "rank %d (host ",
+             a.mode == CUT ? 1 - r : victim);
     int ok = a.sh->rc[r] != WEFT_SUCCESS && a.sh->t_fail[r] && dt <= bound &&
              ((r == victim && a.mode != CUT) || strstr(a.sh->msg[r], want));
     printf("test_proxy: rank %d: %s after %lld ms: %s\n", r, ok ? "ok" : "WRONG", (long long)dt,

@@ -15,6 +15,7 @@
 #include "err.h"
 #include "param.h"
 #include "socket.h"
+#include "topo.h"
 #include "transport.h"
 #include "waitlog.h"
 
@@ -47,6 +48,7 @@ typedef struct {
   const atomic_int *abort_flag;
   int wake_fd;
   int dead_ms;                  /* WEFT_TCP_DEAD_MS */
+  const char *host_labels;      /* weft_transport_init_t's */
   const weft_bootstrap_t *boot; /* its ring sockets carry failure notices: poll them too */
   struct pollfd *pfds;
 } tcp_t;
@@ -118,6 +120,7 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   if (!t) return weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
   *t = (tcp_t){.rank = in->rank,
                .nranks = in->nranks,
+               .host_labels = in->host_labels,
                .magic32 = (uint32_t)(in->magic >> 32),
                .abort_flag = in->abort_flag,
                .wake_fd = in->wake_fd};
@@ -209,12 +212,16 @@ fail:
   return rc;
 }
 
+static const char *host_of(const tcp_t *t, int peer) {
+  return t->host_labels ? t->host_labels + (size_t)peer * WEFT_HOST_LABEL_BYTES : "?";
+}
+
 static weft_result_t lost(const tcp_t *t, int peer, const char *what, int err) {
   if (err == ETIMEDOUT) /* keepalive or unacknowledged data (weft_sock_keepalive) */
     return weft_set_error(WEFT_ERR_TIMEOUT,
-                          "tcp: rank %d answered nothing for %d ms (WEFT_TCP_DEAD_MS): its host "
-                          "is down or the link to it is cut",
-                          peer, t->dead_ms);
+                          "tcp: rank %d (host %s) answered nothing for %d ms (WEFT_TCP_DEAD_MS): "
+                          "its host is down or the link to it is cut",
+                          peer, host_of(t, peer), t->dead_ms);
   return weft_set_error(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s%s%s", peer, what,
                         err ? ": " : "", err ? strerror(err) : "");
 }
