@@ -53,6 +53,10 @@ typedef struct weft_transport {
   /* Bytes received from peer and not consumed: *contig of them at *p, *total in all. */
   weft_result_t (*peek)(void *state, int peer, const void **p, size_t *contig, size_t *total);
   void (*consume)(void *state, int peer, size_t n);
+  /* Optional: moves up to n bytes of peer's stream (what peek would show first) into dst and
+   * consumes them, without staging them where the transport can avoid it; *got may be 0. Fails
+   * as peek does once nothing more will come. */
+  weft_result_t (*recv_into)(void *state, int peer, void *dst, size_t n, size_t *got);
   /* Before the last progress attempt: a token for wait (so no wake-up is lost). */
   uint64_t (*arm)(void *state);
   /* Sleeps until something may have changed since arm returned token, at most timeout_ms. */

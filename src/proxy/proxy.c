@@ -92,17 +92,13 @@ static weft_result_t send_progress(weft_proxy_t *P, int peer, int *moved) {
 /* Receives the peer's frames into their connections' slots while bytes and slots last. */
 static weft_result_t recv_progress(weft_proxy_t *P, int peer, int *moved) {
   peer_t *q = &P->peers[peer];
-  const void *p;
-  size_t contig, total;
+  size_t n;
   if (!q->nrecvs) return WEFT_SUCCESS;
   for (;;) {
     if (q->rcur < 0) {
       while (q->rh_got < sizeof q->rh) {
-        CHECK(P->in.link.tr->peek(P->in.link.tr_state, peer, &p, &contig, &total));
-        if (!total) return WEFT_SUCCESS;
-        size_t n = contig < sizeof q->rh - q->rh_got ? contig : sizeof q->rh - q->rh_got;
-        memcpy(q->rh + q->rh_got, p, n);
-        P->in.link.tr->consume(P->in.link.tr_state, peer, n);
+        CHECK(weft_proxy_take(&P->in.link, peer, q->rh + q->rh_got, sizeof q->rh - q->rh_got, &n));
+        if (!n) return WEFT_SUCCESS;
         q->rh_got += (uint32_t)n;
         *moved = 1;
       }
@@ -129,11 +125,8 @@ static weft_result_t recv_progress(weft_proxy_t *P, int peer, int *moved) {
     }
     char *dst = slot_of(c, (unsigned)(c->fifo->head % WEFT_FIFO_SLOTS));
     while (q->rgot < q->rbytes) {
-      CHECK(P->in.link.tr->peek(P->in.link.tr_state, peer, &p, &contig, &total));
-      if (!total) return WEFT_SUCCESS;
-      size_t n = contig < q->rbytes - q->rgot ? contig : q->rbytes - q->rgot;
-      memcpy(dst + q->rgot, p, n);
-      P->in.link.tr->consume(P->in.link.tr_state, peer, n);
+      CHECK(weft_proxy_take(&P->in.link, peer, dst + q->rgot, q->rbytes - q->rgot, &n));
+      if (!n) return WEFT_SUCCESS;
       q->rgot += (uint32_t)n;
       *moved = 1;
     }

@@ -7,8 +7,9 @@
 
 #include "clock.h"
 #include "err.h"
+#include "param.h"
 
-enum { SPINS = 64, CHECK_MS = 5 };
+enum { CHECK_MS = 5 };
 
 /* The communicator hears of the failure before the kernels stop: a caller whose stream
  * returns early then finds the error already there. */
@@ -22,8 +23,7 @@ static void failed(weft_pump_t *P, weft_result_t rc, int tell) {
 static void *pump_main(void *arg) {
   weft_pump_t *P = arg;
   const weft_proxy_link_t *in = &P->in.link;
-  int64_t last = weft_now_ms(), checked = last;
-  int idle = 0;
+  int64_t last = weft_now_ms(), checked = last, moved_us = weft_now_us();
   while (!atomic_load(&P->stop)) {
     if (in->abort_flag && atomic_load(in->abort_flag)) {
       weft_set_error(WEFT_ERR_ABORTED, "proxy: rank %d: the communicator was aborted", in->rank);
@@ -54,12 +54,14 @@ static void *pump_main(void *arg) {
                           "proxy: rank %d: no progress with rank %d for %lld ms (the stream to "
                           "or from it stalled)",
                           in->rank, stalled, (long long)(now - last));
-    if (rc == WEFT_SUCCESS && !moved && ++idle > SPINS) /* sleep on the transport, briefly */
+    /* The kernels' flags wake nothing: after a while without traffic, nap on the network (a
+     * chunk posted meanwhile waits up to 1 ms), else keep polling */
+    if (moved)
+      moved_us = weft_now_us();
+    else if (rc == WEFT_SUCCESS && weft_now_us() - moved_us > P->spin_us)
       rc = in->tr->wait(in->tr_state, in->tr->arm(in->tr_state), 1);
-    else if (!moved)
-      sched_yield();
     else
-      idle = 0;
+      sched_yield();
     if (rc != WEFT_SUCCESS) {
       failed(P, rc, 1);
       break;
@@ -71,9 +73,24 @@ static void *pump_main(void *arg) {
 weft_result_t weft_pump_start(weft_pump_t *p, const weft_pump_init_t *in) {
   memset(p, 0, sizeof *p);
   p->in = *in;
+  p->spin_us = weft_param_get_int(WEFT_PARAM_PROXY_SPIN_US);
   int e = pthread_create(&p->thread, NULL, pump_main, p);
   if (e) return weft_set_error(WEFT_ERR_SYSTEM, "proxy: thread: %s", strerror(e));
   p->started = 1;
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_proxy_take(const weft_proxy_link_t *l, int peer, void *dst, size_t n,
+                              size_t *got) {
+  if (l->tr->recv_into) return l->tr->recv_into(l->tr_state, peer, dst, n, got);
+  const void *p;
+  size_t contig = 0, total = 0;
+  CHECK(l->tr->peek(l->tr_state, peer, &p, &contig, &total));
+  *got = contig < n ? contig : n;
+  if (*got) {
+    memcpy(dst, p, *got);
+    l->tr->consume(l->tr_state, peer, *got);
+  }
   return WEFT_SUCCESS;
 }
 

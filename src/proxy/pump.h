@@ -52,10 +52,15 @@ typedef struct {
   atomic_int status; /* weft_result_t; msg is written before it leaves WEFT_SUCCESS */
   char msg[1024];
   _Atomic uint64_t sent, received; /* frames, counted by the passes */
+  int64_t spin_us;                 /* WEFT_PROXY_SPIN_US */
 } weft_pump_t;
 
 weft_result_t weft_pump_start(weft_pump_t *p, const weft_pump_init_t *in);
 weft_result_t weft_pump_status(weft_pump_t *p);
+/* Up to n bytes of peer's stream into dst, consumed: straight from the network where the
+ * transport can (recv_into), else copied out of what peek shows; *got 0 when none came yet. */
+weft_result_t weft_proxy_take(const weft_proxy_link_t *l, int peer, void *dst, size_t n,
+                              size_t *got);
 /* Frames sent and received so far (either may be NULL). */
 void weft_pump_counts(weft_pump_t *p, uint64_t *sent, uint64_t *received);
 void weft_pump_stop(weft_pump_t *p);

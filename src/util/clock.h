@@ -5,8 +5,9 @@
 
 #include <stdint.h>
 
-/* CLOCK_MONOTONIC in milliseconds. */
+/* CLOCK_MONOTONIC in milliseconds, and in microseconds. */
 int64_t weft_now_ms(void);
+int64_t weft_now_us(void);
 /* WEFT_TIMEOUT_MS, or 300000 when unset or not positive. */
 int64_t weft_default_timeout_ms(void);
 /* deadline for a timeout in ms from now (timeout <= 0: the default) */
