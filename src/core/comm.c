@@ -103,6 +103,24 @@ static void comm_free(weft_comm_t c) {
   free(c);
 }
 
+static weft_transport_init_t transport_init(weft_comm_t c, const uint8_t *use) {
+  return (weft_transport_init_t){.boot = c->boot,
+                                 .rank = c->rank,
+                                 .nranks = c->nranks,
+                                 .local_rank = c->local_rank,
+                                 .nlocal = c->nlocal,
+                                 .host_labels = c->host_labels,
+                                 .magic = c->magic,
+                                 .abort_flag = &c->aborted,
+                                 .wake_fd = c->wake_fd,
+                                 .use = use};
+}
+
+weft_result_t weft_comm_transport_again(weft_comm_t c, int t, const uint8_t *use, void **state) {
+  weft_transport_init_t in = transport_init(c, use);
+  return c->tr[t]->setup(&in, state);
+}
+
 /* Each transport that some pair of ranks takes sets up collectively: every rank knows which
  * from the same table, so the setups agree. */
 static weft_result_t setup_transports(weft_comm_t c, const int *host_of) {
@@ -110,16 +128,7 @@ static weft_result_t setup_transports(weft_comm_t c, const int *host_of) {
   if (!use) return weft_set_error(WEFT_ERR_NO_MEMORY, "comm init: out of memory");
   weft_result_t rc = weft_transport_select(
       c->rank, c->nranks, host_of, weft_param_get_str(WEFT_PARAM_TRANSPORT), c->peer_tr, used);
-  weft_transport_init_t in = {.boot = c->boot,
-                              .rank = c->rank,
-                              .nranks = c->nranks,
-                              .local_rank = c->local_rank,
-                              .nlocal = c->nlocal,
-                              .host_labels = c->host_labels,
-                              .magic = c->magic,
-                              .abort_flag = &c->aborted,
-                              .wake_fd = c->wake_fd,
-                              .use = use};
+  weft_transport_init_t in = transport_init(c, use);
   for (int t = 0; t < weft_ntransports && rc == WEFT_SUCCESS; t++) {
     if (!used[t]) continue;
     for (int p = 0; p < c->nranks; p++)

@@ -84,6 +84,11 @@ struct weft_comm {
 weft_result_t weft_comm_agree(struct weft_comm *c, weft_result_t mine, const char *what);
 /* Records err as the comm's failure (first one wins) and tells the other ranks. */
 void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg, uint64_t seq);
+/* Collective: another set of connections of c's transport t (tr[t]) to the peers marked in
+ * use, for a component that drives them from a thread of its own (the proxy's workers); the
+ * caller tears it down with tr[t]->teardown. */
+weft_result_t weft_comm_transport_again(struct weft_comm *c, int t, const uint8_t *use,
+                                        void **state);
 /* Rank r's host as messages name it ("?" when not known). */
 const char *weft_comm_host(const struct weft_comm *c, int r);
 /* Tuner: fills task->algo and task->args.chunk through the comm's engine. Fails (nothing

@@ -56,6 +56,9 @@ struct weft_dev {
   uint64_t moe_window_bytes;  /* WEFT_MOE_WINDOW_BYTES */
   weft_dev_view_t view;       /* what MoE sees (dev_view.h), filled once setup succeeded */
   struct weft_rproxy *rproxy; /* ranks on other hosts: the proxy carrying their chunks */
+  /* its workers' connections past the communicator's own (tr[link_tr]), torn down after it */
+  void *links[8];
+  int nlinks, link_tr;
 };
 
 extern const weft_engine_t weft_engine_gpu;

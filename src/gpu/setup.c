@@ -55,8 +55,10 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   return WEFT_SUCCESS;
 }
 
-static void dev_release(struct weft_dev *d) {
-  weft_rproxy_stop(d->rproxy); /* before the regions it writes go */
+static void dev_release(weft_comm_t c, struct weft_dev *d) {
+  weft_rproxy_stop(d->rproxy); /* before the regions it writes go, and its connections */
+  for (int i = 0; i < d->nlinks; i++)
+    c->tr[d->link_tr]->teardown(d->links[i]);
   weft_ipc_unmap(d->ipc);
   weft_sharers_leave(d->sharers);
   if (d->counters) cudaFree(d->counters);
@@ -87,11 +89,13 @@ static void proxy_fail(void *ctx, weft_result_t rc, const char *msg) {
   weft_comm_fail(c, rc, msg, seq);
 }
 
-/* Ranks on other hosts: the region proxy over the comm's tcp transport (region.h). */
+/* Ranks on other hosts: the region proxy over the comm's tcp transport (region.h), with
+ * WEFT_PROXY_THREADS workers, each past the first on connections of its own. */
 static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
   int tcp = -1;
   uint8_t remote[WEFT_DEV_MAX_RANKS] = {0};
   char *region[WEFT_DEV_MAX_RANKS] = {0};
+  void *states[WEFT_RPROXY_MAX_LINKS] = {0};
   for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
     if (c->tr[t] && c->tr_state[t] && !strcmp(c->tr[t]->name, "tcp")) tcp = t;
   if (tcp < 0)
@@ -103,6 +107,14 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
     remote[r] = (uint8_t)weft_ipc_remote(d->ipc, r);
     region[r] = weft_ipc_host_region(d->ipc, r);
   }
+  int nlinks = (int)weft_param_get_int(WEFT_PARAM_PROXY_THREADS);
+  if (nlinks < 1) nlinks = 1;
+  states[0] = c->tr_state[tcp];
+  d->link_tr = tcp;
+  for (int w = 1; w < nlinks; w++) { /* collective: every rank reads the same agreed count */
+    CHECK(weft_comm_transport_again(c, tcp, remote, &d->links[d->nlinks]));
+    states[w] = d->links[d->nlinks++];
+  }
   weft_rproxy_init_t in = {.link = {.rank = c->rank,
                                     .nranks = c->nranks,
                                     .tr = c->tr[tcp],
@@ -113,6 +125,8 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                                     .explain = proxy_explain,
                                     .fail = proxy_fail,
                                     .ctx = c},
+                           .nlinks = nlinks,
+                           .tr_states = states,
                            .remote = remote,
                            .region = region,
                            .region_bytes = weft_ipc_bytes(d->ipc),
@@ -120,8 +134,9 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                            .stages = d->stages,
                            .coll_channels = d->plan.max_channels};
   CHECK(weft_rproxy_start(&in, &d->rproxy));
-  WEFT_INFO(WEFT_SUB_INIT, "rank %d: %d of %d ranks on other hosts, reached by the proxy over tcp",
-            c->rank, c->nranks - c->nlocal, c->nranks);
+  WEFT_INFO(WEFT_SUB_INIT,
+            "rank %d: %d of %d ranks on other hosts, reached by the proxy over tcp (%d threads)",
+            c->rank, c->nranks - c->nlocal, c->nranks, nlinks);
   return WEFT_SUCCESS;
 }
 
@@ -150,7 +165,12 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
      * mirrors' layout, sized for host memory; and only the general kernel's chunks and flags
      * travel (the proxy follows those): the low-latency kernels' flags ride inside their
      * data. */
-    if (c->nlocal < c->nranks) weft_dev_host_sizing(d), d->ll_max = 0, d->ll_max_set = 1;
+    if (c->nlocal < c->nranks) {
+      weft_dev_host_sizing(d);
+      d->ll_max = 0, d->ll_max_set = 1;
+      /* a chunk's length beside its flag must outlive the chunks posted after it */
+      if (d->stages > WEFT_DEV_SIZE_WORDS) d->stages = WEFT_DEV_SIZE_WORDS;
+    }
     struct weft_dev h = *d;
     weft_dev_host_sizing(&h);
     size_t bytes[3] = {weft_dev_region_bytes(d, c->nranks, d->ll128_max[0] || d->ll128_max[1]),
@@ -162,7 +182,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   }
   weft_dev_leave(device, saved);
   if (rc != WEFT_SUCCESS) {
-    dev_release(d);
+    dev_release(c, d);
     return rc;
   }
   /* The 128-byte kernel trusts a warp's 128-byte store to land whole: NVLink between two GPUs
@@ -198,7 +218,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
       snprintf(msg, sizeof msg, "%s", weft_thread_error());
       saved = -1;
       weft_dev_enter(device, &saved);
-      dev_release(d);
+      dev_release(c, d);
       weft_dev_leave(device, saved);
       return weft_set_error(prc, "%s", msg);
     }
@@ -235,7 +255,7 @@ void weft_dev_free(weft_comm_t c) {
     weft_bootstrap_barrier(c->boot);
   }
   int device = d->device;
-  dev_release(d);
+  dev_release(c, d);
   weft_dev_leave(device, saved);
   c->engine_state = NULL;
 }

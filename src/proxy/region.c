@@ -1,7 +1,10 @@
 /* The region proxy (region.h). Each frame names where it lands in the receiving rank's own
  * region: a chunk (bytes at a staging slot, then the ready flag it raises) or a flag alone (a
- * done credit). Chunks go in order per channel; credits go first. The receiver checks every
- * offset against the layout before writing, and that the flag is one the sender may raise. */
+ * done credit). A chunk carries the length its kernel wrote beside the flag, not the whole
+ * slot. Chunks go in order per channel; credits go first. The receiver checks every offset
+ * and length against the layout before writing, and that the flag is one the sender may
+ * raise. Channels are dealt to worker threads, each with connections of its own, so that
+ * several chunks cross at once; both ends deal them alike. */
 #include "region.h"
 
 #include <stdio.h>
@@ -32,13 +35,22 @@ typedef struct {
   uint32_t rgot;
 } peer_t;
 
+/* One thread and its connections: the channels it carries, and its state with each peer. */
+typedef struct {
+  struct weft_rproxy *P;
+  weft_proxy_link_t link; /* the proxy's, on this worker's connections */
+  int watch[MAX_WATCH], nwatch;
+  uint8_t mine[WEFT_DEV_MAX_CHANNELS]; /* the channels dealt to this worker */
+  peer_t *peers;
+  weft_pump_t pump;
+} worker_t;
+
 struct weft_rproxy {
   weft_rproxy_init_t in; /* remote and region point at the copies below */
   uint8_t remote[WEFT_DEV_MAX_RANKS];
   char *region[WEFT_DEV_MAX_RANKS];
-  int watch[MAX_WATCH], nwatch; /* the channels with staging */
-  peer_t *peers;
-  weft_pump_t pump;
+  worker_t workers[WEFT_RPROXY_MAX_LINKS];
+  int nworkers;
 };
 
 /* Where src's chunk seq on channel ch lies in owner's region (prims.cuh's Chan::stage). */
@@ -57,26 +69,32 @@ static uint64_t load(const char *region, uint64_t off) {
 
 /* The next frame for peer, if this rank's kernels raised a flag in its mirror not yet carried:
  * credits first, then one chunk (channels in turn). */
-static int next_frame(weft_rproxy_t *P, int peer, peer_t *q) {
+static int next_frame(worker_t *W, int peer, peer_t *q) {
+  const weft_rproxy_t *P = W->P;
   const char *m = P->in.region[peer];
   int me = P->in.link.rank;
-  for (int i = 0; i < P->nwatch; i++) {
-    uint64_t off = WEFT_DEV_DONE_OFF(P->watch[i], me), v = load(m, off);
+  for (int i = 0; i < W->nwatch; i++) {
+    uint64_t off = WEFT_DEV_DONE_OFF(W->watch[i], me), v = load(m, off);
     if (v > q->done_sent[i]) {
       q->done_sent[i] = v;
       q->hdr = (frame_t){.flag_off = off, .value = v, .kind = FLAG};
       return 1;
     }
   }
-  for (int j = 0; j < P->nwatch; j++) {
-    int i = (q->scan + j) % P->nwatch, ch = P->watch[i];
+  for (int j = 0; j < W->nwatch; j++) {
+    int i = (q->scan + j) % W->nwatch, ch = W->watch[i];
     uint64_t off = WEFT_DEV_READY_OFF(ch, me), s = q->ready_sent[i];
     if (load(m, off) > s) {
+      /* read after the flag (acquire), written before it: this chunk's; a length out of
+       * bounds (a stand-in that wrote none) sends the whole slot */
+      uint32_t bytes =
+          __atomic_load_n((const uint32_t *)(m + WEFT_DEV_SIZE_OFF(off, s)), __ATOMIC_RELAXED);
+      if (!bytes || bytes > P->in.chunk_bytes) bytes = P->in.chunk_bytes;
       q->ready_sent[i] = s + 1;
       q->hdr = (frame_t){.off = stage_off(P, peer, me, ch, s),
                          .flag_off = off,
                          .value = s + 1,
-                         .bytes = P->in.chunk_bytes,
+                         .bytes = bytes,
                          .kind = CHUNK};
       q->scan = i + 1;
       return 1;
@@ -85,55 +103,55 @@ static int next_frame(weft_rproxy_t *P, int peer, peer_t *q) {
   return 0;
 }
 
-static weft_result_t send_frames(weft_rproxy_t *P, int peer, peer_t *q, int *moved) {
+static weft_result_t send_frames(worker_t *W, int peer, peer_t *q, int *moved) {
+  const weft_proxy_link_t *l = &W->link;
   for (;;) {
     if (!q->busy) {
-      if (!next_frame(P, peer, q)) return WEFT_SUCCESS;
+      if (!next_frame(W, peer, q)) return WEFT_SUCCESS;
       q->busy = 1, q->hdr_done = q->body_done = 0;
     }
     size_t acc = 0;
     if (q->hdr_done < sizeof q->hdr) {
-      CHECK(P->in.link.tr->send(P->in.link.tr_state, peer, (char *)&q->hdr + q->hdr_done,
-                                sizeof q->hdr - q->hdr_done, &acc));
+      CHECK(l->tr->send(l->tr_state, peer, (char *)&q->hdr + q->hdr_done,
+                        sizeof q->hdr - q->hdr_done, &acc));
       q->hdr_done += (uint32_t)acc;
       *moved |= acc > 0;
       if (q->hdr_done < sizeof q->hdr) return WEFT_SUCCESS;
     }
     if (q->body_done < q->hdr.bytes) { /* straight from the mirror's slot */
-      CHECK(P->in.link.tr->send(P->in.link.tr_state, peer,
-                                P->in.region[peer] + q->hdr.off + q->body_done,
-                                q->hdr.bytes - q->body_done, &acc));
+      CHECK(l->tr->send(l->tr_state, peer, W->P->in.region[peer] + q->hdr.off + q->body_done,
+                        q->hdr.bytes - q->body_done, &acc));
       q->body_done += (uint32_t)acc;
       *moved |= acc > 0;
       if (q->body_done < q->hdr.bytes) return WEFT_SUCCESS;
     }
     q->busy = 0;
-    atomic_fetch_add(&P->pump.sent, 1);
+    atomic_fetch_add(&W->pump.sent, 1);
     *moved = 1;
   }
 }
 
-static int watched(const weft_rproxy_t *P, uint64_t ch) {
-  return ch < (uint64_t)P->in.coll_channels ||
-         (ch >= WEFT_DEV_COLL_CHANNELS && ch < WEFT_DEV_MAX_CHANNELS);
+static int watched(const worker_t *W, uint64_t ch) {
+  return ch < WEFT_DEV_MAX_CHANNELS && W->mine[ch];
 }
 
 /* Whether f is what peer may send: a chunk exactly where its next chunk on a watched channel
  * lies, raising its own ready flag; or a credit of its own (a done flag). */
-static weft_result_t check_frame(const weft_rproxy_t *P, int peer, const frame_t *f) {
+static weft_result_t check_frame(const worker_t *W, int peer, const frame_t *f) {
+  const weft_rproxy_t *P = W->P;
   uint64_t idx = f->flag_off / WEFT_DEV_FLAG_STRIDE,
            done0 = WEFT_DEV_DONE_OFF(0, 0) / WEFT_DEV_FLAG_STRIDE, ch;
   int ok = f->flag_off % WEFT_DEV_FLAG_STRIDE == 0;
   if (f->kind == CHUNK) {
     ch = idx / WEFT_DEV_MAX_RANKS;
-    ok = ok && idx < done0 && idx % WEFT_DEV_MAX_RANKS == (uint64_t)peer && watched(P, ch) &&
-         f->value >= 1 && f->bytes == P->in.chunk_bytes &&
+    ok = ok && idx < done0 && idx % WEFT_DEV_MAX_RANKS == (uint64_t)peer && watched(W, ch) &&
+         f->value >= 1 && f->bytes >= 1 && f->bytes <= P->in.chunk_bytes &&
          f->off == stage_off(P, P->in.link.rank, peer, (int)ch, f->value - 1);
   } else {
     ch = (idx - done0) / WEFT_DEV_MAX_RANKS;
     ok = ok && f->kind == FLAG && f->bytes == 0 && idx >= done0 &&
          idx < done0 + (uint64_t)WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS &&
-         (idx - done0) % WEFT_DEV_MAX_RANKS == (uint64_t)peer && watched(P, ch);
+         (idx - done0) % WEFT_DEV_MAX_RANKS == (uint64_t)peer && watched(W, ch);
   }
   if (ok) return WEFT_SUCCESS;
   return weft_set_error(WEFT_ERR_PROTOCOL,
@@ -143,59 +161,62 @@ static weft_result_t check_frame(const weft_rproxy_t *P, int peer, const frame_t
                         (unsigned long long)f->flag_off);
 }
 
-static weft_result_t recv_frames(weft_rproxy_t *P, int peer, peer_t *q, int *moved) {
-  char *own = P->in.region[P->in.link.rank];
-  const void *p;
-  size_t contig, total;
+static weft_result_t recv_frames(worker_t *W, int peer, peer_t *q, int *moved) {
+  char *own = W->P->in.region[W->P->in.link.rank];
+  size_t n;
   for (;;) {
     if (!q->rbody) {
       while (q->rh_got < sizeof q->rh) {
-        CHECK(P->in.link.tr->peek(P->in.link.tr_state, peer, &p, &contig, &total));
-        if (!total) return WEFT_SUCCESS;
-        size_t n = contig < sizeof q->rh - q->rh_got ? contig : sizeof q->rh - q->rh_got;
-        memcpy(q->rh + q->rh_got, p, n);
-        P->in.link.tr->consume(P->in.link.tr_state, peer, n);
+        CHECK(weft_proxy_take(&W->link, peer, q->rh + q->rh_got, sizeof q->rh - q->rh_got, &n));
+        if (!n) return WEFT_SUCCESS;
         q->rh_got += (uint32_t)n;
         *moved = 1;
       }
       memcpy(&q->rf, q->rh, sizeof q->rf);
       q->rh_got = 0;
-      CHECK(check_frame(P, peer, &q->rf));
+      CHECK(check_frame(W, peer, &q->rf));
       q->rbody = 1, q->rgot = 0;
     }
-    while (q->rgot < q->rf.bytes) {
-      CHECK(P->in.link.tr->peek(P->in.link.tr_state, peer, &p, &contig, &total));
-      if (!total) return WEFT_SUCCESS;
-      size_t n = contig < q->rf.bytes - q->rgot ? contig : q->rf.bytes - q->rgot;
-      memcpy(own + q->rf.off + q->rgot, p, n);
-      P->in.link.tr->consume(P->in.link.tr_state, peer, n);
+    while (q->rgot < q->rf.bytes) { /* straight into the staging slot */
+      CHECK(weft_proxy_take(&W->link, peer, own + q->rf.off + q->rgot, q->rf.bytes - q->rgot, &n));
+      if (!n) return WEFT_SUCCESS;
       q->rgot += (uint32_t)n;
       *moved = 1;
     }
     /* the chunk's bytes before its flag (release): the kernel reads them after seeing it */
     __atomic_store_n((uint64_t *)(own + q->rf.flag_off), q->rf.value, __ATOMIC_RELEASE);
     q->rbody = 0;
-    atomic_fetch_add(&P->pump.received, 1);
+    atomic_fetch_add(&W->pump.received, 1);
     *moved = 1;
   }
 }
 
 static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
-  weft_rproxy_t *P = self;
-  if (!P->in.remote[peer]) return WEFT_SUCCESS;
-  peer_t *q = &P->peers[peer];
-  CHECK(send_frames(P, peer, q, moved));
-  CHECK(recv_frames(P, peer, q, moved));
+  worker_t *W = self;
+  if (!W->P->in.remote[peer]) return WEFT_SUCCESS;
+  peer_t *q = &W->peers[peer];
+  CHECK(send_frames(W, peer, q, moved));
+  CHECK(recv_frames(W, peer, q, moved));
   *busy = q->busy || q->rbody || q->rh_got;
   return WEFT_SUCCESS;
 }
 
+static void stop_workers(weft_rproxy_t *P) {
+  for (int w = 0; w < P->nworkers; w++) {
+    weft_pump_stop(&P->workers[w].pump);
+    free(P->workers[w].peers);
+  }
+  free(P);
+}
+
 weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **out) {
+  int nlinks = in && in->nlinks > 1 ? in->nlinks : 1;
   if (!in || !out || !in->link.tr || !in->remote || !in->region || in->link.nranks < 2 ||
       in->link.rank < 0 || in->link.rank >= in->link.nranks ||
       in->link.nranks > WEFT_DEV_MAX_RANKS || in->coll_channels < 1 ||
       in->coll_channels > WEFT_DEV_COLL_CHANNELS || !in->chunk_bytes || !in->stages ||
-      in->link.timeout_ms <= 0)
+      in->stages > WEFT_DEV_SIZE_WORDS || in->link.timeout_ms <= 0 ||
+      nlinks > WEFT_RPROXY_MAX_LINKS || (nlinks > 1 && !in->tr_states))
     return weft_set_error(WEFT_ERR_INVALID_ARG, "proxy: invalid arguments");
   uint64_t chans = (uint64_t)in->coll_channels + WEFT_DEV_P2P_CHANNELS;
   uint64_t need = WEFT_DEV_STAGE_OFF +
@@ -205,39 +226,61 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
                           "proxy: regions of %zu bytes cannot hold the staging (%llu bytes)",
                           in->region_bytes, (unsigned long long)need);
   weft_rproxy_t *P = calloc(1, sizeof *P);
-  if (P) P->peers = calloc((size_t)in->link.nranks, sizeof *P->peers);
-  if (!P || !P->peers) {
-    free(P);
-    return weft_set_error(WEFT_ERR_NO_MEMORY, "proxy: out of memory");
-  }
+  if (!P) return weft_set_error(WEFT_ERR_NO_MEMORY, "proxy: out of memory");
   P->in = *in;
   memcpy(P->remote, in->remote, (size_t)in->link.nranks);
   memcpy(P->region, in->region, sizeof *P->region * (size_t)in->link.nranks);
-  P->in.remote = P->remote, P->in.region = P->region;
+  P->in.remote = P->remote, P->in.region = P->region, P->in.tr_states = NULL;
+  /* the channels with staging, dealt in turn: both ends deal the same list alike */
+  int all[MAX_WATCH], nall = 0;
   for (int ch = 0; ch < in->coll_channels; ch++)
-    P->watch[P->nwatch++] = ch;
+    all[nall++] = ch;
   for (int ch = WEFT_DEV_COLL_CHANNELS; ch < WEFT_DEV_MAX_CHANNELS; ch++)
-    P->watch[P->nwatch++] = ch;
-  weft_pump_init_t pin = {.link = in->link, .pass = pass, .self = P};
-  weft_result_t rc = weft_pump_start(&P->pump, &pin);
+    all[nall++] = ch;
+  weft_result_t rc = WEFT_SUCCESS;
+  for (int w = 0; w < nlinks && rc == WEFT_SUCCESS; w++) {
+    worker_t *W = &P->workers[w];
+    W->P = P;
+    W->link = in->link;
+    if (nlinks > 1) W->link.tr_state = in->tr_states[w];
+    for (int i = w; i < nall; i += nlinks) {
+      W->watch[W->nwatch++] = all[i];
+      W->mine[all[i]] = 1;
+    }
+    W->peers = calloc((size_t)in->link.nranks, sizeof *W->peers);
+    if (!W->peers) {
+      rc = weft_set_error(WEFT_ERR_NO_MEMORY, "proxy: out of memory");
+      break;
+    }
+    weft_pump_init_t pin = {.link = W->link, .pass = pass, .self = W};
+    rc = weft_pump_start(&W->pump, &pin);
+    P->nworkers = w + 1; /* stopped and freed with the others, started or not */
+  }
   if (rc != WEFT_SUCCESS) {
-    free(P->peers);
-    free(P);
+    stop_workers(P);
     return rc;
   }
   *out = P;
   return WEFT_SUCCESS;
 }
 
-weft_result_t weft_rproxy_status(weft_rproxy_t *p) { return weft_pump_status(&p->pump); }
+weft_result_t weft_rproxy_status(weft_rproxy_t *p) {
+  for (int w = 0; w < p->nworkers; w++)
+    CHECK(weft_pump_status(&p->workers[w].pump));
+  return WEFT_SUCCESS;
+}
 
 void weft_rproxy_counts(weft_rproxy_t *p, uint64_t *sent, uint64_t *received) {
-  weft_pump_counts(&p->pump, sent, received);
+  uint64_t s = 0, r = 0;
+  for (int w = 0; w < p->nworkers; w++) {
+    uint64_t a, b;
+    weft_pump_counts(&p->workers[w].pump, &a, &b);
+    s += a, r += b;
+  }
+  if (sent) *sent = s;
+  if (received) *received = r;
 }
 
 void weft_rproxy_stop(weft_rproxy_t *p) {
-  if (!p) return;
-  weft_pump_stop(&p->pump);
-  free(p->peers);
-  free(p);
+  if (p) stop_workers(p);
 }

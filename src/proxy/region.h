@@ -16,9 +16,16 @@
 
 #include "pump.h"
 
+enum { WEFT_RPROXY_MAX_LINKS = 8 };
+
 typedef struct {
   weft_proxy_link_t link; /* pump.h: the transport to the remote ranks, set up */
-  const uint8_t *remote;  /* [nranks]: 1 where the rank is on another host */
+  /* nlinks > 1: that many worker threads, worker w on connections tr_states[w] of link.tr
+   * (each set up alike on every rank; link.tr_state is then unused), the channels dealt to
+   * them in turn; else one thread on link.tr_state */
+  int nlinks;
+  void *const *tr_states;
+  const uint8_t *remote; /* [nranks]: 1 where the rank is on another host */
   char *const *region; /* [nranks] host addresses: this rank's region, the remote ranks' mirrors */
   size_t region_bytes;
   uint32_t chunk_bytes, stages;

@@ -3,8 +3,11 @@
  * own region, writes a chunk into the receiver's region (here: this host's mirror of it) and
  * raises ready there; a receiver waits for ready in its own region, reads the chunk, and
  * raises done in the sender's region (mirror). Every rank sends K chunks to every other on
- * collective and send/recv channels; every byte and every credit is checked.
- * usage: test_rproxy NRANKS [K] */
+ * collective and send/recv channels, each of its own length (written beside the flag, as the
+ * kernels do; the slot is filled whole) and every byte and every credit is checked, and that
+ * no more than the length travelled. With LINKS > 1 the proxy runs that many workers, each on
+ * connections of its own (weft_comm_transport_again), the channels dealt among them.
+ * usage: test_rproxy NRANKS [K] [LINKS] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,15 +38,33 @@ static void st(char *r, uint64_t off, uint64_t v) {
 static uint8_t pat(int src, int dst, int ch, uint64_t seq, uint32_t i) {
   return (uint8_t)(src * 29 + dst * 7 + ch * 3 + seq * 101 + i * 13 + (i >> 8));
 }
+/* The length of chunk seq: 1 byte to the whole slot, often less. */
+static uint32_t len_of(int src, int dst, int ch, uint64_t seq) {
+  uint32_t h = (uint32_t)(src * 7919 + dst * 104729 + ch * 31 + seq * 2654435761u);
+  return h % 4 == 0 ? CHUNK : 1 + (h >> 3) % CHUNK;
+}
 static weft_result_t explain_cb(void *ctx, weft_result_t rc, int peer) {
   return weft_fail_root_cause(ctx, rc, peer, "proxy", 1);
 }
 
-static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
-  uint64_t K = *(const uint64_t *)arg;
+typedef struct {
+  uint64_t K;
+  int links;
+} arg_t;
+
+static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
+  const arg_t *a = argp;
+  uint64_t K = a->K;
   weft_comm_t comm;
   int tcp;
   if (proxy_test_comm("test_rproxy", rank, n, id, &comm, &tcp)) return 1;
+  void *states[WEFT_RPROXY_MAX_LINKS] = {comm->tr_state[tcp]};
+  uint8_t others[MAXR];
+  for (int r = 0; r < n; r++)
+    others[r] = r != rank;
+  for (int w = 1; w < a->links; w++)
+    if (weft_comm_transport_again(comm, tcp, others, &states[w]) != WEFT_SUCCESS)
+      return printf("test_rproxy: rank %d: links: %s\n", rank, weft_get_last_error(NULL)), 1;
   size_t bytes = WEFT_DEV_STAGE_OFF +
                  (size_t)(COLL + WEFT_DEV_P2P_CHANNELS) * (size_t)(n - 1) * STAGES * CHUNK;
   char *region[MAXR];
@@ -57,6 +78,8 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   weft_proxy_link_t link = proxy_test_link(comm, tcp, &kabort);
   link.explain = explain_cb;
   weft_rproxy_init_t in = {.link = link,
+                           .nlinks = a->links,
+                           .tr_states = states,
                            .remote = remote,
                            .region = region,
                            .region_bytes = bytes,
@@ -80,17 +103,26 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
           char *dst = region[p] + stage_off(n, p, rank, ch, s);
           for (uint32_t i = 0; i < CHUNK; i++)
             dst[i] = (char)pat(rank, p, ch, s, i);
-          st(region[p], WEFT_DEV_READY_OFF(ch, rank), ++sent[p][c]);
+          uint64_t f = WEFT_DEV_READY_OFF(ch, rank);
+          *(uint32_t *)(region[p] + WEFT_DEV_SIZE_OFF(f, s)) = len_of(rank, p, ch, s);
+          st(region[p], f, ++sent[p][c]);
           left--;
         }
         if (r < K && ld(own, WEFT_DEV_READY_OFF(ch, p)) >= r + 1) {
           const char *src = own + stage_off(n, rank, p, ch, r);
-          for (uint32_t i = 0; i < CHUNK && !bad; i++)
+          uint32_t len = len_of(p, rank, ch, r), same = 0;
+          for (uint32_t i = 0; i < len && !bad; i++)
             if ((uint8_t)src[i] != pat(p, rank, ch, r, i))
               bad = printf("test_rproxy: rank %d: chunk %llu from rank %d on channel %d: byte %u "
                            "is %u, want %u\n",
                            rank, (unsigned long long)r, p, ch, i, (uint8_t)src[i],
                            pat(p, rank, ch, r, i));
+          for (uint32_t i = len; i < CHUNK; i++) /* the rest is an older chunk's, or zeros */
+            same += (uint8_t)src[i] == pat(p, rank, ch, r, i);
+          if (!bad && CHUNK - len >= 64 && same == CHUNK - len)
+            bad = printf("test_rproxy: rank %d: chunk %llu from rank %d on channel %d: all %u "
+                         "bytes past its length %u came too\n",
+                         rank, (unsigned long long)r, p, ch, CHUNK - len, len);
           st(region[p], WEFT_DEV_DONE_OFF(ch, rank), ++recvd[p][c]);
           left--;
         }
@@ -113,10 +145,14 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
            weft_rproxy_status(px) ? weft_get_last_error(NULL) : "running");
   if (weft_bootstrap_barrier(comm->boot) != WEFT_SUCCESS) rc = 1;
   weft_rproxy_stop(px);
+  for (int w = 1; w < a->links; w++)
+    comm->tr[tcp]->teardown(states[w]);
   if (rank == 0 && !rc)
-    printf("test_rproxy: %d ranks, %llu chunks of %d bytes to each peer on %d channels: every "
-           "byte and credit arrived (rank 0's proxy: %llu frames out, %llu in)\n",
-           n, (unsigned long long)K, CHUNK, NCH, (unsigned long long)s, (unsigned long long)r);
+    printf("test_rproxy: %d ranks, %llu chunks of up to %d bytes to each peer on %d channels, "
+           "%d proxy threads: every byte and credit arrived (rank 0's proxy: %llu frames out, "
+           "%llu in)\n",
+           n, (unsigned long long)K, CHUNK, NCH, a->links, (unsigned long long)s,
+           (unsigned long long)r);
   weft_comm_destroy(comm);
   for (int p = 0; p < n; p++)
     free(region[p]);
@@ -125,8 +161,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
-  uint64_t K = argc > 2 ? (uint64_t)atoll(argv[2]) : 200;
-  if (n < 2 || n > MAXR || K < 1) return printf("usage: test_rproxy NRANKS(2-8) [K]\n"), 2;
+  arg_t a = {.K = argc > 2 ? (uint64_t)atoll(argv[2]) : 200, .links = argc > 3 ? atoi(argv[3]) : 1};
+  if (n < 2 || n > MAXR || a.K < 1 || a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS)
+    return printf("usage: test_rproxy NRANKS(2-8) [K] [LINKS(1-8)]\n"), 2;
   proxy_test_hosts(n);
-  return launch_local(n, rank_main, &K, (int)(120 * launch_time_scale())) != 0;
+  return launch_local(n, rank_main, &a, (int)(120 * launch_time_scale())) != 0;
 }

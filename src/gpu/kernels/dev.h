@@ -29,7 +29,8 @@ enum {
 };
 
 /* Region of rank r, mapped by every peer:
- *   ready[ch][src]  posted chunk count from src (written by src)
+ *   ready[ch][src]  posted chunk count from src (written by src); after it in its line, the
+ *                   bytes of chunk seq as a uint32 at WEFT_DEV_SIZE_OFF (what a proxy carries)
  *   done[ch][dst]   chunks of ours that dst has consumed (written by dst)
  *   din[ch][src]    direct operations src has entered on direct channel ch: src may be
  *                   written into or read (written by src, with its windows' offsets and the
@@ -39,6 +40,10 @@ enum {
  *   stage[ch][src slot][stage]  chunk_bytes each, written by src */
 #define WEFT_DEV_READY_OFF(ch, peer)                                                               \
   ((uint64_t)((ch)*WEFT_DEV_MAX_RANKS + (peer)) * WEFT_DEV_FLAG_STRIDE)
+/* Where the length of chunk seq lies beside its ready flag (ready_off); a proxy reads it after
+ * the flag, so the words must outnumber the chunks a sender may post ahead: the stages. */
+#define WEFT_DEV_SIZE_WORDS               14
+#define WEFT_DEV_SIZE_OFF(ready_off, seq) ((ready_off) + 8 + 4 * ((seq) % WEFT_DEV_SIZE_WORDS))
 #define WEFT_DEV_DONE_OFF(ch, peer)                                                                \
   (WEFT_DEV_READY_OFF(WEFT_DEV_MAX_CHANNELS, 0) + WEFT_DEV_READY_OFF(ch, peer))
 #define WEFT_DEV_DIN_OFF(ch, peer)                                                                 \

@@ -143,7 +143,7 @@ __device__ bool scatter(const Chan &c, const char *in, uint64_t stride, uint64_t
     copy1(slot, in + ((uint64_t)p * stride + off) * es, len * es);
     dsts[nd++] = p;
   }
-  c.publish(dsts, nd);
+  c.publish(dsts, nd, len * es);
   return true;
 }
 
@@ -187,6 +187,7 @@ __device__ void allreduce(const Chan &c, const Item &w, bool twoshot) {
     /* 1. scatter: every peer gets its segment's chunk of our input (one-shot: all of it) */
     int nd = 0, dsts[WEFT_DEV_MAX_RANKS];
     if (w.steps & STEP_SEND) {
+      uint32_t bytes[WEFT_DEV_MAX_RANKS];
       for (int i = 0; i < n - 1; i++) {
         int p = peers[i];
         uint64_t base = twoshot ? (uint64_t)p * seg : 0, len = clamp_len(seg_len(p), off, unit);
@@ -194,9 +195,10 @@ __device__ void allreduce(const Chan &c, const Item &w, bool twoshot) {
         char *slot = c.send_slot(p);
         if (!slot) return;
         copy1(slot, in + (base + off) * es, len * es);
+        bytes[nd] = (uint32_t)(len * es);
         dsts[nd++] = p;
       }
-      c.publish(dsts, nd);
+      c.publish(dsts, nd, bytes, 0);
       sent_round(w, k);
     }
     /* 2. reduce our segment in rank order; two-shot also pushes the result to every peer */
@@ -217,7 +219,7 @@ __device__ void allreduce(const Chan &c, const Item &w, bool twoshot) {
         }
       reduce_any(it->dtype, it->op, dst, ndst, src, n, mylen, n);
       c.release(srcs, ns);
-      if (twoshot) c.publish(dsts, nd);
+      if (twoshot) c.publish(dsts, nd, mylen * es);
     }
     if (!twoshot || !(w.steps & STEP_GATHER)) continue;
     /* 3. gather: the other segments' reduced chunks */
@@ -470,7 +472,7 @@ __device__ void ring(const Chan &c, const Item &w) {
       /* the slot back to rank - 1 first: publishing after it cost nothing, the other way
        * round 1 GiB allgathers ran 8% longer on 2 H200s (device calls 27 and 29) */
       if (s > first) c.release(&prev, 1);
-      if (sends) c.publish(&next, 1);
+      if (sends) c.publish(&next, 1, len * es);
     }
 }
 
@@ -495,7 +497,7 @@ __device__ void rooted(const Chan &c, const Item &w, bool reduce) {
         dsts[nd++] = p;
         if (reduce) break;
       }
-    c.publish(dsts, nd);
+    c.publish(dsts, nd, len * es);
     if (!reduce && me == root) { /* with two roles, the second role's blocks copy */
       if (in != out && (w.steps & STEP_RECV)) copy1(out + off * es, in + off * es, len * es);
     } else if (!reduce) {
@@ -529,6 +531,7 @@ __device__ void alltoallv(const Chan &c, const Item &w) {
     bool more = false;
     if (w.steps & STEP_SEND) {
       int nd = 0, dsts[WEFT_DEV_MAX_RANKS];
+      uint32_t bytes[WEFT_DEV_MAX_RANKS];
       for (int i = 0; i < n - 1; i++) {
         int p = peer_at(c, i);
         uint64_t off = (k * w.nb + w.ci) * su[p];
@@ -536,10 +539,11 @@ __device__ void alltoallv(const Chan &c, const Item &w) {
         more = true;
         char *slot = c.send_slot(p);
         if (!slot) return;
-        copy1(slot, in + (v->sdispls[p] + off) * es, clamp_len(v->sendcounts[p], off, su[p]) * es);
+        bytes[nd] = (uint32_t)(clamp_len(v->sendcounts[p], off, su[p]) * es);
+        copy1(slot, in + (v->sdispls[p] + off) * es, bytes[nd]);
         dsts[nd++] = p;
       }
-      c.publish(dsts, nd);
+      c.publish(dsts, nd, bytes, 0);
     }
     if (w.steps & STEP_RECV) {
       uint64_t off = (k * w.nb + w.ci) * su[me];
@@ -575,7 +579,7 @@ __device__ void sendrecv(const Chan &c, const Item &w, bool send) {
       char *slot = c.send_slot(peer);
       if (!slot) return;
       copy1(slot, (const char *)it->send + off * es, len * es);
-      c.publish(&peer, 1);
+      c.publish(&peer, 1, len * es);
     } else {
       const char *slot = c.recv_slot(peer);
       if (!slot) return;

@@ -113,10 +113,18 @@ struct Chan {
     return stage(L->region[dst], rank, dst, s);
   }
   /* After the whole block wrote the chunks: make them visible, then bump ready. One fence
-   * (cumulative over the block's writes through the barrier) covers every peer's flag. */
-  __device__ void publish(const int *dsts, int nd) const {
+   * (cumulative over the block's writes through the barrier) covers every peer's flag. Each
+   * chunk's length (bytes[i], or same for all where bytes is null) goes beside its flag,
+   * for a proxy to carry only those. */
+  __device__ void publish(const int *dsts, int nd, const uint32_t *bytes, uint64_t same) const {
     __syncthreads();
     if (threadIdx.x == 0 && nd > 0) {
+      for (int i = 0; i < nd; i++) {
+        int d = dsts[i];
+        *(uint32_t *)((char *)out_flag(d,
+                                       WEFT_DEV_SIZE_OFF(WEFT_DEV_READY_OFF(ch, rank), sent[d]))) =
+            bytes ? bytes[i] : (uint32_t)same;
+      }
       __threadfence_system();
       for (int i = 0; i < nd; i++) {
         int d = dsts[i];
@@ -124,6 +132,9 @@ struct Chan {
       }
     }
     __syncthreads();
+  }
+  __device__ void publish(const int *dsts, int nd, uint64_t same) const {
+    publish(dsts, nd, nullptr, same);
   }
   __device__ const char *recv_slot(int src) const {
     uint64_t r = recvd[src];
