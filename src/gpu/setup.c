@@ -1,6 +1,7 @@
 /* Device communicators' setup and teardown: every rank binds its GPU, reads the parameters,
  * agrees with the others, and maps every peer's staging region (cuda_ipc); destroy waits for
  * the kernels that may still write into the regions before they go. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "gpu.h"
 #include "param.h"
 #include "region.h"
+#include "topo.h"
 #include "window.h"
 
 _Static_assert((int)WEFT_DEV_MAX_RANKS <= (int)WEFT_IPC_MAX_RANKS,
@@ -89,6 +91,22 @@ static void proxy_fail(void *ctx, weft_result_t rc, const char *msg) {
   weft_comm_fail(c, rc, msg, seq);
 }
 
+/* The NUMA node of GPU device (sysfs), -1 where not known: the proxy's threads run there,
+ * beside the pinned memory they copy and, on real servers, the GPU's nearest NIC. */
+static int gpu_numa(int device) {
+  char bus[WEFT_TOPO_BUSID];
+  int numa = -1;
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) return -1;
+  for (char *p = bus; *p; p++)
+    *p = (char)tolower((unsigned char)*p);
+  weft_topo_t *t = calloc(1, sizeof *t);
+  if (t && weft_topo_from_sysfs("/", t) == WEFT_SUCCESS)
+    for (int i = 0; i < t->ngpus; i++)
+      if (!strcmp(weft_topo_gpu(t, i)->busid, bus)) numa = weft_topo_gpu(t, i)->numa;
+  free(t);
+  return numa;
+}
+
 /* Ranks on other hosts: the region proxy over the comm's tcp transport (region.h), with
  * WEFT_PROXY_THREADS workers, each past the first on connections of its own. */
 static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
@@ -126,6 +144,7 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                                     .fail = proxy_fail,
                                     .ctx = c},
                            .nlinks = nlinks,
+                           .numa = gpu_numa(d->device),
                            .tr_states = states,
                            .remote = remote,
                            .region = region,
@@ -135,8 +154,9 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                            .coll_channels = d->plan.max_channels};
   CHECK(weft_rproxy_start(&in, &d->rproxy));
   WEFT_INFO(WEFT_SUB_INIT,
-            "rank %d: %d of %d ranks on other hosts, reached by the proxy over tcp (%d threads)",
-            c->rank, c->nranks - c->nlocal, c->nranks, nlinks);
+            "rank %d: %d of %d ranks on other hosts, reached by the proxy over tcp (%d threads, "
+            "NUMA node %d)",
+            c->rank, c->nranks - c->nlocal, c->nranks, nlinks, in.numa);
   return WEFT_SUCCESS;
 }
 

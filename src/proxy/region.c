@@ -14,6 +14,7 @@
 #include "dev.h"
 #include "err.h"
 #include "pump.h"
+#include "topo.h"
 
 enum { CHUNK = 1, FLAG = 2, MAX_WATCH = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_CHANNELS };
 
@@ -255,6 +256,10 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
     weft_pump_init_t pin = {.link = W->link, .pass = pass, .self = W};
     rc = weft_pump_start(&W->pump, &pin);
     P->nworkers = w + 1; /* stopped and freed with the others, started or not */
+    /* near the GPU and the pinned memory they copy; where it cannot be, anywhere will do */
+    if (rc == WEFT_SUCCESS && in->numa >= 0 &&
+        weft_topo_pin_thread(W->pump.thread, "/", in->numa) != WEFT_SUCCESS)
+      WEFT_INFO(WEFT_SUB_INIT, "proxy: %s", weft_thread_error());
   }
   if (rc != WEFT_SUCCESS) {
     stop_workers(P);

@@ -25,6 +25,8 @@ typedef struct {
    * them in turn; else one thread on link.tr_state */
   int nlinks;
   void *const *tr_states;
+  int numa; /* >= 0: the workers run on this NUMA node's CPUs (the GPU's); -1: anywhere (0 is
+               node 0: set it) */
   const uint8_t *remote; /* [nranks]: 1 where the rank is on another host */
   char *const *region; /* [nranks] host addresses: this rank's region, the remote ranks' mirrors */
   size_t region_bytes;

@@ -79,6 +79,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   link.explain = explain_cb;
   weft_rproxy_init_t in = {.link = link,
                            .nlinks = a->links,
+                           .numa = a->links > 1 ? 0 : -1, /* pinned there: node 0 */
                            .tr_states = states,
                            .remote = remote,
                            .region = region,
