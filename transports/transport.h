@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "bootstrap.h"
 #include "weft.h"
@@ -50,6 +51,9 @@ typedef struct weft_transport {
   void (*teardown)(void *state);
   /* Takes up to n bytes of src; *accepted may be 0 when the channel is full. */
   weft_result_t (*send)(void *state, int peer, const void *src, size_t n, size_t *accepted);
+  /* Optional: as send, of the nv (at most WEFT_SENDV_MAX) buffers v back to back, with fewer
+   * messages on the wire where it can (a header and its payload in one). */
+  weft_result_t (*sendv)(void *state, int peer, const struct iovec *v, int nv, size_t *accepted);
   /* Bytes received from peer and not consumed: *contig of them at *p, *total in all. */
   weft_result_t (*peek)(void *state, int peer, const void **p, size_t *contig, size_t *total);
   void (*consume)(void *state, int peer, size_t n);
@@ -76,7 +80,7 @@ typedef struct weft_transport {
 } weft_transport_t;
 
 /* Every transport of this build, in select.c's list. */
-enum { WEFT_MAX_TRANSPORTS = 4 };
+enum { WEFT_MAX_TRANSPORTS = 4, WEFT_SENDV_MAX = 4 };
 extern const weft_transport_t *const weft_transports[];
 extern const int weft_ntransports;
 

@@ -24,7 +24,7 @@ typedef struct {
   int rr;
   int cur; /* the send connection whose chunk is going out, or -1 */
   frame_t hdr;
-  uint32_t hdr_done, body_done;
+  size_t at;    /* of the header and its chunk together, sent */
   int *recv_of; /* [nchan] this peer's receive connection of each channel, or -1 */
   int nrecvs;   /* how many it has: a peer with none is never read from */
   uint8_t rh[sizeof(frame_t)];
@@ -63,25 +63,12 @@ static weft_result_t send_progress(weft_proxy_t *P, int peer, int *moved) {
                               "to rank %d)",
                               n, c->slot_bytes, c->chan, peer);
       q->hdr = (frame_t){.chan = (uint32_t)c->chan, .bytes = n};
-      q->hdr_done = q->body_done = 0;
+      q->at = 0;
     }
     const weft_proxy_conn_t *c = &P->send[q->cur];
-    size_t acc = 0;
-    if (q->hdr_done < sizeof q->hdr) {
-      CHECK(P->in.link.tr->send(P->in.link.tr_state, peer, (char *)&q->hdr + q->hdr_done,
-                                sizeof q->hdr - q->hdr_done, &acc));
-      q->hdr_done += (uint32_t)acc;
-      *moved |= acc > 0;
-      if (q->hdr_done < sizeof q->hdr) return WEFT_SUCCESS;
-    }
-    if (q->body_done < q->hdr.bytes) {
-      CHECK(P->in.link.tr->send(P->in.link.tr_state, peer,
-                                slot_of(c, weft_fifo_slot(c->fifo)) + q->body_done,
-                                q->hdr.bytes - q->body_done, &acc));
-      q->body_done += (uint32_t)acc;
-      *moved |= acc > 0;
-      if (q->body_done < q->hdr.bytes) return WEFT_SUCCESS;
-    }
+    CHECK(weft_proxy_give(&P->in.link, peer, &q->hdr, sizeof q->hdr,
+                          slot_of(c, weft_fifo_slot(c->fifo)), q->hdr.bytes, &q->at, moved));
+    if (q->at < sizeof q->hdr + q->hdr.bytes) return WEFT_SUCCESS;
     weft_fifo_pop(c->fifo); /* on the stream: the slot is the kernel's again */
     atomic_fetch_add(&P->pump.sent, 1);
     q->cur = -1;

@@ -2,6 +2,7 @@
 #include "pump.h"
 
 #include <sched.h>
+#include <sys/uio.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -90,6 +91,30 @@ weft_result_t weft_proxy_take(const weft_proxy_link_t *l, int peer, void *dst, s
   if (*got) {
     memcpy(dst, p, *got);
     l->tr->consume(l->tr_state, peer, *got);
+  }
+  return WEFT_SUCCESS;
+}
+
+weft_result_t weft_proxy_give(const weft_proxy_link_t *l, int peer, const void *hdr, size_t hn,
+                              const void *body, size_t bn, size_t *at, int *moved) {
+  while (*at < hn + bn) {
+    size_t acc = 0;
+    if (l->tr->sendv) {
+      struct iovec v[2];
+      int nv = 0;
+      if (*at < hn) v[nv++] = (struct iovec){(char *)hdr + *at, hn - *at};
+      if (bn)
+        v[nv++] =
+            (struct iovec){(char *)body + (*at > hn ? *at - hn : 0), *at > hn ? hn + bn - *at : bn};
+      CHECK(l->tr->sendv(l->tr_state, peer, v, nv, &acc));
+    } else if (*at < hn) {
+      CHECK(l->tr->send(l->tr_state, peer, (const char *)hdr + *at, hn - *at, &acc));
+    } else {
+      CHECK(l->tr->send(l->tr_state, peer, (const char *)body + (*at - hn), hn + bn - *at, &acc));
+    }
+    if (!acc) return WEFT_SUCCESS;
+    *at += acc;
+    *moved = 1;
   }
   return WEFT_SUCCESS;
 }

@@ -61,6 +61,11 @@ weft_result_t weft_pump_status(weft_pump_t *p);
  * transport can (recv_into), else copied out of what peek shows; *got 0 when none came yet. */
 weft_result_t weft_proxy_take(const weft_proxy_link_t *l, int peer, void *dst, size_t n,
                               size_t *got);
+/* Sends what the transport takes of hdr (hn bytes) then body (bn) from offset *at of the two
+ * together, advancing *at: in one message where the transport has sendv. *moved when any
+ * byte went. */
+weft_result_t weft_proxy_give(const weft_proxy_link_t *l, int peer, const void *hdr, size_t hn,
+                              const void *body, size_t bn, size_t *at, int *moved);
 /* Frames sent and received so far (either may be NULL). */
 void weft_pump_counts(weft_pump_t *p, uint64_t *sent, uint64_t *received);
 void weft_pump_stop(weft_pump_t *p);

@@ -28,7 +28,7 @@ typedef struct {
   int scan;                                             /* where the next chunk is looked for */
   int busy;                                             /* a frame going out */
   frame_t hdr;
-  uint32_t hdr_done, body_done;
+  size_t at; /* of the header and its chunk together, sent */
   uint8_t rh[sizeof(frame_t)];
   uint32_t rh_got;
   int rbody; /* the payload of rf is coming in */
@@ -109,23 +109,12 @@ static weft_result_t send_frames(worker_t *W, int peer, peer_t *q, int *moved) {
   for (;;) {
     if (!q->busy) {
       if (!next_frame(W, peer, q)) return WEFT_SUCCESS;
-      q->busy = 1, q->hdr_done = q->body_done = 0;
+      q->busy = 1, q->at = 0;
     }
-    size_t acc = 0;
-    if (q->hdr_done < sizeof q->hdr) {
-      CHECK(l->tr->send(l->tr_state, peer, (char *)&q->hdr + q->hdr_done,
-                        sizeof q->hdr - q->hdr_done, &acc));
-      q->hdr_done += (uint32_t)acc;
-      *moved |= acc > 0;
-      if (q->hdr_done < sizeof q->hdr) return WEFT_SUCCESS;
-    }
-    if (q->body_done < q->hdr.bytes) { /* straight from the mirror's slot */
-      CHECK(l->tr->send(l->tr_state, peer, W->P->in.region[peer] + q->hdr.off + q->body_done,
-                        q->hdr.bytes - q->body_done, &acc));
-      q->body_done += (uint32_t)acc;
-      *moved |= acc > 0;
-      if (q->body_done < q->hdr.bytes) return WEFT_SUCCESS;
-    }
+    /* header and chunk in one message, the chunk straight from the mirror's slot */
+    CHECK(weft_proxy_give(l, peer, &q->hdr, sizeof q->hdr, W->P->in.region[peer] + q->hdr.off,
+                          q->hdr.bytes, &q->at, moved));
+    if (q->at < sizeof q->hdr + q->hdr.bytes) return WEFT_SUCCESS;
     q->busy = 0;
     atomic_fetch_add(&W->pump.sent, 1);
     *moved = 1;

@@ -226,10 +226,18 @@ static weft_result_t lost(const tcp_t *t, int peer, const char *what, int err) {
                         err ? ": " : "", err ? strerror(err) : "");
 }
 
-static weft_result_t tcp_send(void *state, int peer, const void *src, size_t n, size_t *accepted) {
+/* Frames of up to max_frame bytes over the gathered buffers v (several make one frame where
+ * they fit: a proxy's header and its chunk travel together). */
+static weft_result_t tcp_sendv(void *state, int peer, const struct iovec *v, int nv,
+                               size_t *accepted) {
   tcp_t *t = state;
   conn_t *c = &t->conns[peer];
-  size_t done = 0;
+  size_t done = 0, n = 0;
+  if (nv < 0 || nv > WEFT_SENDV_MAX)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "tcp: %d buffers to send (at most %d)", nv,
+                          WEFT_SENDV_MAX);
+  for (int i = 0; i < nv; i++)
+    n += v[i].iov_len;
   c->send_blocked = 0;
   while (done < n) {
     if (!c->in_frame) {
@@ -241,12 +249,21 @@ static weft_result_t tcp_send(void *state, int peer, const void *src, size_t n, 
       c->payload_left = len;
       c->in_frame = 1;
     }
-    struct iovec iov[2];
+    struct iovec iov[1 + WEFT_SENDV_MAX];
     int k = 0;
     if (c->hdr_sent < sizeof c->hdr)
       iov[k++] = (struct iovec){(char *)c->hdr + c->hdr_sent, sizeof c->hdr - c->hdr_sent};
-    size_t pl = n - done < c->payload_left ? n - done : c->payload_left;
-    iov[k++] = (struct iovec){(char *)src + done, pl};
+    /* the frame's next pl bytes: from offset done of the gathered buffers */
+    size_t pl = n - done < c->payload_left ? n - done : c->payload_left, skip = done;
+    for (int i = 0; i < nv && pl; i++) {
+      if (skip >= v[i].iov_len) {
+        skip -= v[i].iov_len;
+        continue;
+      }
+      size_t take = v[i].iov_len - skip < pl ? v[i].iov_len - skip : pl;
+      iov[k++] = (struct iovec){(char *)v[i].iov_base + skip, take};
+      pl -= take, skip = 0;
+    }
     struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)k};
     ssize_t r = sendmsg(sfd(c), &m, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (r < 0) {
@@ -271,6 +288,11 @@ static weft_result_t tcp_send(void *state, int peer, const void *src, size_t n, 
   }
   *accepted = done;
   return WEFT_SUCCESS;
+}
+
+static weft_result_t tcp_send(void *state, int peer, const void *src, size_t n, size_t *accepted) {
+  struct iovec v = {(void *)src, n};
+  return tcp_sendv(state, peer, &v, 1, accepted);
 }
 
 static weft_result_t fill_socket(tcp_t *t, int peer);
@@ -464,6 +486,7 @@ const weft_transport_t weft_transport_tcp = {
     .setup = tcp_setup,
     .teardown = tcp_teardown,
     .send = tcp_send,
+    .sendv = tcp_sendv,
     .peek = tcp_peek,
     .consume = tcp_consume,
     .recv_into = tcp_recv_into,
