@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Device communicators across 2 fake hosts on one GPU (WEFT_HOSTID per rank, so every byte
-# between hosts goes through the region proxy over tcp): the oracle matrix on 2 hosts x 1
-# rank and 2 x 2 under MPS, and 2 x 1 time-sliced, each rank's log counted for the proxy's
-# INFO line; test_dev_comm (graph replays, several communicators, a group over 64, abort and
-# a rank that never joins) on 2 hosts; then (BENCH=1) collbench on 2 fake hosts against
-# NCCL's socket transport in the same run, and weft's host-buffer TCP for the proxy's ratio.
-# Report in OUT/hosts.txt, sweeps in OUT/collbench_*.txt. usage: scripts/gpu/hosts.sh OUT [BUILD]
+# between hosts goes through the region proxy over tcp, and ranks of one fake host use p2p):
+# under MPS the oracle matrix on 2 hosts x 1 rank and 2 x 2, test_dev_comm (graph replays,
+# several communicators, a group over 64, abort and a rank that never joins) on 2 hosts; then
+# (BENCH=1) collbench on 2 fake hosts against NCCL's socket transport in the same run, with the
+# defaults and with WEFT_PROXY_THREADS=1 and 4 and WEFT_PROXY_SPIN_US=0 beside them, and weft's
+# host-buffer tcp; then the matrix on 2 x 1 time-sliced; then (TORCH=1) PyTorch through
+# libnccl.so.2 on 2 fake hosts (scripts/gpu/nccl_torch.sh, PYTHON names the interpreter).
+# Report in OUT/hosts.txt, sweeps in OUT/collbench_*.txt, PyTorch in OUT/torch/.
+# usage: scripts/gpu/hosts.sh OUT [BUILD]   (MAXB: largest sweep size, 256M)
 set -u
 source "$(dirname "$0")/common.sh" # OUT, BUILD (b), the environment, mps_start and mps_stop
 r=$out/hosts.txt
@@ -15,7 +18,20 @@ one() { # name, command...
   echo "## $name: $*" >> "$r"
   WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=INIT timeout ${T:-240} "$@" > "$out/$name.log" 2>&1; rc=$?
   grep -c "reached by the proxy" "$out/$name.log" | sed 's/^/proxy inits: /' >> "$r"
-  grep -v " INFO " "$out/$name.log" | tail -6 >> "$r"; echo "rc $rc ($((SECONDS - t0)) s)" >> "$r"
+  grep -m2 "reaches rank" "$out/$name.log" >> "$r"
+  grep -v " INFO " "$out/$name.log" | grep -v "WEFT_ALGO=rign" | tail -6 >> "$r"
+  echo "rc $rc ($((SECONDS - t0)) s)" >> "$r"
+  [ "$rc" -eq 0 ] || fail=1
+}
+sweep=(-C allreduce,allgather,reduce_scatter,alltoall,broadcast,reduce -b 8 -e "${MAXB:-256M}"
+  -f 4 -n 8 -w 2)
+bench() { # name, VAR=value... (X=1: none): one sweep against NCCL on 2 fake hosts
+  local name=$1 t0=$SECONDS rc
+  shift
+  env "$@" timeout 120 "$b/bench/collbench" --gpu --ranks 2 --hosts 2 --compare nccl "${sweep[@]}" \
+    > "$out/collbench_$name.txt" 2>&1
+  rc=$?
+  echo "collbench $name ($*): rc $rc ($((SECONDS - t0)) s)" >> "$r"
   [ "$rc" -eq 0 ] || fail=1
 }
 t=$b/tests/gpu
@@ -24,15 +40,25 @@ T=150 one mps_2x1 $t/test_collectives_gpu 2 --share --hosts=2
 T=150 one mps_2x2 $t/test_collectives_gpu 4 --share --hosts=2
 WEFT_TEST_HOSTS=2 T=150 one mps_dev_comm_2x1 "$t/test_dev_comm" 2 --share
 if [ "${BENCH:-0}" = 1 ]; then
-  sweep=(-C allreduce,allgather,reduce_scatter,alltoall,broadcast,reduce -b 8 -e "${MAXB:-256M}"
-    -f 4 -n 10 -w 3)
-  timeout 300 "$b/bench/collbench" --gpu --ranks 2 --hosts 2 --compare nccl "${sweep[@]}" \
-    > "$out/collbench_gpu_2hosts.txt" 2>&1 || fail=1
+  bench gpu_2hosts X=1
+  bench threads1 WEFT_PROXY_THREADS=1
+  bench threads4 WEFT_PROXY_THREADS=4
+  bench spin0 WEFT_PROXY_SPIN_US=0
   timeout 150 "$b/bench/collbench" --cpu --ranks 2 --hosts 2 "${sweep[@]}" \
     > "$out/collbench_cpu_2hosts.txt" 2>&1 || fail=1
 fi
 mps_stop
 T=${PLAIN_T:-150} one plain_2x1 $t/test_collectives_gpu 2 --share --hosts=2
+if [ "${TORCH:-0}" = 1 ]; then
+  WEFT_TORCH_HOSTS=2 WEFT_TORCH_BUDGET=${TORCH_S:-150} "$(dirname "$0")/nccl_torch.sh" \
+    "$out/torch" "$b" > "$out/torch.out" 2>&1 || fail=1
+  tail -12 "$out/torch.out" >> "$r"
+fi
 (cd "$out" && tar czf logs.tgz ./*.log && rm -f ./*.log)
 cat "$r"
+for f in "$out"/collbench_*.txt; do
+  [ -f "$f" ] || continue
+  echo "== $f: NCCL time / weft time per size"
+  awk '/^# [a-z_]+$/ {c = $2} !/^#/ && NF > 15 {a[c] = a[c] " " $16} END {for (k in a) print k a[k]}' "$f"
+done
 exit "$fail"
