@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Device communicators across 2 fake hosts on one GPU (WEFT_HOSTID per rank, so every byte
 # between hosts goes through the region proxy over tcp, and ranks of one fake host use p2p):
-# under MPS the oracle matrix on 2 hosts x 1 rank and 2 x 2, test_dev_comm (graph replays,
+# under MPS the oracle matrix on 2 hosts x 1 rank, 2 x 2 and 2 + 1, test_dev_comm (graph replays,
 # several communicators, a group over 64, abort and a rank that never joins) on 2 hosts; then
 # (BENCH=1) collbench on 2 fake hosts against NCCL's socket transport in the same run, with the
-# defaults and with WEFT_PROXY_THREADS=1 and 4 and WEFT_PROXY_SPIN_US=0 beside them, and weft's
+# defaults and with WEFT_PROXY_THREADS=1 beside them (BENCH_ALL=1: also 4 threads and
+# WEFT_PROXY_SPIN_US=0), and weft's
 # host-buffer tcp; then the matrix on 2 x 1 time-sliced; then (TORCH=1) PyTorch through
 # libnccl.so.2 on 2 fake hosts (scripts/gpu/nccl_torch.sh, PYTHON names the interpreter).
 # Report in OUT/hosts.txt, sweeps in OUT/collbench_*.txt, PyTorch in OUT/torch/.
@@ -38,12 +39,13 @@ t=$b/tests/gpu
 mps_start "$r"
 T=150 one mps_2x1 $t/test_collectives_gpu 2 --share --hosts=2
 T=150 one mps_2x2 $t/test_collectives_gpu 4 --share --hosts=2
+T=150 one mps_3 $t/test_collectives_gpu 3 --share --hosts=2 # ranks 0 and 2 on one host
 WEFT_TEST_HOSTS=2 T=150 one mps_dev_comm_2x1 "$t/test_dev_comm" 2 --share
 if [ "${BENCH:-0}" = 1 ]; then
   bench gpu_2hosts X=1
   bench threads1 WEFT_PROXY_THREADS=1
-  bench threads4 WEFT_PROXY_THREADS=4
-  bench spin0 WEFT_PROXY_SPIN_US=0
+  [ "${BENCH_ALL:-0}" = 1 ] && bench threads4 WEFT_PROXY_THREADS=4
+  [ "${BENCH_ALL:-0}" = 1 ] && bench spin0 WEFT_PROXY_SPIN_US=0
   timeout 150 "$b/bench/collbench" --cpu --ranks 2 --hosts 2 "${sweep[@]}" \
     > "$out/collbench_cpu_2hosts.txt" 2>&1 || fail=1
 fi

@@ -265,7 +265,11 @@ void weft_dev_free(weft_comm_t c) {
   pthread_mutex_lock(&c->mu);
   int healthy = c->async_error == WEFT_SUCCESS && !atomic_load(&c->aborted);
   pthread_mutex_unlock(&c->mu);
-  if (weft_ipc_drain(d->ipc) && healthy && c->boot) weft_bootstrap_barrier(c->boot);
+  /* (across hosts every rank meets there: ranks alone on their host opened no handle, and
+   * the proxy's barriers below must pair up alike on every rank) */
+  int opened = weft_ipc_drain(d->ipc);
+  if ((opened || weft_ipc_spans_hosts(d->ipc)) && healthy && c->boot)
+    weft_bootstrap_barrier(c->boot);
   /* Across hosts a peer's kernels may still wait for chunks our proxy has yet to carry: it
    * runs on until every rank's kernels are done, and every proxy stops before any socket
    * closes (an unread credit would reset the stream under a proxy still reading it). */

@@ -68,9 +68,18 @@ weft_result_t weft_topo_numa_cpus(const char *root, int numa, cpu_set_t *set) {
 }
 
 weft_result_t weft_topo_pin_thread(pthread_t thread, const char *root, int numa) {
-  cpu_set_t set;
+  cpu_set_t set, now;
   CHECK(weft_topo_numa_cpus(root, numa, &set));
-  int err = pthread_setaffinity_np(thread, sizeof set, &set);
+  /* within what the launcher gave (taskset, MPI or Slurm binding): never onto other ranks'
+   * cores */
+  int err = pthread_getaffinity_np(thread, sizeof now, &now);
+  if (err) return weft_set_error(WEFT_ERR_SYSTEM, "reading a thread's CPUs: %s", strerror(err));
+  CPU_AND(&set, &set, &now);
+  if (CPU_COUNT(&set) == 0)
+    return weft_set_error(WEFT_ERR_SYSTEM,
+                          "NUMA node %d has none of the %d CPUs this thread may run on", numa,
+                          CPU_COUNT(&now));
+  err = pthread_setaffinity_np(thread, sizeof set, &set);
   if (err)
     return weft_set_error(WEFT_ERR_SYSTEM, "pinning a thread to NUMA node %d (%d CPUs): %s", numa,
                           CPU_COUNT(&set), strerror(err));

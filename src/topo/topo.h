@@ -109,7 +109,8 @@ weft_result_t weft_topo_from_hwloc(const char *xml, weft_topo_t *t);
 weft_result_t weft_topo_parse_cpulist(const char *text, cpu_set_t *set);
 /* Reads root's sys/devices/system/node/node<numa>/cpulist into set. */
 weft_result_t weft_topo_numa_cpus(const char *root, int numa, cpu_set_t *set);
-/* Binds thread to NUMA node numa's CPUs (those of root's sysfs). */
+/* Binds thread to NUMA node numa's CPUs (those of root's sysfs) among those it may run on now
+ * (the launcher's binding); WEFT_ERR_SYSTEM, changing nothing, where they have none in common. */
 weft_result_t weft_topo_pin_thread(pthread_t thread, const char *root, int numa);
 
 /* ---- hostid.c ---- */

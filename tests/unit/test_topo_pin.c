@@ -1,6 +1,7 @@
 /* src/topo/pin.c: cpulists as sysfs writes them, the fixture servers' node cpulists, bad text
  * and missing nodes refused with a message; pinning this thread to its own node's CPUs is
- * tried but a machine that forbids it (a cpuset-limited container) only skips. */
+ * tried but a machine that forbids it (a cpuset-limited container) only skips; a thread bound
+ * to one CPU stays bound to it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -66,12 +67,31 @@ static void pins_this_thread_to_its_node(void **st) {
   pthread_setaffinity_np(pthread_self(), sizeof before, &before);
 }
 
+/* A thread bound to one CPU (as a launcher binds a rank) stays on it: pinning never widens. */
+static void keeps_the_launchers_binding(void **st) {
+  (void)st;
+  cpu_set_t before, one, after, node;
+  assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof before, &before), 0);
+  if (weft_topo_numa_cpus(NULL, 0, &node) != WEFT_SUCCESS) skip();
+  int cpu = -1;
+  for (int i = 0; i < CPU_SETSIZE && cpu < 0; i++)
+    if (CPU_ISSET(i, &before) && CPU_ISSET(i, &node)) cpu = i;
+  if (cpu < 0) skip();
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+  weft_result_t rc = weft_topo_pin_thread(pthread_self(), NULL, 0);
+  assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof after, &after), 0);
+  pthread_setaffinity_np(pthread_self(), sizeof before, &before);
+  assert_int_equal(rc, WEFT_SUCCESS);
+  assert_true(CPU_EQUAL(&after, &one));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(parses_ranges_and_singles),
-      cmocka_unit_test(refuses_bad_text),
-      cmocka_unit_test(reads_fixture_nodes),
-      cmocka_unit_test(pins_this_thread_to_its_node),
+      cmocka_unit_test(parses_ranges_and_singles),   cmocka_unit_test(refuses_bad_text),
+      cmocka_unit_test(reads_fixture_nodes),         cmocka_unit_test(pins_this_thread_to_its_node),
+      cmocka_unit_test(keeps_the_launchers_binding),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include "ipc_state.h"
 
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -204,7 +205,18 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
                         &mapped, &first_bad),
                rc, fail);
   }
-  if (mapped && out->spans) CHECK_GOTO(weft_hoststage_remote(local_rank, out), rc, fail);
+  if (mapped && out->spans) { /* pinned memory for the mirrors may run out on one rank only */
+    char why[512] = "";
+    weft_result_t mrc = weft_hoststage_remote(local_rank, out);
+    if (mrc != WEFT_SUCCESS) snprintf(why, sizeof why, "%s", weft_thread_error());
+    int all = 0;
+    CHECK_GOTO(all_have(boot, words, rank, nranks, mrc == WEFT_SUCCESS, &all, &first_bad), rc,
+               fail);
+    if (!all)
+      ERR_GOTO(rc, fail, mrc != WEFT_SUCCESS ? mrc : WEFT_ERR_SYSTEM,
+               "cuda_ipc: rank %d could not set up the host memory for ranks on other hosts%s%s",
+               first_bad, why[0] ? ": " : "", why);
+  }
   if (!mapped) {
     unmap_device(out);
     out->nvlink = 0;

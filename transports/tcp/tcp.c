@@ -128,7 +128,9 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   int64_t mf = weft_param_get_int(WEFT_PARAM_TCP_FRAME_BYTES),
           rb = weft_param_get_int(WEFT_PARAM_TCP_BUF_BYTES);
   t->max_frame = mf < 4096 ? 4096 : (size_t)mf;
-  /* a multiple of 4096: the executor relies on 16-byte alignment of the stream in the ring */
+  /* a multiple of 4096: the executor relies on 16-byte alignment of the stream in the ring
+   * (recv_into takes bytes past the ring and breaks that: a connection serves the executor or
+   * a proxy, never both) */
   t->ring_bytes = ((rb < 65536 ? 65536 : (size_t)rb) + 4095) & ~(size_t)4095;
   t->conns = calloc((size_t)in->nranks, sizeof *t->conns);
   t->pfds = calloc((size_t)in->nranks * 2 + 3, sizeof *t->pfds);
