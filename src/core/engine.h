@@ -51,6 +51,9 @@ typedef struct weft_engine {
   /* Optional (NULL: the engine serves host buffers only). What the layers above (MoE) may see
    * and use of c's device side (src/gpu/dev_view.h); NULL where c has none. */
   struct weft_dev_view *(*device_view)(struct weft_comm *c);
+  /* Optional: the path of c's device side to peer ("p2p", "host-staged", "proxy"), or NULL
+   * where c has none (weft_comm_peer_path). */
+  const char *(*peer_path)(const struct weft_comm *c, int peer);
 } weft_engine_t;
 
 /* The engines of this build, most specific first (engines.c). */

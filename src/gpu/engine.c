@@ -30,6 +30,10 @@ static weft_result_t gpu_setup(struct weft_comm *c, const weft_config_t *config)
 
 static weft_dev_view_t *gpu_device_view(struct weft_comm *c) { return &dev_of(c)->view; }
 
+static const char *gpu_peer_path(const struct weft_comm *c, int peer) {
+  return peer == c->rank ? "self" : weft_ipc_pair(dev_of(c)->ipc, peer);
+}
+
 static weft_result_t gpu_submit(struct weft_comm *c, weft_task_t *tasks, int ntasks,
                                 weft_stream_t stream) {
   weft_result_t rc = weft_dev_submit(c, tasks, ntasks, stream);
@@ -66,4 +70,5 @@ const weft_engine_t weft_engine_gpu = {
     .memory = weft_dev_memory,
     .barrier_byte = gpu_barrier_byte,
     .device_view = gpu_device_view,
+    .peer_path = gpu_peer_path,
 };
