@@ -31,7 +31,7 @@ static weft_result_t gpu_setup(struct weft_comm *c, const weft_config_t *config)
 static weft_dev_view_t *gpu_device_view(struct weft_comm *c) { return &dev_of(c)->view; }
 
 static const char *gpu_peer_path(const struct weft_comm *c, int peer) {
-  return peer == c->rank ? "self" : weft_ipc_pair(dev_of(c)->ipc, peer);
+  return weft_ipc_pair(dev_of(c)->ipc, peer);
 }
 
 static weft_result_t gpu_submit(struct weft_comm *c, weft_task_t *tasks, int ntasks,

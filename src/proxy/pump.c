@@ -24,7 +24,7 @@ static void failed(weft_pump_t *P, weft_result_t rc, int tell) {
 static void *pump_main(void *arg) {
   weft_pump_t *P = arg;
   const weft_proxy_link_t *in = &P->in.link;
-  int64_t last = weft_now_ms(), checked = last, moved_us = weft_now_us();
+  int64_t moved_us = weft_now_us(), last = moved_us / 1000, checked = last;
   while (!atomic_load(&P->stop)) {
     if (in->abort_flag && atomic_load(in->abort_flag)) {
       weft_set_error(WEFT_ERR_ABORTED, "proxy: rank %d: the communicator was aborted", in->rank);
@@ -40,7 +40,7 @@ static void *pump_main(void *arg) {
       busy |= b;
     }
     if (rc != WEFT_SUCCESS && in->explain) rc = in->explain(in->ctx, rc, r - 1);
-    int64_t now = weft_now_ms();
+    int64_t now_us = weft_now_us(), now = now_us / 1000; /* one clock read a pass */
     if (rc == WEFT_SUCCESS && in->check && now - checked >= CHECK_MS) {
       checked = now;
       rc = in->check(in->ctx);
@@ -58,8 +58,8 @@ static void *pump_main(void *arg) {
     /* The kernels' flags wake nothing: after a while without traffic, nap on the network (a
      * chunk posted meanwhile waits up to 1 ms), else keep polling */
     if (moved)
-      moved_us = weft_now_us();
-    else if (rc == WEFT_SUCCESS && weft_now_us() - moved_us > P->spin_us)
+      moved_us = now_us;
+    else if (rc == WEFT_SUCCESS && now_us - moved_us > P->spin_us)
       rc = in->tr->wait(in->tr_state, in->tr->arm(in->tr_state), 1);
     else
       sched_yield();
