@@ -15,6 +15,7 @@
 
 #include "comm.h"
 #include "dev.h"
+#include "err.h"
 #include "launch.h"
 #include "proxy_test.h"
 #include "region.h"
@@ -43,8 +44,13 @@ static uint32_t len_of(int src, int dst, int ch, uint64_t seq) {
   uint32_t h = (uint32_t)(src * 7919 + dst * 104729 + ch * 31 + seq * 2654435761u);
   return h % 4 == 0 ? CHUNK : 1 + (h >> 3) % CHUNK;
 }
+/* As the device engine explains (src/gpu/setup.c): no transport checks, whose state is the
+ * heartbeat thread's, since several workers may explain at once. */
 static weft_result_t explain_cb(void *ctx, weft_result_t rc, int peer) {
-  return weft_fail_root_cause(ctx, rc, peer, "proxy", 1);
+  if (rc != WEFT_ERR_PEER_LOST) return rc;
+  char first[512];
+  snprintf(first, sizeof first, "%s", weft_thread_error());
+  return weft_fail_peer_gone(ctx, peer, first);
 }
 
 typedef struct {
