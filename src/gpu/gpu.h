@@ -101,7 +101,8 @@ void weft_dev_budget_log(const struct weft_comm *c, const struct weft_dev *d);
 void weft_dev_host_sizing(struct weft_dev *d);
 void weft_dev_ll_limits(struct weft_dev *d);
 
-/* layout.c: each rank's staging region and private counters. */
+/* layout.c: each rank's staging region (without the low-latency buffers where d->ll_max is 0:
+ * across hosts) and private counters. */
 size_t weft_dev_region_bytes(const struct weft_dev *d, int nranks, int with_ll128);
 size_t weft_dev_private_bytes(void);
 /* What every launch of c passes, filled once at setup. */

@@ -29,6 +29,8 @@ static size_t ll128_offset(const struct weft_dev *d, int nranks) {
 }
 /* with_ll128: the 128-byte kernel's buffers too */
 size_t weft_dev_region_bytes(const struct weft_dev *d, int nranks, int with_ll128) {
+  /* across hosts no low-latency kernel runs: their buffers would only pin host memory */
+  if (!d->ll_max && !with_ll128) return ll_offset(d, nranks);
   return ll128_offset(d, nranks) + (with_ll128 ? weft_dev_ll128_bytes(nranks) : 0);
 }
 
