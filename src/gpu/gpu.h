@@ -99,6 +99,9 @@ void weft_dev_budget_apply(struct weft_dev *d);
 void weft_dev_budget_log(const struct weft_comm *c, const struct weft_dev *d);
 /* Once the mapping is known: limits for host-staged regions, and the low-latency kernels'. */
 void weft_dev_host_sizing(struct weft_dev *d);
+/* For a communicator spanning hosts (WEFT_PROXY_*), before the regions are sized;
+ * WEFT_ERR_INVALID_ARG for a chunk size the kernels cannot cut. */
+weft_result_t weft_dev_net_sizing(struct weft_dev *d);
 void weft_dev_ll_limits(struct weft_dev *d);
 
 /* layout.c: each rank's staging region (without the low-latency buffers where d->ll_max is 0:

@@ -101,7 +101,7 @@ weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d
   d->plan.split = (int)split;
   d->plan.rank = c->rank;
   d->plan.nranks = c->nranks;
-  d->plan.max_channels = (int)ch;
+  if (d->plan.max_channels > (int)ch) d->plan.max_channels = (int)ch; /* a GPU's share first */
   d->plan.p2p_sets = (int)sets;
   d->plan.block_bytes = bb > 0 ? (size_t)bb : 8192;
   return WEFT_SUCCESS;
@@ -163,6 +163,26 @@ void weft_dev_host_sizing(struct weft_dev *d) {
   if (d->chunk_bytes > HOST_CHUNK_BYTES) d->chunk_bytes = HOST_CHUNK_BYTES;
   if (!d->ll_max_set && d->ll_max > HOST_LL_MAX_BYTES) d->ll_max = HOST_LL_MAX_BYTES;
   d->ll128_max[0] = d->ll128_max[1] = 0; /* host memory over PCIe may split a 128-byte store */
+}
+
+/* Across hosts every chunk crosses PCIe into host memory, then the network, as one frame of the
+ * proxy's: WEFT_PROXY_* size the slots (chunk, channels, stages) for that path, and the
+ * low-latency kernels, whose flags ride inside their data where no proxy follows them, stay
+ * off. */
+weft_result_t weft_dev_net_sizing(struct weft_dev *d) {
+  int64_t chunk = weft_param_get_int(WEFT_PARAM_PROXY_CHUNK_BYTES),
+          ch = weft_param_get_int(WEFT_PARAM_PROXY_CHANNELS),
+          stages = weft_param_get_int(WEFT_PARAM_PROXY_STAGES);
+  if (chunk % 16)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "WEFT_PROXY_CHUNK_BYTES=%lld: use a multiple of 16 in [4 KiB, 4 MiB]",
+                          (long long)chunk);
+  d->chunk_bytes = (uint32_t)chunk;
+  if (d->plan.max_channels > (int)ch) d->plan.max_channels = (int)ch; /* a GPU's share first */
+  d->stages = (uint32_t)(stages < WEFT_DEV_SIZE_WORDS ? stages : WEFT_DEV_SIZE_WORDS);
+  d->ll_max = 0, d->ll_max_set = 1;
+  d->ll128_max[0] = d->ll128_max[1] = 0;
+  return WEFT_SUCCESS;
 }
 
 /* The low-latency kernel's limits per peer, for copies and for reductions, fixed once the

@@ -182,15 +182,11 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   if (rc == WEFT_SUCCESS) weft_dev_budget_apply(d); /* before the region is sized */
   if (rc == WEFT_SUCCESS) {
     /* Across hosts every region, the device ones of this host's pairs included, shares the
-     * mirrors' layout, sized for host memory; and only the general kernel's chunks and flags
-     * travel (the proxy follows those): the low-latency kernels' flags ride inside their
-     * data. */
-    if (c->nlocal < c->nranks) {
-      weft_dev_host_sizing(d);
-      d->ll_max = 0, d->ll_max_set = 1;
-      /* a chunk's length beside its flag must outlive the chunks posted after it */
-      if (d->stages > WEFT_DEV_SIZE_WORDS) d->stages = WEFT_DEV_SIZE_WORDS;
-    }
+     * mirrors' layout, sized for the proxy's path; only the general kernel's chunks and
+     * flags travel (the proxy follows those). */
+    if (c->nlocal < c->nranks) rc = weft_comm_agree(c, weft_dev_net_sizing(d), "refused its sizes");
+  }
+  if (rc == WEFT_SUCCESS) {
     struct weft_dev h = *d;
     weft_dev_host_sizing(&h);
     size_t bytes[3] = {weft_dev_region_bytes(d, c->nranks, d->ll128_max[0] || d->ll128_max[1]),

@@ -145,12 +145,13 @@ static void table_is_consistent(void **st) {
  * shared GPU's SMs; the proxy's threads, each with connections every rank sets up), each once
  * here. */
 static const char *const dev_agreed[] = {
-    "WEFT_P2P_CHUNK_BYTES",  "WEFT_P2P_STAGES",        "WEFT_P2P_CHANNELS",
-    "WEFT_P2P_SPLIT",        "WEFT_P2P_BLOCK_BYTES",   "WEFT_P2P_SETS",
-    "WEFT_P2P_ROUNDS",       "WEFT_LL_BLOCK_BYTES",    "WEFT_ONESHOT_MAX_BYTES",
-    "WEFT_LL_MAX_BYTES",     "WEFT_LL128_MAX_BYTES",   "WEFT_CE_MIN_BYTES",
-    "WEFT_DIRECT_MIN_BYTES", "WEFT_DIRECT_CHANNELS",   "WEFT_DIRECT_READ_MAX_BYTES",
-    "WEFT_MOE_WINDOW_BYTES", "WEFT_SHARED_SM_PERCENT", "WEFT_PROXY_THREADS"};
+    "WEFT_P2P_CHUNK_BYTES",   "WEFT_P2P_STAGES",        "WEFT_P2P_CHANNELS",
+    "WEFT_P2P_SPLIT",         "WEFT_P2P_BLOCK_BYTES",   "WEFT_P2P_SETS",
+    "WEFT_P2P_ROUNDS",        "WEFT_LL_BLOCK_BYTES",    "WEFT_ONESHOT_MAX_BYTES",
+    "WEFT_LL_MAX_BYTES",      "WEFT_LL128_MAX_BYTES",   "WEFT_CE_MIN_BYTES",
+    "WEFT_DIRECT_MIN_BYTES",  "WEFT_DIRECT_CHANNELS",   "WEFT_DIRECT_READ_MAX_BYTES",
+    "WEFT_MOE_WINDOW_BYTES",  "WEFT_SHARED_SM_PERCENT", "WEFT_PROXY_THREADS",
+    "WEFT_PROXY_CHUNK_BYTES", "WEFT_PROXY_CHANNELS",    "WEFT_PROXY_STAGES"};
 enum { NDEV = sizeof dev_agreed / sizeof dev_agreed[0] };
 
 static void agreed_list_is_the_device_engines(void **st) {
