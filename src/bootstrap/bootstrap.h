@@ -77,6 +77,12 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
 /* data holds nranks blocks of size bytes; this rank's block must be filled in. */
 weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t size);
 weft_result_t weft_bootstrap_barrier(weft_bootstrap_t *b);
+/* Collective, a barrier that carries outcomes (agree.c): every rank passes its own (mine, with
+ * its message as this thread's error where it failed). Returns WEFT_SUCCESS when all
+ * succeeded; else this rank's own failure, or the first failed rank's code and message
+ * ("WHERE: rank N WHAT (code): its message"); or the ring's error. */
+weft_result_t weft_bootstrap_agree(weft_bootstrap_t *b, weft_result_t mine, const char *where,
+                                   const char *what);
 /* Hands size bytes at data from members[0] to every other member, with no other rank taking
  * part: each member connects to the listening socket members[0] kept since init. members are
  * n distinct ranks in ascending order, this rank among them; every member passes the same

@@ -40,20 +40,7 @@ void weft_comm_fail(weft_comm_t c, weft_result_t err, const char *msg, uint64_t 
 }
 
 weft_result_t weft_comm_agree(weft_comm_t c, weft_result_t mine, const char *what) {
-  int32_t *st = calloc((size_t)c->nranks, sizeof *st);
-  if (!st) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
-  st[c->rank] = (int32_t)mine;
-  char msg[512];
-  snprintf(msg, sizeof msg, "%s", weft_thread_error());
-  weft_result_t rc = weft_bootstrap_allgather(c->boot, st, sizeof *st);
-  if (rc == WEFT_SUCCESS && mine != WEFT_SUCCESS) /* our own reason first */
-    rc = weft_set_error(mine, "%s", msg);
-  for (int p = 0; p < c->nranks && rc == WEFT_SUCCESS; p++)
-    if (st[p] != WEFT_SUCCESS)
-      rc = weft_set_error((weft_result_t)st[p], "weft_comm_init: rank %d %s (%s)", p, what,
-                          weft_result_string((weft_result_t)st[p]));
-  free(st);
-  return rc;
+  return weft_bootstrap_agree(c->boot, mine, "weft_comm_init", what);
 }
 
 static void *heartbeat_main(void *arg) {

@@ -80,7 +80,8 @@ struct weft_comm {
 
 /* Collective, at init: every rank learns whether every rank's step succeeded (mine is this
  * rank's), so that one rank's failure fails init everywhere at once instead of leaving the
- * others waiting; a failed peer is named with what ("could not set up its GPU"). */
+ * others waiting; a failed peer is named with what ("could not set up its GPU") and its own
+ * message (weft_bootstrap_agree). */
 weft_result_t weft_comm_agree(struct weft_comm *c, weft_result_t mine, const char *what);
 /* Records err as the comm's failure (first one wins) and tells the other ranks. */
 void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg, uint64_t seq);

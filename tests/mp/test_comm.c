@@ -1,6 +1,7 @@
 /* Communicators across processes: split (colors, keys, NOCOLOR), init from WEFT_ROOT and
  * from torchrun's variables, groups spanning two comms, asynchronous streams that return
- * before the data moved, and barrier. usage: test_comm RANKS */
+ * before the data moved, barrier, and a rank failing init (every rank told why). usage:
+ * test_comm RANKS */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -121,6 +122,24 @@ static int early_leaver(int rank, int n, weft_unique_id_t id, void *arg) {
   return 0;
 }
 
+/* A rank that fails init takes part in the agreement that ends the step: every rank fails
+ * at once with its reason. Rank 1 asks for rings no /dev/shm holds (1 TiB each), the others
+ * for the default; before agreements its neighbours read its leaving as a barrier's bytes
+ * and went on to fail on its missing segment ("shm_open ...: No such file"). */
+static int one_fails_init(int rank, int n, weft_unique_id_t id, void *arg) {
+  (void)arg;
+  if (rank == 1) setenv("WEFT_SHM_RING_BYTES", "1099511627776", 1);
+  weft_comm_t c;
+  double t0 = now_s();
+  weft_result_t rc = weft_comm_init(&c, n, id, rank, NULL);
+  const char *msg = weft_get_last_error(NULL);
+  if (rc == WEFT_SUCCESS) FAIL("init passed though rank 1 could not make its shared memory");
+  if (!strstr(msg, "/dev/shm") || (rank != 1 && !strstr(msg, "rank 1 could not create")))
+    FAIL("init's error does not say why (%s)", msg);
+  if (now_s() - t0 > 10) FAIL("init took %.1f s to fail", now_s() - t0);
+  return 0;
+}
+
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
   weft_comm_t world;
@@ -177,6 +196,7 @@ int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 4;
   if (launch_local(n, rank_main, NULL, 600)) return 1;
   if (n >= 3 && launch_local(n, early_leaver, NULL, 120)) return 1;
+  if (n >= 2 && launch_local(n, one_fails_init, NULL, 60)) return 1;
   int port = free_port();
   if (launch_local(n, env_main, &port, 120)) return 1;
   setenv("TEST_TORCHRUN", "1", 1);

@@ -117,29 +117,36 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
   s->segs = calloc((size_t)s->nlocal, sizeof *s->segs);
   s->beat_seen = calloc((size_t)s->nlocal, sizeof *s->beat_seen);
   s->beat_when = calloc((size_t)s->nlocal, sizeof *s->beat_when);
-  if (!s->segs || !s->beat_seen || !s->beat_when)
-    ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "shm: out of memory");
   s->heartbeat_ms = weft_param_get_int(WEFT_PARAM_HEARTBEAT_MS);
   weft_shm_name(s->name, sizeof s->name, in->magic, in->rank, "");
-  CHECK_GOTO(weft_shm_map(s->name, s->seg_bytes, 1, HINT, &s->segs[s->my_local]), rc, fail);
-  s->own_linked = 1;
-  seg_hdr_t *h = hdr(s, s->my_local);
-  h->pid = (int32_t)getpid();
-  h->nlocal = (uint32_t)s->nlocal;
-  h->magic = in->magic;
-  /* Everyone's segment exists after this barrier; after the second, all are mapped and the
-   * names can go, so a crash later leaves nothing behind in /dev/shm. */
-  CHECK_GOTO(weft_bootstrap_barrier(in->boot), rc, fail);
-  for (int p = 0; p < in->nranks; p++) {
+  /* Everyone's segment exists after the first agreement; after the second, all are mapped
+   * and the names can go, so a crash later leaves nothing behind in /dev/shm. A rank that
+   * failed takes part in both, and every rank then fails with its reason. */
+  if (!s->segs || !s->beat_seen || !s->beat_when)
+    rc = weft_set_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
+  else
+    rc = weft_shm_map(s->name, s->seg_bytes, 1, HINT, &s->segs[s->my_local]);
+  if (rc == WEFT_SUCCESS) {
+    s->own_linked = 1;
+    seg_hdr_t *h = hdr(s, s->my_local);
+    h->pid = (int32_t)getpid();
+    h->nlocal = (uint32_t)s->nlocal;
+    h->magic = in->magic;
+  }
+  CHECK_GOTO(weft_bootstrap_agree(in->boot, rc, "shm", "could not create its shared memory"), rc,
+             fail);
+  for (int p = 0; p < in->nranks && rc == WEFT_SUCCESS; p++) {
     int l = in->local_rank[p];
     if (p == in->rank || l < 0 || !in->use[p]) continue;
     char name[64];
     weft_shm_name(name, sizeof name, in->magic, p, "");
-    CHECK_GOTO(weft_shm_map(name, s->seg_bytes, 0, HINT, &s->segs[l]), rc, fail);
-    if (hdr(s, l)->magic != in->magic || hdr(s, l)->nlocal != (uint32_t)s->nlocal)
-      ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL, "shm: segment of rank %d does not match", p);
+    rc = weft_shm_map(name, s->seg_bytes, 0, HINT, &s->segs[l]);
+    if (rc == WEFT_SUCCESS &&
+        (hdr(s, l)->magic != in->magic || hdr(s, l)->nlocal != (uint32_t)s->nlocal))
+      rc = weft_set_error(WEFT_ERR_PROTOCOL, "shm: segment of rank %d does not match", p);
   }
-  CHECK_GOTO(weft_bootstrap_barrier(in->boot), rc, fail);
+  CHECK_GOTO(weft_bootstrap_agree(in->boot, rc, "shm", "could not map its peers' shared memory"),
+             rc, fail);
   shm_unlink(s->name);
   s->own_linked = 0;
   WEFT_INFO(WEFT_SUB_SHM, "rank %d: %d local ranks, rings of %zu bytes (%zu bytes mapped here)",

@@ -1,0 +1,45 @@
+/* Agreement on the bootstrap ring: every rank's outcome of a setup step, with the failing
+ * ranks' own messages, reaches every rank. Setup steps end with it instead of a barrier, so
+ * that a rank that failed still takes part, and its neighbours hear why rather than read
+ * its leaving as the data of a barrier. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "err.h"
+
+enum { TEXT = 252 };
+
+typedef struct {
+  int32_t code;
+  char text[TEXT]; /* from the network: printable characters only once read */
+} outcome_t;
+
+weft_result_t weft_bootstrap_agree(weft_bootstrap_t *b, weft_result_t mine, const char *where,
+                                   const char *what) {
+  char own[1024];
+  snprintf(own, sizeof own, "%s", weft_thread_error());
+  outcome_t *all = calloc((size_t)b->nranks, sizeof *all);
+  if (!all) return weft_set_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", where);
+  all[b->rank].code = (int32_t)mine;
+  if (mine != WEFT_SUCCESS) snprintf(all[b->rank].text, TEXT, "%.*s", TEXT - 1, own);
+  weft_result_t rc = weft_bootstrap_allgather(b, all, sizeof *all);
+  if (rc == WEFT_SUCCESS && mine != WEFT_SUCCESS) /* our own reason, whole */
+    rc = weft_set_error(mine, "%s", own);
+  for (int p = 0; p < b->nranks && rc == WEFT_SUCCESS; p++) {
+    outcome_t *o = &all[p];
+    if (o->code == WEFT_SUCCESS) continue;
+    o->text[TEXT - 1] = 0;
+    for (char *t = o->text; *t; t++)
+      if (*t < 32 || *t > 126) *t = '?';
+    int bad = o->code < 0 || o->code > WEFT_ERR_IN_PROGRESS;
+    rc = weft_set_error(bad ? WEFT_ERR_PROTOCOL : (weft_result_t)o->code, "%s: rank %d %s (%s): %s",
+                        where, p, what,
+                        weft_result_string(bad ? WEFT_ERR_PROTOCOL : (weft_result_t)o->code),
+                        bad ? "an outcome no rank sends" : o->text);
+  }
+  free(all);
+  return rc;
+}
