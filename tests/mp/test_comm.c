@@ -1,7 +1,7 @@
 /* Communicators across processes: split (colors, keys, NOCOLOR), init from WEFT_ROOT and
  * from torchrun's variables, groups spanning two comms, asynchronous streams that return
- * before the data moved, barrier, and a rank failing init (every rank told why). usage:
- * test_comm RANKS */
+ * before the data moved, barrier, a rank failing init (every rank told why), and a ring that
+ * cannot be made on first use. usage: test_comm RANKS */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -123,20 +123,37 @@ static int early_leaver(int rank, int n, weft_unique_id_t id, void *arg) {
 }
 
 /* A rank that fails init takes part in the agreement that ends the step: every rank fails
- * at once with its reason. Rank 1 asks for rings no /dev/shm holds (1 TiB each), the others
- * for the default; before agreements its neighbours read its leaving as a barrier's bytes
- * and went on to fail on its missing segment ("shm_open ...: No such file"). */
+ * at once, told the failed rank's reason. Rank 1 sets a WEFT_* variable to a word. */
 static int one_fails_init(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
-  if (rank == 1) setenv("WEFT_SHM_RING_BYTES", "1099511627776", 1);
+  if (rank == 1) setenv("WEFT_SHM_RING_BYTES", "plenty", 1);
   weft_comm_t c;
   double t0 = now_s();
   weft_result_t rc = weft_comm_init(&c, n, id, rank, NULL);
   const char *msg = weft_get_last_error(NULL);
-  if (rc == WEFT_SUCCESS) FAIL("init passed though rank 1 could not make its shared memory");
-  if (!strstr(msg, "/dev/shm") || (rank != 1 && !strstr(msg, "rank 1 could not create")))
+  if (rc == WEFT_SUCCESS) FAIL("init passed though rank 1 refused its settings");
+  if (!strstr(msg, "WEFT_SHM_RING_BYTES=plenty") || (rank != 1 && !strstr(msg, "rank 1 refused")))
     FAIL("init's error does not say why (%s)", msg);
   if (now_s() - t0 > 10) FAIL("init took %.1f s to fail", now_s() - t0);
+  return 0;
+}
+
+/* Rings are made on a pair's first send: rank 1 asks for 1 TiB ones, which no /dev/shm
+ * holds. Init passes; the first allreduce fails on every rank, bounded, and rank 1 says
+ * why. */
+static int ring_fails_first_send(int rank, int n, weft_unique_id_t id, void *arg) {
+  (void)arg;
+  if (rank == 1) setenv("WEFT_SHM_RING_BYTES", "1099511627776", 1);
+  weft_comm_t c;
+  if (weft_comm_init(&c, n, id, rank, NULL) != WEFT_SUCCESS) FAIL("init");
+  float x[1024] = {0};
+  double t0 = now_s();
+  weft_result_t rc = weft_allreduce(x, x, 1024, WEFT_F32, WEFT_SUM, c, NULL);
+  const char *msg = weft_get_last_error(NULL);
+  if (rc == WEFT_SUCCESS) FAIL("allreduce passed though rank 1 could not make its rings");
+  if (rank == 1 && !strstr(msg, "/dev/shm")) FAIL("the error does not say why (%s)", msg);
+  if (now_s() - t0 > 10) FAIL("allreduce took %.1f s to fail", now_s() - t0);
+  weft_comm_destroy(c);
   return 0;
 }
 
@@ -197,6 +214,7 @@ int main(int argc, char **argv) {
   if (launch_local(n, rank_main, NULL, 600)) return 1;
   if (n >= 3 && launch_local(n, early_leaver, NULL, 120)) return 1;
   if (n >= 2 && launch_local(n, one_fails_init, NULL, 60)) return 1;
+  if (n >= 2 && launch_local(n, ring_fails_first_send, NULL, 60)) return 1;
   int port = free_port();
   if (launch_local(n, env_main, &port, 120)) return 1;
   setenv("TEST_TORCHRUN", "1", 1);

@@ -1,7 +1,9 @@
-/* Shared-memory transport: each rank owns one POSIX shared-memory segment holding a
- * single-producer single-consumer ring per local sender, plus a doorbell word. The fast
- * path is memcpy and an acquire/release counter update; a rank that has nothing to do
- * sleeps on its doorbell with a futex, so idle ranks burn no core. */
+/* Shared-memory transport: each rank owns a small POSIX shared-memory segment (a doorbell,
+ * liveness, a failure notice) that every local rank maps at init, and a single-producer
+ * single-consumer ring per local sender, which that sender creates on its first send, so
+ * memory follows the pairs that talk (a ring's neighbours, not all N^2). The fast path is
+ * memcpy and an acquire/release counter update; a rank that has nothing to do sleeps on its
+ * doorbell with a futex, so idle ranks burn no core. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -46,32 +48,41 @@ typedef struct {
 
 _Static_assert(sizeof(seg_hdr_t) == 64, "the segment header is one cache line");
 
-/* After the header: the owner's own failure notice, written once before it tells anyone. */
+/* After the header: the owner's own failure notice, written once before it tells anyone;
+ * then one byte per local sender, set once that sender's ring into this rank exists. */
 #define NOTICE_AREA 256
 _Static_assert(sizeof(weft_notice_t) <= NOTICE_AREA, "a notice fits its area");
-#define RINGS_OFF (sizeof(seg_hdr_t) + NOTICE_AREA)
+#define READY_OFF (sizeof(seg_hdr_t) + NOTICE_AREA)
 
 typedef struct {
   int rank, nranks, nlocal, my_local;
   const int *local_rank;
-  int64_t next_liveness_ms; /* pid checks of local peers are rate-limited */
-  int64_t heartbeat_ms;     /* a local peer silent this long is stopped or frozen; 0: off */
-  uint32_t *beat_seen;      /* per local index: last heartbeat value seen ... */
-  int64_t *beat_when;       /* ... and when it last changed */
-  size_t ring_bytes, seg_bytes;
-  char **segs; /* by local index; the own one included */
+  int64_t next_liveness_ms;     /* pid checks of local peers are rate-limited */
+  int64_t heartbeat_ms;         /* a local peer silent this long is stopped or frozen; 0: off */
+  uint32_t *beat_seen;          /* per local index: last heartbeat value seen ... */
+  int64_t *beat_when;           /* ... and when it last changed */
+  size_t ring_bytes, seg_bytes; /* seg_bytes: of a header segment */
+  char **segs;                  /* header segments by local index; the own one included */
+  char **out, **in; /* by local index: the ring into that rank, and the one from it (or NULL) */
+  int *rank_of;     /* by local index */
+  uint64_t magic;
   char name[64];
   int own_linked;
 } shm_t;
 
-static ring_ctl_t *ring_ctl(const shm_t *s, int owner_local, int sender_local) {
-  return (ring_ctl_t *)(s->segs[owner_local] + RINGS_OFF +
-                        (size_t)sender_local * (sizeof(ring_ctl_t) + s->ring_bytes));
-}
-static char *ring_data(const shm_t *s, int owner_local, int sender_local) {
-  return (char *)ring_ctl(s, owner_local, sender_local) + sizeof(ring_ctl_t);
-}
+static size_t ring_seg_bytes(const shm_t *s) { return sizeof(ring_ctl_t) + s->ring_bytes; }
+static ring_ctl_t *ring_ctl(char *ring) { return (ring_ctl_t *)ring; }
+static char *ring_data(char *ring) { return ring + sizeof(ring_ctl_t); }
 static seg_hdr_t *hdr(const shm_t *s, int local) { return (seg_hdr_t *)s->segs[local]; }
+/* In owner's header: whether the ring from sender exists. */
+static _Atomic uint8_t *ready(const shm_t *s, int owner_local, int sender_local) {
+  return (_Atomic uint8_t *)(s->segs[owner_local] + READY_OFF) + sender_local;
+}
+static void ring_name(char *buf, size_t len, const shm_t *s, int owner, int sender) {
+  char suffix[24];
+  snprintf(suffix, sizeof suffix, "-from-%d", sender);
+  weft_shm_name(buf, len, s->magic, owner, suffix);
+}
 static weft_notice_t *own_notice(const shm_t *s, int local) {
   return (weft_notice_t *)(s->segs[local] + sizeof(seg_hdr_t));
 }
@@ -86,6 +97,21 @@ static void ring_bell(const shm_t *s, int local) {
   if (atomic_load(&h->sleeping)) futex(&h->bell, FUTEX_WAKE, 1, NULL);
 }
 
+/* A process that is gone, or a zombie nobody reaped yet. */
+static int pid_dead(int32_t pid) {
+  if (pid <= 0) return 0;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t len = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[len] = 0;
+  const char *close_paren = strrchr(buf, ')');
+  return close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z';
+}
+
 static void shm_teardown(void *state) {
   shm_t *s = state;
   if (!s) return;
@@ -93,9 +119,27 @@ static void shm_teardown(void *state) {
    * process ending next is not a failure. */
   if (s->segs && s->segs[s->my_local]) atomic_store(&hdr(s, s->my_local)->left, 1);
   if (s->own_linked) shm_unlink(s->name);
+  char name[96];
+  for (int l = 0; l < s->nlocal && s->segs && s->out && s->in && s->rank_of; l++) {
+    /* A ring's name goes when its receiver maps it. Rings into us we never mapped have no
+     * other reader; ours into a rank that left or died will be mapped by no one. */
+    if (!s->in[l] && s->segs[s->my_local] && atomic_load(ready(s, s->my_local, l))) {
+      ring_name(name, sizeof name, s, s->rank, s->rank_of[l]);
+      shm_unlink(name);
+    }
+    if (s->out[l] && s->segs[l] && (atomic_load(&hdr(s, l)->left) || pid_dead(hdr(s, l)->pid))) {
+      ring_name(name, sizeof name, s, s->rank_of[l], s->rank);
+      shm_unlink(name);
+    }
+    if (s->out[l]) munmap(s->out[l], ring_seg_bytes(s));
+    if (s->in[l]) munmap(s->in[l], ring_seg_bytes(s));
+  }
   for (int i = 0; i < s->nlocal && s->segs; i++)
     if (s->segs[i]) munmap(s->segs[i], s->seg_bytes);
   free(s->segs);
+  free(s->out);
+  free(s->in);
+  free(s->rank_of);
   free(s->beat_seen);
   free(s->beat_when);
   free(s);
@@ -113,8 +157,12 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
   int64_t rb = weft_param_get_int(WEFT_PARAM_SHM_RING_BYTES);
   if (rb < 4096) rb = 4096;
   s->ring_bytes = ((size_t)rb + 4095) & ~(size_t)4095;
-  s->seg_bytes = RINGS_OFF + (size_t)s->nlocal * (sizeof(ring_ctl_t) + s->ring_bytes);
+  s->seg_bytes = (READY_OFF + (size_t)s->nlocal + 4095) & ~(size_t)4095;
+  s->magic = in->magic;
   s->segs = calloc((size_t)s->nlocal, sizeof *s->segs);
+  s->out = calloc((size_t)s->nlocal, sizeof *s->out);
+  s->in = calloc((size_t)s->nlocal, sizeof *s->in);
+  s->rank_of = calloc((size_t)s->nlocal, sizeof *s->rank_of);
   s->beat_seen = calloc((size_t)s->nlocal, sizeof *s->beat_seen);
   s->beat_when = calloc((size_t)s->nlocal, sizeof *s->beat_when);
   s->heartbeat_ms = weft_param_get_int(WEFT_PARAM_HEARTBEAT_MS);
@@ -122,10 +170,12 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
   /* Everyone's segment exists after the first agreement; after the second, all are mapped
    * and the names can go, so a crash later leaves nothing behind in /dev/shm. A rank that
    * failed takes part in both, and every rank then fails with its reason. */
-  if (!s->segs || !s->beat_seen || !s->beat_when)
+  if (!s->segs || !s->out || !s->in || !s->rank_of || !s->beat_seen || !s->beat_when)
     rc = weft_set_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
-  else
-    rc = weft_shm_map(s->name, s->seg_bytes, 1, HINT, &s->segs[s->my_local]);
+  for (int p = 0; p < in->nranks && rc == WEFT_SUCCESS; p++) {
+    if (in->local_rank[p] >= 0) s->rank_of[in->local_rank[p]] = p;
+  }
+  if (rc == WEFT_SUCCESS) rc = weft_shm_map(s->name, s->seg_bytes, 1, HINT, &s->segs[s->my_local]);
   if (rc == WEFT_SUCCESS) {
     s->own_linked = 1;
     seg_hdr_t *h = hdr(s, s->my_local);
@@ -149,8 +199,10 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
              rc, fail);
   shm_unlink(s->name);
   s->own_linked = 0;
-  WEFT_INFO(WEFT_SUB_SHM, "rank %d: %d local ranks, rings of %zu bytes (%zu bytes mapped here)",
-            in->rank, s->nlocal, s->ring_bytes, s->seg_bytes);
+  WEFT_INFO(WEFT_SUB_SHM,
+            "rank %d: %d local ranks, rings of %zu bytes made on first use (%zu bytes mapped "
+            "here)",
+            in->rank, s->nlocal, s->ring_bytes, s->seg_bytes * (size_t)s->nlocal);
   *state = s;
   return WEFT_SUCCESS;
 fail:
@@ -158,11 +210,39 @@ fail:
   return rc;
 }
 
+/* The ring into local rank pl, made on the first send there: created (every byte reserved,
+ * so a full /dev/shm fails this send with its reason), then announced in pl's header. */
+static weft_result_t out_ring(shm_t *s, int peer, int pl, char **ring) {
+  if (!s->out[pl]) {
+    char name[96];
+    ring_name(name, sizeof name, s, peer, s->rank);
+    CHECK(weft_shm_map(name, ring_seg_bytes(s), 1, HINT, &s->out[pl]));
+    atomic_store_explicit(ready(s, pl, s->my_local), 1, memory_order_release);
+  }
+  *ring = s->out[pl];
+  return WEFT_SUCCESS;
+}
+
+/* The ring from local rank pl once its sender made it (else NULL): mapped, and its name
+ * gone, since no one else opens it. */
+static weft_result_t in_ring(shm_t *s, int peer, int pl, char **ring) {
+  if (!s->in[pl] && atomic_load_explicit(ready(s, s->my_local, pl), memory_order_acquire)) {
+    char name[96];
+    ring_name(name, sizeof name, s, s->rank, peer);
+    CHECK(weft_shm_map(name, ring_seg_bytes(s), 0, HINT, &s->in[pl]));
+    shm_unlink(name);
+  }
+  *ring = s->in[pl];
+  return WEFT_SUCCESS;
+}
+
 static weft_result_t shm_send(void *state, int peer, const void *src, size_t n, size_t *accepted) {
   shm_t *s = state;
   int pl = s->local_rank[peer];
-  ring_ctl_t *c = ring_ctl(s, pl, s->my_local);
-  char *data = ring_data(s, pl, s->my_local);
+  char *ring;
+  CHECK(out_ring(s, peer, pl, &ring));
+  ring_ctl_t *c = ring_ctl(ring);
+  char *data = ring_data(ring);
   uint64_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
   uint64_t tail = atomic_load_explicit(&c->tail, memory_order_acquire);
   size_t space = s->ring_bytes - (size_t)(head - tail), w = n < space ? n : space;
@@ -181,20 +261,28 @@ static weft_result_t shm_peek(void *state, int peer, const void **p, size_t *con
                               size_t *total) {
   shm_t *s = state;
   int pl = s->local_rank[peer];
-  ring_ctl_t *c = ring_ctl(s, s->my_local, pl);
+  char *ring;
+  CHECK(in_ring(s, peer, pl, &ring));
+  if (!ring) { /* nothing sent yet */
+    *p = s->segs[s->my_local];
+    *contig = *total = 0;
+    return WEFT_SUCCESS;
+  }
+  ring_ctl_t *c = ring_ctl(ring);
   uint64_t head = atomic_load_explicit(&c->head, memory_order_acquire);
   uint64_t tail = atomic_load_explicit(&c->tail, memory_order_relaxed);
   size_t pos = (size_t)(tail % s->ring_bytes);
   *total = (size_t)(head - tail);
   *contig = s->ring_bytes - pos < *total ? s->ring_bytes - pos : *total;
-  *p = ring_data(s, s->my_local, pl) + pos;
+  *p = ring_data(ring) + pos;
   return WEFT_SUCCESS;
 }
 
 static void shm_consume(void *state, int peer, size_t n) {
   shm_t *s = state;
   int pl = s->local_rank[peer];
-  ring_ctl_t *c = ring_ctl(s, s->my_local, pl);
+  if (!s->in[pl]) return; /* nothing was peeked: nothing to consume */
+  ring_ctl_t *c = ring_ctl(s->in[pl]);
   atomic_fetch_add_explicit(&c->tail, n, memory_order_release);
   ring_bell(s, pl); /* the producer may be waiting for room */
 }
@@ -232,21 +320,6 @@ static void shm_notify(void *state, const weft_notice_t *n) {
     atomic_compare_exchange_strong(&hdr(s, l)->notice, &none, s->my_local + 1);
     ring_bell(s, l);
   }
-}
-
-/* A process that is gone, or a zombie nobody reaped yet. */
-static int pid_dead(int32_t pid) {
-  if (pid <= 0) return 0;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
-  char path[64], buf[256];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t len = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[len] = 0;
-  const char *close_paren = strrchr(buf, ')');
-  return close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z';
 }
 
 static void shm_beat(void *state) {
