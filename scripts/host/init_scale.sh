@@ -9,6 +9,10 @@
 # keeps the mapped bytes), the system's Shmem and PageTables growth, and each failure's message.
 # Every *_max field is the largest over the ranks on its own (phases do not add up); fds count
 # the driver's inherited ones too (fds_inherited). A run stopped by the watchdog says STOPPED.
+# Then (AFTER) the work a trainer does next: a first allreduce on the world (its pairs connect
+# now), splits into TP groups (8 consecutive ranks) and DP groups (ranks 8 apart), and an
+# allreduce in each; their times, peak RSS and fds per rank, and /dev/shm's peak over the run
+# (sys_* deltas cover the whole run too).
 #
 # usage: scripts/host/init_scale.sh [N ...]          (default: 8 32 64 128 256)
 # env:   BUILD=/tmp/isbuild       a build of this tree (meson setup BUILD -Dcuda=disabled ...)
@@ -70,6 +74,11 @@ typedef struct {
   int64_t t_start, t_end, t_open1, t_open2, t_open_last, t_unlink;
   int nopen, rc, done;
   long hwm_kb, rss_kb, anon_kb, shmem_kb, pte_kb, pss_kb, vm_kb;
+  /* after init: a first allreduce on the world (its pairs connect), splits into TP groups of
+   * 8 consecutive ranks and DP groups of the ranks 8 apart, an allreduce in each */
+  int64_t t_ar, t_split, t_sub;
+  long hwm2_kb, fds2;
+  int work_rc;
   char err[200];
 } rank_res_t;
 
@@ -177,8 +186,25 @@ static int rank_main(shared_t *S, int rank, int n) {
     struct timespec ts = {0, 5000000};
     nanosleep(&ts, NULL);
   }
+  float x[256] = {0};
+  weft_comm_t tp = NULL, dp = NULL;
+  int64_t t0 = now_us();
+  rc = weft_allreduce(x, x, 256, WEFT_F32, WEFT_SUM, c, NULL);
+  int64_t t1 = now_us();
+  if (rc == WEFT_SUCCESS) rc = weft_comm_split(c, rank / 8, rank, &tp, NULL);
+  if (rc == WEFT_SUCCESS) rc = weft_comm_split(c, rank % 8, rank, &dp, NULL);
+  int64_t t2 = now_us();
+  if (rc == WEFT_SUCCESS) rc = weft_allreduce(x, x, 256, WEFT_F32, WEFT_SUM, tp, NULL);
+  if (rc == WEFT_SUCCESS) rc = weft_allreduce(x, x, 256, WEFT_F32, WEFT_SUM, dp, NULL);
+  me->t_ar = t1 - t0, me->t_split = t2 - t1, me->t_sub = now_us() - t2;
+  me->hwm2_kb = status_kb("/proc/self/status", "VmHWM");
+  me->fds2 = count_dir("/proc/self/fd") - 1;
+  me->work_rc = rc;
+  if (rc != WEFT_SUCCESS) snprintf(me->err, sizeof me->err, "after init: %s", weft_get_last_error(NULL));
+  if (tp) weft_comm_destroy(tp);
+  if (dp) weft_comm_destroy(dp);
   weft_comm_destroy(c);
-  return 0;
+  return rc != WEFT_SUCCESS;
 }
 
 static long meminfo_kb(const char *key) { return status_kb("/proc/meminfo", key); }
@@ -218,7 +244,7 @@ int main(int argc, char **argv) {
   int64_t t_go = now_us(), deadline = t_go + (int64_t)timeout_s * 1000000;
   atomic_store(&S->go, 1);
   long min_avail = avail0, max_shm = shm0, max_pt = pt0;
-  long long max_du = 0, max_df = 0;
+  long long max_du = 0, max_df = 0, df_init = -1, du_init = -1;
   int left = n, killed = 0, sampled = 0, exited_bad = 0;
   char why[128] = "";
   int64_t t_all = 0;
@@ -281,6 +307,7 @@ int main(int argc, char **argv) {
       pf = popen("du -sk /dev/shm | tail -1", "r");
       if (pf && fgets(du_line, sizeof du_line, pf)) du_line[strcspn(du_line, "\n")] = 0;
       if (pf) pclose(pf);
+      df_init = max_df, du_init = max_du; /* until init: the work after it adds rings */
       atomic_store(&S->release, 1);
     }
     usleep(10000);
@@ -321,9 +348,25 @@ int main(int argc, char **argv) {
          t_all ? (t_all - t_go) / 1e3 : -1.0, p_boot / 1e3, p_create / 1e3, p_map / 1e3,
          p_tail / 1e3, hwm_max / 1024.0, anon_max / 1024.0, shmem_max / 1024.0,
          pss_max / 1024.0, pte_max / 1024.0, vm_max / 1024.0, fd_base, fd0, fd_min, fd_max, thr_max,
-         max_du / 1024.0, max_df / 1024.0, (max_shm - shm0) / 1024.0, (max_pt - pt0) / 1024.0,
+         (du_init >= 0 ? du_init : max_du) / 1024.0, (df_init >= 0 ? df_init : max_df) / 1024.0,
+         (max_shm - shm0) / 1024.0, (max_pt - pt0) / 1024.0,
          min_avail / 1024.0);
   if (df_line[0]) printf("DF_AFTER_INIT %s\nDU_AFTER_INIT %s\n", df_line, du_line);
+  int64_t ar = 0, sp = 0, sub = 0;
+  long hwm2 = 0, fds2 = 0;
+  int worked = 0;
+  for (int r = 0; r < n; r++) {
+    rank_res_t *x = &S->r[r];
+    if (!x->done || x->rc != 0 || x->work_rc != 0 || !x->hwm2_kb) continue;
+    worked++;
+    MAXV(ar, x->t_ar); MAXV(sp, x->t_split); MAXV(sub, x->t_sub);
+    MAXV(hwm2, x->hwm2_kb); MAXV(fds2, x->fds2);
+  }
+  printf("AFTER n=%d ok=%d first_allreduce_max_ms=%.1f two_splits_max_ms=%.1f "
+         "sub_allreduces_max_ms=%.1f hwm_max_mib=%.1f fds_max=%ld shm_df_peak_mib=%.1f "
+         "(at init %.1f)\n",
+         n, worked, ar / 1e3, sp / 1e3, sub / 1e3, hwm2 / 1024.0, fds2, max_df / 1024.0,
+         df_init / 1024.0);
   if (why[0]) printf("STOPPED %s\n", why);
   /* distinct errors, with how many ranks reported each */
   int shown = 0;
