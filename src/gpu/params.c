@@ -101,7 +101,7 @@ weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d
   d->plan.split = (int)split;
   d->plan.rank = c->rank;
   d->plan.nranks = c->nranks;
-  if (d->plan.max_channels > (int)ch) d->plan.max_channels = (int)ch; /* a GPU's share first */
+  d->plan.max_channels = (int)ch;
   d->plan.p2p_sets = (int)sets;
   d->plan.block_bytes = bb > 0 ? (size_t)bb : 8192;
   return WEFT_SUCCESS;
