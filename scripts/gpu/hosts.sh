@@ -4,7 +4,8 @@
 # under MPS the oracle matrix on 2 hosts x 1 rank, 2 x 2 and 2 + 1, test_dev_comm (graph replays,
 # several communicators, a group over 64, abort and a rank that never joins) on 2 hosts; then
 # (BENCH=1) collbench on 2 fake hosts against NCCL's socket transport in the same run, with the
-# defaults (BENCH_ALL=1: also with WEFT_PROXY_THREADS=1 and 4 and WEFT_PROXY_SPIN_US=0), and
+# defaults (BENCH_ALL=1: also with 2026-12-06's sizes (64 KiB, 2 stages, 2 threads), 2 threads,
+# 4 stages, and WEFT_PROXY_SPIN_US=0), and
 # weft's host-buffer tcp; then the matrix on 2 x 1 time-sliced; then (TORCH=1) PyTorch through
 # libnccl.so.2 on 2 fake hosts (scripts/gpu/nccl_torch.sh, PYTHON names the interpreter).
 # Report in OUT/hosts.txt, sweeps in OUT/collbench_*.txt, PyTorch in OUT/torch/.
@@ -42,8 +43,10 @@ T=150 one mps_3 $t/test_collectives_gpu 3 --share --hosts=2 # ranks 0 and 2 on o
 WEFT_TEST_HOSTS=2 T=150 one mps_dev_comm_2x1 "$t/test_dev_comm" 2 --share
 if [ "${BENCH:-0}" = 1 ]; then
   bench gpu_2hosts X=1
-  [ "${BENCH_ALL:-0}" = 1 ] && bench threads1 WEFT_PROXY_THREADS=1
-  [ "${BENCH_ALL:-0}" = 1 ] && bench threads4 WEFT_PROXY_THREADS=4
+  [ "${BENCH_ALL:-0}" = 1 ] && bench before WEFT_PROXY_CHUNK_BYTES=65536 WEFT_PROXY_STAGES=2 \
+    WEFT_PROXY_THREADS=2
+  [ "${BENCH_ALL:-0}" = 1 ] && bench threads2 WEFT_PROXY_THREADS=2
+  [ "${BENCH_ALL:-0}" = 1 ] && bench stages4 WEFT_PROXY_STAGES=4
   [ "${BENCH_ALL:-0}" = 1 ] && bench spin0 WEFT_PROXY_SPIN_US=0
   timeout 150 "$b/bench/collbench" --cpu --ranks 2 --hosts 2 "${sweep[@]}" \
     > "$out/collbench_cpu_2hosts.txt" 2>&1 || fail=1

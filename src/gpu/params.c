@@ -168,7 +168,9 @@ void weft_dev_host_sizing(struct weft_dev *d) {
 /* Across hosts every chunk crosses PCIe into host memory, then the network, as one frame of the
  * proxy's: WEFT_PROXY_* size the slots (chunk, channels, stages) for that path, and the
  * low-latency kernels, whose flags ride inside their data where no proxy follows them, stay
- * off. */
+ * off. Defaults from one H100 split into 2 fake hosts (device run 13): 256 KiB chunks, 8
+ * stages and 4 threads took allreduce of 256 MiB from 52.2 ms (64 KiB, 2, 2) to 20.9, and
+ * alltoall from 25.4 to 11.3; 4 stages alone did little (59.2 ms), 256 KiB with them 33.7. */
 weft_result_t weft_dev_net_sizing(struct weft_dev *d) {
   int64_t chunk = weft_param_get_int(WEFT_PARAM_PROXY_CHUNK_BYTES),
           ch = weft_param_get_int(WEFT_PARAM_PROXY_CHANNELS),
