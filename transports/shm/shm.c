@@ -43,7 +43,9 @@ typedef struct {
   _Atomic int32_t notice;
   _Atomic int32_t left;       /* the owner destroyed its communicator: its exit is no failure */
   _Atomic uint32_t heartbeat; /* bumped every 100 ms by the owner's heartbeat thread */
-  char pad[28];
+  char pad0[4];
+  uint64_t ring_bytes; /* of the rings into the owner: each sender must make them alike */
+  char pad[16];
 } seg_hdr_t;
 
 _Static_assert(sizeof(seg_hdr_t) == 64, "the segment header is one cache line");
@@ -148,7 +150,11 @@ static void shm_teardown(void *state) {
 static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
   weft_result_t rc = WEFT_SUCCESS;
   shm_t *s = calloc(1, sizeof *s);
-  if (!s) return weft_set_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
+  if (!s) { /* the others still meet this rank at the first agreement, and fail there */
+    weft_set_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
+    return weft_bootstrap_agree(in->boot, WEFT_ERR_NO_MEMORY, "shm",
+                                "could not create its shared memory");
+  }
   s->rank = in->rank;
   s->nranks = in->nranks;
   s->nlocal = in->nlocal;
@@ -182,6 +188,7 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
     h->pid = (int32_t)getpid();
     h->nlocal = (uint32_t)s->nlocal;
     h->magic = in->magic;
+    h->ring_bytes = s->ring_bytes;
   }
   CHECK_GOTO(weft_bootstrap_agree(in->boot, rc, "shm", "could not create its shared memory"), rc,
              fail);
@@ -194,6 +201,12 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
     if (rc == WEFT_SUCCESS &&
         (hdr(s, l)->magic != in->magic || hdr(s, l)->nlocal != (uint32_t)s->nlocal))
       rc = weft_set_error(WEFT_ERR_PROTOCOL, "shm: segment of rank %d does not match", p);
+    /* a ring is made by its sender and read by its receiver: both must size it alike */
+    if (rc == WEFT_SUCCESS && hdr(s, l)->ring_bytes != s->ring_bytes)
+      rc = weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "shm: WEFT_SHM_RING_BYTES differs between local ranks (rank %d: %llu "
+                          "bytes, rank %d: %zu): set it alike on every rank of a host",
+                          p, (unsigned long long)hdr(s, l)->ring_bytes, in->rank, s->ring_bytes);
   }
   CHECK_GOTO(weft_bootstrap_agree(in->boot, rc, "shm", "could not map its peers' shared memory"),
              rc, fail);
@@ -217,7 +230,10 @@ static weft_result_t out_ring(shm_t *s, int peer, int pl, char **ring) {
     char name[96];
     ring_name(name, sizeof name, s, peer, s->rank);
     CHECK(weft_shm_map(name, ring_seg_bytes(s), 1, HINT, &s->out[pl]));
-    atomic_store_explicit(ready(s, pl, s->my_local), 1, memory_order_release);
+    /* sequentially consistent: a receiver tearing down stores `left`, then reads ready; we
+     * store ready, then (at our teardown) read `left`: one of us sees the other's and
+     * unlinks the name */
+    atomic_store(ready(s, pl, s->my_local), 1);
   }
   *ring = s->out[pl];
   return WEFT_SUCCESS;
