@@ -432,19 +432,24 @@ static int run_item(worker_t *w, item_t *it) {
 
 /* Every kind at the largest size and at a few elements, out of place and in place: weft's and
  * the allocator's high-water marks (scratch, staging) are reached before the warm-up's
- * sample, and every kernel of a device comm has run once. */
+ * sample, and every kernel of a device comm has run once. The shifted ring runs every shift:
+ * shm makes a pair's ring on its first send, and a pair first used after the sample would
+ * count as growth. */
 static int sweep(worker_t *w) {
   for (int kind = AR; kind <= PAIR; kind++)
     for (int big = 1; big >= 0; big--)
-      for (int ip = 0; ip <= (kind != A2AV && kind != SR && kind != PAIR); ip++) {
-        item_t *it = &w->pending[w->npending];
-        it->kind = kind, it->nops = 1, it->streamed = 0;
-        draw_op(w, &it->ops[0], kind, 1);
-        it->ops[0].count = big ? max_count(w, kind, weft_dtype_size(it->ops[0].t)) : 3;
-        it->ops[0].in_place = ip;
-        w->counts.kind[kind]++;
-        if (run_item(w, it)) return -1;
-      }
+      for (int ip = 0; ip <= (kind != A2AV && kind != SR && kind != PAIR); ip++)
+        for (int shift = kind == SR && w->device && w->n > 1; shift < (kind == SR ? w->n : 1);
+             shift++) {
+          item_t *it = &w->pending[w->npending];
+          it->kind = kind, it->nops = 1, it->streamed = 0;
+          draw_op(w, &it->ops[0], kind, 1);
+          it->ops[0].count = big ? max_count(w, kind, weft_dtype_size(it->ops[0].t)) : 3;
+          it->ops[0].in_place = ip;
+          if (kind == SR) it->ops[0].shift = shift;
+          w->counts.kind[kind]++;
+          if (run_item(w, it)) return -1;
+        }
   return drain(w);
 }
 
