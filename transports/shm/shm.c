@@ -173,9 +173,10 @@ static weft_result_t shm_setup(const weft_transport_init_t *in, void **state) {
   s->beat_when = calloc((size_t)s->nlocal, sizeof *s->beat_when);
   s->heartbeat_ms = weft_param_get_int(WEFT_PARAM_HEARTBEAT_MS);
   weft_shm_name(s->name, sizeof s->name, in->magic, in->rank, "");
-  /* Everyone's segment exists after the first agreement; after the second, all are mapped
-   * and the names can go, so a crash later leaves nothing behind in /dev/shm. A rank that
-   * failed takes part in both, and every rank then fails with its reason. */
+  /* Everyone's header exists after the first agreement; after the second, all are mapped
+   * and the names can go, so a crash later leaves no header behind in /dev/shm (a ring's
+   * name lives from its first send to its receiver's first look). A rank that failed takes
+   * part in both, and every rank then fails with its reason. */
   if (!s->segs || !s->out || !s->in || !s->rank_of || !s->beat_seen || !s->beat_when)
     rc = weft_set_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
   for (int p = 0; p < in->nranks && rc == WEFT_SUCCESS; p++) {
