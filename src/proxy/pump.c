@@ -29,6 +29,7 @@ static void *pump_main(void *arg) {
     if (in->abort_flag && atomic_load(in->abort_flag)) {
       weft_set_error(WEFT_ERR_ABORTED, "proxy: rank %d: the communicator was aborted", in->rank);
       failed(P, WEFT_ERR_ABORTED, 0); /* whoever aborted has told the peers */
+      if (P->in.bye) P->in.bye(P->in.self);
       break;
     }
     int moved = 0, busy = 0, stalled = -1, r = 0;

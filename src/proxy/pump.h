@@ -41,6 +41,9 @@ typedef struct {
   /* The proxy's own: one pass over peer; *moved when bytes moved, *busy when some frame with
    * peer is under way or waits to go. */
   weft_result_t (*pass)(void *self, int peer, int *moved, int *busy);
+  /* Optional: the communicator was aborted here; tell the peers so, without blocking, before
+   * the connections close (they would read the close as this rank gone). */
+  void (*bye)(void *self);
   void *self;
 } weft_pump_init_t;
 

@@ -1,10 +1,10 @@
 /* The region proxy (region.h). Each frame names where it lands in the receiving rank's own
  * region: a chunk (bytes at a staging slot, then the ready flag it raises) or a flag alone (a
- * done credit). A chunk carries the length its kernel wrote beside the flag, not the whole
- * slot. Chunks go in order per channel; credits go first. The receiver checks every offset
- * and length against the layout before writing, and that the flag is one the sender may
- * raise. Channels are dealt to worker threads, each with connections of its own, so that
- * several chunks cross at once; both ends deal them alike. */
+ * done credit); or it says the sender's communicator was aborted. A chunk carries the length its
+ * kernel wrote beside the flag, not the whole slot. Chunks go in order per channel; credits go
+ * first. The receiver checks every offset and length against the layout before writing, and that
+ * the flag is one the sender may raise. Channels are dealt to worker threads, each with connections
+ * of its own, so that several chunks cross at once; both ends deal them alike. */
 #include "region.h"
 
 #include <stdio.h>
@@ -16,7 +16,7 @@
 #include "pump.h"
 #include "topo.h"
 
-enum { CHUNK = 1, FLAG = 2, MAX_WATCH = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_CHANNELS };
+enum { CHUNK = 1, FLAG = 2, ABORT = 3, MAX_WATCH = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_CHANNELS };
 
 typedef struct {
   uint64_t off, flag_off, value;
@@ -129,6 +129,10 @@ static int watched(const worker_t *W, uint64_t ch) {
  * lies, raising its own ready flag; or a credit of its own (a done flag). */
 static weft_result_t check_frame(const worker_t *W, int peer, const frame_t *f) {
   const weft_rproxy_t *P = W->P;
+  if (f->kind == ABORT && !f->bytes && !f->off && !f->flag_off)
+    return weft_set_error(WEFT_ERR_ABORTED,
+                          "proxy: rank %d aborted the communicator (its proxy told rank %d)", peer,
+                          P->in.link.rank);
   uint64_t idx = f->flag_off / WEFT_DEV_FLAG_STRIDE,
            done0 = WEFT_DEV_DONE_OFF(0, 0) / WEFT_DEV_FLAG_STRIDE, ch;
   int ok = f->flag_off % WEFT_DEV_FLAG_STRIDE == 0;
@@ -191,6 +195,20 @@ static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
   return WEFT_SUCCESS;
 }
 
+/* Aborted here: an abort frame to every remote rank whose stream is between frames (one cut
+ * mid-frame is read as this rank gone instead), as far as the socket takes it at once. */
+static void bye(void *self) {
+  worker_t *W = self;
+  for (int peer = 0; peer < W->P->in.link.nranks; peer++) {
+    peer_t *q = &W->peers[peer];
+    if (!W->P->in.remote[peer] || (q->busy && q->at)) continue;
+    frame_t f = {.kind = ABORT};
+    size_t at = 0;
+    int moved = 0;
+    (void)weft_proxy_give(&W->link, peer, &f, sizeof f, NULL, 0, &at, &moved);
+  }
+}
+
 static void stop_workers(weft_rproxy_t *P) {
   for (int w = 0; w < P->nworkers; w++) {
     weft_pump_stop(&P->workers[w].pump);
@@ -242,7 +260,7 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
       rc = weft_set_error(WEFT_ERR_NO_MEMORY, "proxy: out of memory");
       break;
     }
-    weft_pump_init_t pin = {.link = W->link, .pass = pass, .self = W};
+    weft_pump_init_t pin = {.link = W->link, .pass = pass, .bye = bye, .self = W};
     rc = weft_pump_start(&W->pump, &pin);
     P->nworkers = w + 1; /* stopped and freed with the others, started or not */
     /* near the GPU and the pinned memory they copy; where it cannot be, anywhere will do */

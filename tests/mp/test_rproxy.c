@@ -6,12 +6,16 @@
  * collective and send/recv channels, each of its own length (written beside the flag, as the
  * kernels do; the slot is filled whole) and every byte and every credit is checked, and that
  * no more than the length travelled. With LINKS > 1 the proxy runs that many workers, each on
- * connections of its own (weft_comm_transport_again), the channels dealt among them.
- * usage: test_rproxy NRANKS [K] [LINKS] */
+ * connections of its own (weft_comm_transport_again), the channels dealt among them. With
+ * "abort", rank 1 aborts its communicator a quarter of the way through: its proxy tells the
+ * others, whose proxies must fail saying rank 1 aborted (not that it is gone).
+ * usage: test_rproxy NRANKS [K] [LINKS] [abort] */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "dev.h"
@@ -55,7 +59,7 @@ static weft_result_t explain_cb(void *ctx, weft_result_t rc, int peer) {
 
 typedef struct {
   uint64_t K;
-  int links;
+  int links, abort;
 } arg_t;
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
@@ -101,7 +105,10 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   char *own = region[rank];
   int bad = 0;
   int64_t deadline = launch_now_ms() + (int64_t)(60000 * launch_time_scale());
-  while (left && !bad && !kabort && launch_now_ms() < deadline) {
+  uint64_t total = left;
+  while (left && !bad && !__atomic_load_n(&kabort, __ATOMIC_ACQUIRE) &&
+         launch_now_ms() < deadline) {
+    if (a->abort && rank == 1 && left < total * 3 / 4) atomic_store(&comm->aborted, 1);
     for (int p = 0; p < n; p++)
       for (int c = 0; c < NCH && p != rank && !bad; c++) {
         int ch = CHANS[c];
@@ -134,6 +141,26 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
           left--;
         }
       }
+  }
+  if (a->abort) { /* every proxy stopped on the abort, rank 1's and the others' */
+    int rc = 0;
+    int64_t t = launch_now_ms();
+    while (weft_rproxy_status(px) == WEFT_SUCCESS && launch_now_ms() - t < 10000)
+      usleep(1000);
+    weft_result_t st = weft_rproxy_status(px);
+    const char *msg = weft_get_last_error(NULL);
+    if (st != WEFT_ERR_ABORTED || (rank != 1 && !strstr(msg, "rank 1 aborted")))
+      rc = printf("test_rproxy: rank %d: after rank 1's abort the proxy says %d: %s\n", rank,
+                  (int)st, st ? msg : "running");
+    else if (rank == 0)
+      printf("test_rproxy: rank 0 told: %s\n", msg);
+    weft_rproxy_stop(px);
+    for (int w = 1; w < a->links; w++)
+      comm->tr[tcp]->teardown(states[w]);
+    weft_comm_destroy(comm);
+    for (int p = 0; p < n; p++)
+      free(region[p]);
+    return rc != 0;
   }
   /* the last credits reach the peers before anyone stops (the ring is not the stream) */
   int rc = bad || left;
@@ -168,9 +195,11 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
-  arg_t a = {.K = argc > 2 ? (uint64_t)atoll(argv[2]) : 200, .links = argc > 3 ? atoi(argv[3]) : 1};
+  arg_t a = {.K = argc > 2 ? (uint64_t)atoll(argv[2]) : 200,
+             .links = argc > 3 ? atoi(argv[3]) : 1,
+             .abort = argc > 4 && !strcmp(argv[4], "abort")};
   if (n < 2 || n > MAXR || a.K < 1 || a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS)
-    return printf("usage: test_rproxy NRANKS(2-8) [K] [LINKS(1-8)]\n"), 2;
+    return printf("usage: test_rproxy NRANKS(2-8) [K] [LINKS(1-8)] [abort]\n"), 2;
   proxy_test_hosts(n);
   return launch_local(n, rank_main, &a, (int)(120 * launch_time_scale())) != 0;
 }
