@@ -35,9 +35,8 @@ weft_result_t weft_bootstrap_agree(weft_bootstrap_t *b, weft_result_t mine, cons
     for (char *t = o->text; *t; t++)
       if (*t < 32 || *t > 126) *t = '?';
     int bad = o->code < 0 || o->code > WEFT_ERR_IN_PROGRESS;
-    rc = weft_set_error(bad ? WEFT_ERR_PROTOCOL : (weft_result_t)o->code, "%s: rank %d %s (%s): %s",
-                        where, p, what,
-                        weft_result_string(bad ? WEFT_ERR_PROTOCOL : (weft_result_t)o->code),
+    weft_result_t code = bad ? WEFT_ERR_PROTOCOL : (weft_result_t)o->code;
+    rc = weft_set_error(code, "%s: rank %d %s (%s): %s", where, p, what, weft_result_string(code),
                         bad ? "an outcome no rank sends" : o->text);
   }
   free(all);

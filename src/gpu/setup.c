@@ -183,8 +183,9 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   if (rc == WEFT_SUCCESS) {
     /* Across hosts every region, the device ones of this host's pairs included, shares the
      * mirrors' layout, sized for the proxy's path; only the general kernel's chunks and
-     * flags travel (the proxy follows those). */
-    if (c->nlocal < c->nranks) rc = weft_comm_agree(c, weft_dev_net_sizing(d), "refused its sizes");
+     * flags travel (the proxy follows those). Its parameters are agreed already, so every
+     * rank reaches the same outcome. */
+    if (c->nlocal < c->nranks) rc = weft_dev_net_sizing(d);
   }
   if (rc == WEFT_SUCCESS) {
     struct weft_dev h = *d;

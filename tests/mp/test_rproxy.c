@@ -62,6 +62,21 @@ typedef struct {
   int links, abort;
 } arg_t;
 
+/* After rank 1's abort: every proxy stopped on it, rank 1's and the others', and the others
+ * were told rank 1 aborted (not that it is gone). Returns nonzero on a failure. */
+static int told_of_abort(weft_rproxy_t *px, int rank) {
+  int64_t t = launch_now_ms();
+  while (weft_rproxy_status(px) == WEFT_SUCCESS && launch_now_ms() - t < 10000)
+    usleep(1000);
+  weft_result_t st = weft_rproxy_status(px);
+  const char *msg = weft_get_last_error(NULL);
+  if (st != WEFT_ERR_ABORTED || (rank != 1 && !strstr(msg, "rank 1 aborted")))
+    return printf("test_rproxy: rank %d: after rank 1's abort the proxy says %d: %s\n", rank,
+                  (int)st, st ? msg : "running") != 0;
+  if (rank == 0) printf("test_rproxy: rank 0 told: %s\n", msg);
+  return 0;
+}
+
 static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   const arg_t *a = argp;
   uint64_t K = a->K;
@@ -142,46 +157,31 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
         }
       }
   }
-  if (a->abort) { /* every proxy stopped on the abort, rank 1's and the others' */
-    int rc = 0;
-    int64_t t = launch_now_ms();
-    while (weft_rproxy_status(px) == WEFT_SUCCESS && launch_now_ms() - t < 10000)
-      usleep(1000);
-    weft_result_t st = weft_rproxy_status(px);
-    const char *msg = weft_get_last_error(NULL);
-    if (st != WEFT_ERR_ABORTED || (rank != 1 && !strstr(msg, "rank 1 aborted")))
-      rc = printf("test_rproxy: rank %d: after rank 1's abort the proxy says %d: %s\n", rank,
-                  (int)st, st ? msg : "running");
-    else if (rank == 0)
-      printf("test_rproxy: rank 0 told: %s\n", msg);
-    weft_rproxy_stop(px);
-    for (int w = 1; w < a->links; w++)
-      comm->tr[tcp]->teardown(states[w]);
-    weft_comm_destroy(comm);
-    for (int p = 0; p < n; p++)
-      free(region[p]);
-    return rc != 0;
-  }
-  /* the last credits reach the peers before anyone stops (the ring is not the stream) */
-  int rc = bad || left;
+  int rc;
   uint64_t s = 0, r = 0;
-  for (int64_t t = launch_now_ms(); !rc && launch_now_ms() - t < 5000;) {
-    int all = 1;
-    for (int p = 0; p < n; p++)
-      for (int c = 0; c < NCH && p != rank; c++)
-        all &= ld(own, WEFT_DEV_DONE_OFF(CHANS[c], p)) == K;
-    if (all) break;
+  if (a->abort) {
+    rc = told_of_abort(px, rank);
+  } else {
+    /* the last credits reach the peers before anyone stops (the ring is not the stream) */
+    rc = bad || left;
+    for (int64_t t = launch_now_ms(); !rc && launch_now_ms() - t < 5000;) {
+      int all = 1;
+      for (int p = 0; p < n; p++)
+        for (int c = 0; c < NCH && p != rank; c++)
+          all &= ld(own, WEFT_DEV_DONE_OFF(CHANS[c], p)) == K;
+      if (all) break;
+    }
+    weft_rproxy_counts(px, &s, &r);
+    if (left || weft_rproxy_status(px) != WEFT_SUCCESS)
+      rc = 1,
+      printf("test_rproxy: rank %d: %llu steps left, proxy: %s\n", rank, (unsigned long long)left,
+             weft_rproxy_status(px) ? weft_get_last_error(NULL) : "running");
+    if (weft_bootstrap_barrier(comm->boot) != WEFT_SUCCESS) rc = 1;
   }
-  weft_rproxy_counts(px, &s, &r);
-  if (left || weft_rproxy_status(px) != WEFT_SUCCESS)
-    rc = 1,
-    printf("test_rproxy: rank %d: %llu steps left, proxy: %s\n", rank, (unsigned long long)left,
-           weft_rproxy_status(px) ? weft_get_last_error(NULL) : "running");
-  if (weft_bootstrap_barrier(comm->boot) != WEFT_SUCCESS) rc = 1;
   weft_rproxy_stop(px);
   for (int w = 1; w < a->links; w++)
     comm->tr[tcp]->teardown(states[w]);
-  if (rank == 0 && !rc)
+  if (rank == 0 && !rc && !a->abort)
     printf("test_rproxy: %d ranks, %llu chunks of up to %d bytes to each peer on %d channels, "
            "%d proxy threads: every byte and credit arrived (rank 0's proxy: %llu frames out, "
            "%llu in)\n",
