@@ -224,10 +224,11 @@ WEFT_API const char *weft_comm_last_algo(weft_comm_t comm);
 /* How this rank of comm reaches rank peer, written into buf (len bytes with the NUL): the
  * host transport ("self", "shm" or "tcp"), and on a device communicator the path of its
  * kernels' chunks after a comma: "p2p" (the peer's region mapped: NVLink or a shared GPU),
- * "host-staged" (host shared memory) or "proxy" (a peer on another host, through the proxy
- * over tcp), e.g. "tcp, device proxy". Local: no peer is asked. WEFT_ERR_INVALID_ARG, with
- * buf left "" where len allows, for a NULL comm or buf, a peer out of range, or a buf too
- * short for the answer. */
+ * "host-staged" (host shared memory), "proxy" (a peer on another host, through the proxy
+ * over tcp) or "ring" (past 8 ranks, a rank that is not a ring neighbour: chunks reach it
+ * through the ranks between), e.g. "tcp, device proxy". Local: no peer is asked.
+ * WEFT_ERR_INVALID_ARG, with buf left "" where len allows, for a NULL comm or buf, a peer out of
+ * range, or a buf too short for the answer. */
 WEFT_API weft_result_t weft_comm_peer_path(weft_comm_t comm, int peer, char *buf, size_t len);
 
 /* ---- environment parameters (WEFT_*): one table, printable ---- */

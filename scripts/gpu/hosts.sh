@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device communicators across 2 fake hosts on one GPU (WEFT_HOSTID per rank, so every byte
 # between hosts goes through the region proxy over tcp, and ranks of one fake host use p2p):
-# under MPS the oracle matrix on 2 hosts x 1 rank, 2 x 2 and 2 + 1, test_dev_comm (graph replays,
+# under MPS the oracle matrix on 2 hosts x 1 rank, 2 x 2, 2 + 1 and 2 x 5 (past 8 ranks: rings
+# alone), test_dev_comm (graph replays,
 # several communicators, a group over 64, abort and a rank that never joins) on 2 hosts; then
 # (BENCH=1) collbench on 2 fake hosts against NCCL's socket transport in the same run, with the
 # defaults (BENCH_ALL=1: also with 2026-12-06's sizes (64 KiB, 2 stages, 2 threads), 2 threads,
@@ -40,6 +41,9 @@ mps_start "$r"
 T=150 one mps_2x1 $t/test_collectives_gpu 2 --share --hosts=2
 T=150 one mps_2x2 $t/test_collectives_gpu 4 --share --hosts=2
 T=150 one mps_3 $t/test_collectives_gpu 3 --share --hosts=2 # ranks 0 and 2 on one host
+# past 8 ranks: the ring slots, every ring step between the 2 hosts (rank % 2); one proxy thread
+# a rank, so that 10 ranks' spinning workers fit the cores
+WEFT_PROXY_THREADS=1 T=240 one mps_10_ring $t/test_collectives_gpu 10 --share --hosts=2
 WEFT_TEST_HOSTS=2 T=150 one mps_dev_comm_2x1 "$t/test_dev_comm" 2 --share
 if [ "${BENCH:-0}" = 1 ]; then
   bench gpu_2hosts X=1

@@ -63,13 +63,13 @@ pack_logs() {
   tar -czf "$out/gpu_suite_logs.tgz" -C "$out" $(cd "$out" && ls *.log hoststaged_*.txt windows_*.txt 2> /dev/null) &&
     rm -f "$out"/*.log "$out"/hoststaged_*.txt "$out"/windows_*.txt
 }
-# Every test whose ranks share the one GPU, named MODE_*: the oracle matrix on 2, 3, 4 and 8
-# ranks, pairs split from 8 ranks running at once (the sharers' registry) and budgets too
+# Every test whose ranks share the one GPU, named MODE_*: the oracle matrix on 2, 3, 4, 8 and
+# 9 ranks (past 8: the ring slots), pairs split from 8 ranks running at once (the sharers' registry) and budgets too
 # small refused, graphs and concurrent communicators, windows, the MoE paths (staged, direct,
 # low-latency), the NCCL ABI, and a 2-minute soak of 4 ranks x 2 communicators.
 shared_set() { # mode
   local m=$1 n
-  for n in 2 3 4 8; do
+  for n in 2 3 4 8 9; do
     run "${m}_collectives_$n" "$b/tests/gpu/test_collectives_gpu" "$n" --share
   done
   run "${m}_share_8" "$b/tests/gpu/test_share" 8

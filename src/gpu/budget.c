@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include "slots.h"
+
 int weft_dev_budget(const weft_dev_share_in_t *in, weft_dev_budget_t *out) {
   memset(out, 0, sizeof *out);
   out->sharers = in->sharers > 1 ? in->sharers : 1;
@@ -40,13 +42,15 @@ int weft_dev_budget_agree(const weft_dev_share_card_t *cards, int nranks, weft_d
   weft_dev_budget_t all = {.sharers = 1};
   *bad = -1;
   for (int r = 0; r < nranks && nranks > 1; r++) {
+    weft_dev_slots_t slots; /* a send and a receive per peer its kernels reach */
+    weft_dev_slots_make(r, nranks, &slots);
     weft_dev_share_in_t in = {.sms_total = cards[r].sms,
                               .sms_usable = cards[r].usable,
                               .sharers = sharers_of(cards, nranks, r, ours),
                               .percent = cards[r].percent,
                               .occ_general = cards[r].occ,
                               .occ_ll = cards[r].occ_ll,
-                              .nranks = nranks};
+                              .nranks = slots.nslots};
     weft_dev_budget_t b;
     if (weft_dev_budget(&in, &b) != 0) {
       *bad = r;

@@ -13,7 +13,7 @@ typedef struct {
   int sharers;             /* ranks using the GPU at once, this communicator's and others' */
   int percent;             /* WEFT_SHARED_SM_PERCENT: what all sharers' kernels may hold */
   int occ_general, occ_ll; /* blocks of each kernel one SM keeps resident (CUDA's occupancy) */
-  int nranks;              /* ranks of the communicator */
+  int nranks;              /* ranks its kernels reach, itself included (slots.h's nslots) */
 } weft_dev_share_in_t;
 
 typedef struct {

@@ -11,6 +11,7 @@
 #include "dtype.h"
 #include "err.h"
 #include "op.h"
+#include "slots.h"
 
 static uint64_t round_len(int nranks, const weft_task_t *t, int kind) {
   const weft_coll_args_t *a = &t->args;
@@ -80,12 +81,33 @@ int weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, siz
   return 1;
 }
 
+/* Past WEFT_DEV_MAX_RANKS ranks the kernels reach the ring's neighbours alone (slots.h). */
+static weft_result_t beyond_slots(const weft_dev_planner_t *d, const weft_task_t *t) {
+  weft_coll_t k = t->args.coll;
+  if (k == WEFT_COLL_SEND || k == WEFT_COLL_RECV) {
+    if (weft_dev_slot_of(&d->slots, t->args.root) >= 0) return WEFT_SUCCESS;
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "%s between ranks %d and %d: on a device communicator of %d ranks "
+                          "(more than %d) a rank's kernels reach only ranks %d and %d, its ring "
+                          "neighbours",
+                          weft_coll_name(k), d->rank, t->args.root, d->nranks, WEFT_DEV_MAX_RANKS,
+                          d->slots.rank[0], d->slots.rank[2]);
+  }
+  if (k != WEFT_COLL_ALLTOALL && k != WEFT_COLL_ALLTOALLV) return WEFT_SUCCESS;
+  return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                        "%s on a device communicator of %d ranks: past %d ranks only the ring "
+                        "algorithms run (allreduce, reduce_scatter, allgather, broadcast, reduce, "
+                        "send/recv between ring neighbours)",
+                        weft_coll_name(k), d->nranks, WEFT_DEV_MAX_RANKS);
+}
+
 weft_result_t weft_dev_plan_check(const weft_dev_planner_t *d, const weft_task_t *tasks, int ntasks,
                                   int *ncoll) {
   int na2av = 0;
   *ncoll = 0;
   for (int i = 0; i < ntasks; i++) {
     weft_coll_t k = tasks[i].args.coll;
+    if (!d->slots.identity) CHECK(beyond_slots(d, &tasks[i]));
     if (k == WEFT_COLL_SEND || k == WEFT_COLL_RECV) {
       if (tasks[i].args.root == d->rank)
         return weft_set_error(WEFT_ERR_INTERNAL,
@@ -157,7 +179,8 @@ static void place_coll(const weft_dev_planner_t *d, const weft_task_t *t, int ki
    * own that copy does not hold up its NVLink writes (1 GiB: 345 GB/s against 359 in place,
    * bench/results/2026-11-30-h200x2-rooted-p2p.txt). Roles are a rank's own business; its
    * peers' blocks see the same channels. */
-  if (d->split && kind == WEFT_DEV_BROADCAST && t->args.root == d->rank && t->sendbuf != t->recvbuf)
+  if (d->split && !it->ring && kind == WEFT_DEV_BROADCAST && t->args.root == d->rank &&
+      t->sendbuf != t->recvbuf)
     roles = 2;
   /* alltoallv's sizes differ per rank: only a fixed count agrees everywhere */
   uint64_t avail = (uint64_t)per_coll,
@@ -177,7 +200,8 @@ static int group_fits(const weft_dev_planner_t *d, const weft_task_t *tasks, int
   for (int i = 0; i < ntasks; i++) {
     int kind = dev_kind(&tasks[i]);
     if ((kind != WEFT_DEV_SEND && kind != WEFT_DEV_RECV) || tasks[i].args.count == 0) continue;
-    if (++per[tasks[i].args.root][kind == WEFT_DEV_RECV] > d->p2p_sets) return 0;
+    if (++per[weft_dev_slot_of(&d->slots, tasks[i].args.root)][kind == WEFT_DEV_RECV] > d->p2p_sets)
+      return 0;
     items++;
   }
   return items <= limit;
@@ -211,14 +235,15 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
    * one end of a message in a rank's first launch and the other in its peer's second, and
    * a send that waits for a receive queued behind it deadlocks. */
   int quota = sets;
-  if (d->nranks > 1 && (!first || !group_fits(d, tasks, ntasks, coll_items, items))) {
-    int room = (items - (first ? coll_items : 0)) / (2 * (d->nranks - 1));
+  int peers = d->slots.nslots - 1;
+  if (peers > 0 && (!first || !group_fits(d, tasks, ntasks, coll_items, items))) {
+    int room = (items - (first ? coll_items : 0)) / (2 * peers);
     quota = room < sets ? room : sets;
     if (quota < 1 && !first) /* budget.c refuses such a budget at init */
       return weft_set_error(WEFT_ERR_INTERNAL,
                             "device planner: %d items a launch hold no message to and from "
                             "each of %d peers",
-                            items, d->nranks - 1);
+                            items, peers);
   }
   L->nitems = 0;
   for (int i = 0; i < ntasks; i++) {
@@ -231,7 +256,8 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
       slot += !p2p;
       continue;
     }
-    int peer = t->args.root, dir = kind == WEFT_DEV_RECV, set = 0;
+    int peer = p2p ? weft_dev_slot_of(&d->slots, t->args.root) : -1, dir = kind == WEFT_DEV_RECV,
+        set = 0;
     if (p2p) {
       if (!p2p_here || taken[peer][dir] >= quota) {
         *more = 1;
@@ -248,7 +274,7 @@ weft_result_t weft_dev_plan(weft_dev_planner_t *d, const weft_task_t *tasks, int
     it->kind = (uint8_t)kind;
     it->dtype = (uint8_t)t->dtype;
     it->op = (uint8_t)t->op;
-    it->root = (int16_t)t->args.root;
+    it->root = (int16_t)(p2p ? peer : t->args.root); /* a message's peer as its slot */
     it->count = t->args.count;
     it->send = t->sendbuf;
     it->recv = t->recvbuf;

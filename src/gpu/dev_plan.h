@@ -15,12 +15,13 @@ enum { WEFT_DEV_MAX_GROUP = 1024 };
 
 typedef struct {
   int rank, nranks;
-  int max_channels;   /* collective channels (WEFT_P2P_CHANNELS) */
-  size_t block_bytes; /* WEFT_P2P_BLOCK_BYTES */
-  int split;          /* WEFT_P2P_SPLIT: steps of a round on blocks of their own */
-  int p2p_sets;       /* WEFT_P2P_SETS (1, 2, 4, 8): a message gets 32 / p2p_sets channels */
-  int max_blocks;     /* 0, or a shared GPU's budget (budget.h): the most blocks of a launch */
-  uint64_t p2p_sent[WEFT_DEV_MAX_RANKS], p2p_recv[WEFT_DEV_MAX_RANKS]; /* messages so far */
+  weft_dev_slots_t slots; /* the peers the kernels reach (slots.h) */
+  int max_channels;       /* collective channels (WEFT_P2P_CHANNELS) */
+  size_t block_bytes;     /* WEFT_P2P_BLOCK_BYTES */
+  int split;              /* WEFT_P2P_SPLIT: steps of a round on blocks of their own */
+  int p2p_sets;           /* WEFT_P2P_SETS (1, 2, 4, 8): a message gets 32 / p2p_sets channels */
+  int max_blocks;         /* 0, or a shared GPU's budget (budget.h): the most blocks of a launch */
+  uint64_t p2p_sent[WEFT_DEV_MAX_RANKS], p2p_recv[WEFT_DEV_MAX_RANKS]; /* per slot, so far */
 } weft_dev_planner_t;
 
 /* A group's refusals, checked before anything is placed so that a refused group changes

@@ -19,6 +19,8 @@ typedef struct weft_dev_view {
   int host_staged;     /* peers are reached through host memory or on other hosts: no kernel writes
                           into them */
   int gpu_shared;      /* some ranks of the communicator share a GPU */
+  int ring_only;       /* past WEFT_DEV_MAX_RANKS ranks: a rank's kernels reach its ring
+                          neighbours alone (src/gpu/slots.h) */
   int32_t *abort_flag; /* device word every kernel wait reads: nonzero gives up */
   weft_dev_error_t *error;   /* where a kernel reports what failed (errors.c reads it) */
   uint64_t timeout_ns;       /* a kernel's wait gives up after this */

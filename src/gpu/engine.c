@@ -4,6 +4,7 @@
 #include "comm.h"
 #include "err.h"
 #include "gpu.h"
+#include "slots.h"
 #include "window.h"
 
 static int gpu_serves(const weft_config_t *config) { return config && config->device >= 0; }
@@ -19,6 +20,7 @@ static weft_result_t gpu_setup(struct weft_comm *c, const weft_config_t *config)
       (weft_dev_view_t){.device = d->device,
                         .host_staged = weft_ipc_host_staged(d->ipc) || weft_ipc_spans_hosts(d->ipc),
                         .gpu_shared = weft_ipc_gpu_shared(d->ipc),
+                        .ring_only = !d->plan.slots.identity,
                         .abort_flag = d->abort_d,
                         .error = d->err_d,
                         .timeout_ns = d->launch.timeout_ns,
@@ -31,7 +33,8 @@ static weft_result_t gpu_setup(struct weft_comm *c, const weft_config_t *config)
 static weft_dev_view_t *gpu_device_view(struct weft_comm *c) { return &dev_of(c)->view; }
 
 static const char *gpu_peer_path(const struct weft_comm *c, int peer) {
-  return weft_ipc_pair(dev_of(c)->ipc, peer);
+  int s = weft_dev_slot_of(&dev_of(c)->plan.slots, peer);
+  return s >= 0 ? weft_ipc_pair(dev_of(c)->ipc, s) : "ring"; /* through the ring's neighbours */
 }
 
 static weft_result_t gpu_submit(struct weft_comm *c, weft_task_t *tasks, int ntasks,

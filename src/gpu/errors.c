@@ -29,13 +29,16 @@ void weft_dev_poll_error(weft_comm_t c) {
                                     "offsets?)"
                                   : "";
     weft_result_t code = WEFT_ERR_TIMEOUT;
+    /* kernels name a peer by its slot (the rank itself up to WEFT_DEV_MAX_RANKS ranks) */
+    const weft_dev_slots_t *sl = &d->plan.slots;
+    int peer = e->peer >= 0 && e->peer < sl->nslots ? sl->rank[e->peer] : e->peer;
     if (e->code == WEFT_DEV_ERR_MISMATCH) {
       code = WEFT_ERR_INVALID_ARG;
       snprintf(msg, sizeof msg,
                "rank %d: the %s on windows found rank %d's buffer at another window or offset, "
                "or of another size (channel %d); it was neither read nor written: every rank "
                "must pass the same offset in the same window",
-               c->rank, what, e->peer, e->channel);
+               c->rank, what, peer, e->channel);
     } else {
       char flag[96] = "";
       if (e->want)
@@ -45,7 +48,7 @@ void weft_dev_poll_error(weft_comm_t c) {
                "rank %d: the %sdevice kernel of the %s%s (channel %d) waited more than %lld ms for "
                "rank %d%s: that rank is hung, dead, or called a different operation",
                c->rank, weft_dev_proto_prefix(op.proto), what, hint, e->channel,
-               (long long)c->timeout_ms, e->peer, flag);
+               (long long)c->timeout_ms, peer, flag);
     }
     pthread_mutex_lock(&c->mu);
     uint64_t seq = c->seq;

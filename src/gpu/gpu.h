@@ -102,6 +102,8 @@ void weft_dev_host_sizing(struct weft_dev *d);
 /* For a communicator spanning hosts (WEFT_PROXY_*), before the regions are sized;
  * WEFT_ERR_INVALID_ARG for a chunk size the kernels cannot cut. */
 weft_result_t weft_dev_net_sizing(struct weft_dev *d);
+/* Neither low-latency kernel runs (their limits 0, as if the user set them so). */
+void weft_dev_ll_off(struct weft_dev *d);
 void weft_dev_ll_limits(struct weft_dev *d);
 
 /* layout.c: each rank's staging region (without the low-latency buffers where d->ll_max is 0:

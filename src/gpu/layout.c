@@ -13,24 +13,23 @@
 #define DSEQ_OFF      (PROGRESS_OFF + WEFT_DEV_COLL_CHANNELS * WEFT_DEV_FLAG_STRIDE)
 #define PRIVATE_BYTES (DSEQ_OFF + WEFT_DEV_DIRECT_CHANNELS * WEFT_DEV_FLAG_STRIDE)
 
-/* flags, staging slots, the low-latency buffers, then the 128-byte kernel's (where it runs) */
-static size_t ll_offset(const struct weft_dev *d, int nranks) {
+/* flags, staging slots (one per sending peer: weft_dev_slots_t.nsrc), the low-latency
+ * buffers, then the 128-byte kernel's (where it runs) */
+static size_t ll_offset(const struct weft_dev *d) {
   size_t chans = (size_t)d->plan.max_channels + WEFT_DEV_P2P_CHANNELS;
-  return WEFT_DEV_STAGE_OFF +
-         chans * (size_t)(nranks > 1 ? nranks - 1 : 1) * d->stages * d->chunk_bytes;
+  return WEFT_DEV_STAGE_OFF + chans * (size_t)d->plan.slots.nsrc * d->stages * d->chunk_bytes;
 }
 /* lines on 128-byte boundaries, whatever chunk size the staging slots have: a line must be
  * one store to land whole */
 static size_t ll128_offset(const struct weft_dev *d, int nranks) {
-  size_t end =
-      ll_offset(d, nranks) + WEFT_DEV_LL_OFF(WEFT_DEV_LL_CHANNELS, 0, 0, nranks > 1 ? nranks : 2);
+  size_t end = ll_offset(d) + WEFT_DEV_LL_OFF(WEFT_DEV_LL_CHANNELS, 0, 0, nranks > 1 ? nranks : 2);
   return (end + WEFT_DEV_LL128_LINE_BYTES - 1) / WEFT_DEV_LL128_LINE_BYTES *
          WEFT_DEV_LL128_LINE_BYTES;
 }
 /* with_ll128: the 128-byte kernel's buffers too */
 size_t weft_dev_region_bytes(const struct weft_dev *d, int nranks, int with_ll128) {
   /* across hosts no low-latency kernel runs: their buffers would only pin host memory */
-  if (!d->ll_max && !with_ll128) return ll_offset(d, nranks);
+  if (!d->ll_max && !with_ll128) return ll_offset(d);
   return ll128_offset(d, nranks) + (with_ll128 ? weft_dev_ll128_bytes(nranks) : 0);
 }
 
@@ -41,10 +40,11 @@ void *weft_dev_scratch(struct weft_comm *c) { return (char *)dev_of(c)->counters
 void weft_dev_fill_launch(const struct weft_comm *c, struct weft_dev *d) {
   weft_dev_launch_t *L = &d->launch;
   weft_dev_ll_t *P = &d->ll;
-  for (int r = 0; r < c->nranks; r++) {
-    L->region[r] = P->region[r] = weft_ipc_region(d->ipc, r);
-    L->inbox[r] = weft_ipc_inbox(d->ipc, r);
+  for (int s = 0; s < d->plan.slots.nslots; s++) {
+    L->region[s] = P->region[s] = weft_ipc_region(d->ipc, s);
+    L->inbox[s] = weft_ipc_inbox(d->ipc, s);
   }
+  L->slots = d->plan.slots;
   L->counters = d->counters;
   L->progress = (uint64_t *)((char *)d->counters + PROGRESS_OFF);
   L->dseq = (uint64_t *)((char *)d->counters + DSEQ_OFF);
@@ -58,7 +58,7 @@ void weft_dev_fill_launch(const struct weft_comm *c, struct weft_dev *d) {
   L->coll_channels = d->plan.max_channels;
   P->seq = (uint64_t *)((char *)d->counters + LLSEQ_OFF);
   P->seq128 = (uint64_t *)((char *)d->counters + LL128SEQ_OFF);
-  P->ll_off = ll_offset(d, c->nranks);
+  P->ll_off = ll_offset(d);
   P->ll128_off = ll128_offset(d, c->nranks);
   P->ll128_lines = weft_dev_ll128_lines(c->nranks);
 }

@@ -11,8 +11,10 @@ weft_dev_op_t weft_dev_op_of(const weft_task_t *t, weft_proto_t proto) {
   if (k == WEFT_COLL_ALLREDUCE)
     op.algo =
         t->algo == WEFT_ALGO_ONESHOT || t->algo == WEFT_ALGO_RING ? t->algo : WEFT_ALGO_TWOSHOT;
-  else if (t->algo == WEFT_ALGO_RING && (k == WEFT_COLL_REDUCE_SCATTER || k == WEFT_COLL_ALLGATHER))
-    op.algo = WEFT_ALGO_RING;
+  else if (t->algo == WEFT_ALGO_RING &&
+           (k == WEFT_COLL_REDUCE_SCATTER || k == WEFT_COLL_ALLGATHER || k == WEFT_COLL_BROADCAST ||
+            k == WEFT_COLL_REDUCE))
+    op.algo = WEFT_ALGO_RING; /* broadcast and reduce: a chain round the ring */
   return op;
 }
 
@@ -62,6 +64,8 @@ const char *weft_dev_op_name(weft_dev_op_t op) {
   if (op.algo == WEFT_ALGO_RING)
     return op.coll == WEFT_COLL_ALLREDUCE        ? "ring allreduce"
            : op.coll == WEFT_COLL_REDUCE_SCATTER ? "ring reduce_scatter"
+           : op.coll == WEFT_COLL_BROADCAST      ? "chain broadcast"
+           : op.coll == WEFT_COLL_REDUCE         ? "chain reduce"
                                                  : "ring allgather";
   if (op.coll == WEFT_COLL_ALLREDUCE)
     return op.algo == WEFT_ALGO_ONESHOT ? "one-shot allreduce" : "two-shot allreduce";

@@ -7,6 +7,7 @@
 
 #include "err.h"
 #include "gpu.h"
+#include "slots.h"
 #include "param.h"
 
 weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d) {
@@ -101,6 +102,7 @@ weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d
   d->plan.split = (int)split;
   d->plan.rank = c->rank;
   d->plan.nranks = c->nranks;
+  weft_dev_slots_make(c->rank, c->nranks, &d->plan.slots);
   d->plan.max_channels = (int)ch;
   d->plan.p2p_sets = (int)sets;
   d->plan.block_bytes = bb > 0 ? (size_t)bb : 8192;
@@ -182,9 +184,13 @@ weft_result_t weft_dev_net_sizing(struct weft_dev *d) {
   d->chunk_bytes = (uint32_t)chunk;
   if (d->plan.max_channels > (int)ch) d->plan.max_channels = (int)ch; /* a GPU's share first */
   d->stages = (uint32_t)(stages < WEFT_DEV_SIZE_WORDS ? stages : WEFT_DEV_SIZE_WORDS);
+  weft_dev_ll_off(d);
+  return WEFT_SUCCESS;
+}
+
+void weft_dev_ll_off(struct weft_dev *d) {
   d->ll_max = 0, d->ll_max_set = 1;
   d->ll128_max[0] = d->ll128_max[1] = 0;
-  return WEFT_SUCCESS;
 }
 
 /* The low-latency kernel's limits per peer, for copies and for reductions, fixed once the

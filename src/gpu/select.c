@@ -7,6 +7,11 @@
 weft_result_t weft_dev_tune(const struct weft_comm *c, weft_task_t *t, weft_algo_t forced) {
   weft_coll_t k = t->args.coll;
   t->algo = WEFT_ALGO_DIRECT;
+  /* past WEFT_DEV_MAX_RANKS ranks the kernels reach their ring neighbours alone (slots.h) */
+  if (!dev_of(c)->plan.slots.identity) {
+    if (k != WEFT_COLL_SEND && k != WEFT_COLL_RECV) t->algo = WEFT_ALGO_RING;
+    return WEFT_SUCCESS;
+  }
   if (k != WEFT_COLL_ALLREDUCE && k != WEFT_COLL_REDUCE_SCATTER && k != WEFT_COLL_ALLGATHER)
     return WEFT_SUCCESS;
   /* As on host buffers, a forced algorithm the device collective does not have leaves the

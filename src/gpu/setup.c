@@ -14,7 +14,7 @@
 #include "window.h"
 
 _Static_assert((int)WEFT_DEV_MAX_RANKS <= (int)WEFT_IPC_MAX_RANKS,
-               "the mapping must hold every rank");
+               "the mapping must hold every slot");
 
 /* Runs with c's device current, restoring the caller's afterwards. */
 int weft_dev_enter(int device, int *saved) {
@@ -111,6 +111,7 @@ static int gpu_numa(int device) {
  * WEFT_PROXY_THREADS workers, each past the first on connections of its own. */
 static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
   int tcp = -1;
+  const weft_dev_slots_t *sl = &d->plan.slots;
   uint8_t remote[WEFT_DEV_MAX_RANKS] = {0};
   char *region[WEFT_DEV_MAX_RANKS] = {0};
   void *states[WEFT_RPROXY_MAX_LINKS] = {0};
@@ -121,18 +122,25 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                           "weft_comm_init: rank %d: ranks on other hosts, but no tcp transport "
                           "reaches them (WEFT_TRANSPORT)",
                           c->rank);
-  for (int r = 0; r < c->nranks; r++) {
-    remote[r] = (uint8_t)weft_ipc_remote(d->ipc, r);
-    region[r] = weft_ipc_host_region(d->ipc, r);
+  /* the extra connections go to every remote rank this rank's kernels reach */
+  uint8_t *reach = calloc((size_t)c->nranks, 1);
+  if (!reach) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
+  for (int s = 0; s < sl->nslots; s++) {
+    remote[s] = (uint8_t)weft_ipc_remote(d->ipc, s);
+    region[s] = weft_ipc_host_region(d->ipc, s);
+    reach[sl->rank[s]] = remote[s];
   }
   int nlinks = (int)weft_param_get_int(WEFT_PARAM_PROXY_THREADS);
   if (nlinks < 1) nlinks = 1;
   states[0] = c->tr_state[tcp];
   d->link_tr = tcp;
-  for (int w = 1; w < nlinks; w++) { /* collective: every rank reads the same agreed count */
-    CHECK(weft_comm_transport_again(c, tcp, remote, &d->links[d->nlinks]));
-    states[w] = d->links[d->nlinks++];
+  weft_result_t rc = WEFT_SUCCESS;
+  for (int w = 1; w < nlinks && rc == WEFT_SUCCESS; w++) { /* every rank reads the same count */
+    rc = weft_comm_transport_again(c, tcp, reach, &d->links[d->nlinks]);
+    if (rc == WEFT_SUCCESS) states[w] = d->links[d->nlinks++];
   }
+  free(reach);
+  CHECK(rc);
   weft_rproxy_init_t in = {.link = {.rank = c->rank,
                                     .nranks = c->nranks,
                                     .tr = c->tr[tcp],
@@ -146,6 +154,7 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                            .nlinks = nlinks,
                            .numa = gpu_numa(d->device),
                            .tr_states = states,
+                           .slots = sl,
                            .remote = remote,
                            .region = region,
                            .region_bytes = weft_ipc_bytes(d->ipc),
@@ -160,14 +169,18 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
   return WEFT_SUCCESS;
 }
 
-/* One INFO line: how this rank's kernels reach each rank (weft_ipc_pair). */
+/* One INFO line: how this rank's kernels reach each rank they reach (weft_ipc_pair). */
 static void log_pairs(const struct weft_comm *c, const struct weft_dev *d) {
+  const weft_dev_slots_t *sl = &d->plan.slots;
   char line[512];
   int n = 0;
-  for (int r = 0; r < c->nranks && n < (int)sizeof line; r++)
-    n += snprintf(line + n, sizeof line - (size_t)n, "%s%d %s", r ? ", " : "", r,
-                  weft_ipc_pair(d->ipc, r));
-  WEFT_INFO(WEFT_SUB_INIT, "rank %d: reaches rank %s", c->rank, line);
+  for (int s = 0; s < sl->nslots && n < (int)sizeof line; s++)
+    n += snprintf(line + n, sizeof line - (size_t)n, "%s%d %s", s ? ", " : "", (int)sl->rank[s],
+                  weft_ipc_pair(d->ipc, s));
+  WEFT_INFO(WEFT_SUB_INIT, "rank %d: reaches rank %s%s", c->rank, line,
+            sl->identity ? ""
+                         : " (its ring neighbours: the communicator has more ranks than "
+                           "the kernels reach at once)");
 }
 
 weft_result_t weft_dev_setup(weft_comm_t c, int device) {
@@ -186,6 +199,9 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
      * flags travel (the proxy follows those). Its parameters are agreed already, so every
      * rank reaches the same outcome. */
     if (c->nlocal < c->nranks) rc = weft_dev_net_sizing(d);
+    /* past WEFT_DEV_MAX_RANKS ranks only the ring algorithms run (slots.h): no low-latency
+     * kernel, nor its buffers */
+    if (!d->plan.slots.identity) weft_dev_ll_off(d);
   }
   if (rc == WEFT_SUCCESS) {
     struct weft_dev h = *d;
@@ -193,7 +209,8 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
     size_t bytes[3] = {weft_dev_region_bytes(d, c->nranks, d->ll128_max[0] || d->ll128_max[1]),
                        weft_dev_region_bytes(d, c->nranks, 0),
                        weft_dev_region_bytes(&h, c->nranks, 0)};
-    rc = weft_ipc_map(c->boot, c->rank, c->nranks, device, bytes,
+    const weft_dev_slots_t *sl = &d->plan.slots;
+    rc = weft_ipc_map(c->boot, c->nranks, sl->rank, sl->nslots, sl->self, device, bytes,
                       weft_param_get_int(WEFT_PARAM_P2P_DISABLE) != 0, c->local_rank, &d->ipc);
     if (rc == WEFT_SUCCESS && weft_ipc_host_staged(d->ipc)) weft_dev_host_sizing(d);
   }

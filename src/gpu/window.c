@@ -125,6 +125,11 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
                           "weft_window_register: this communicator stages through host memory "
                           "(its GPUs cannot map each other, or it spans hosts), so it has no "
                           "windows");
+  if (!dev_of(c)->plan.slots.identity)
+    return weft_set_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_window_register: windows need every rank to map every other; "
+                          "this communicator has %d ranks, more than the %d that do",
+                          c->nranks, WEFT_DEV_MAX_RANKS);
   if (!buf || !bytes)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_register: buffer %p of %zu bytes", buf,
                           bytes);

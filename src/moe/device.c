@@ -18,6 +18,11 @@ int weft_moe_dev_owns(weft_moe_t m, const void *p, size_t bytes) {
   return moe_dev(m)->check_ptr(m->comm, "buffer", p, bytes) == WEFT_SUCCESS;
 }
 
+int weft_moe_dev_ring_only(struct weft_comm *comm) {
+  const weft_dev_view_t *v = weft_comm_device_view(comm);
+  return v && v->ring_only;
+}
+
 /* A pool of the layer's own that keeps what it was given: CUDA's default pool hands freed
  * memory back at every synchronisation, and mapping hundreds of MiB of staging again cost
  * more than the copies (one H200: 1-rank dispatch 497 us, most of it that). The pool holds

@@ -202,6 +202,11 @@ weft_result_t weft_moe_create(weft_comm_t comm, const weft_moe_config_t *config,
       ERR_GOTO(rc, out, WEFT_ERR_INVALID_ARG,
                "%s: ranks disagree on %s: from %lld to %lld (%lld here, on rank %d)", fn, FIELD[f],
                (long long)lo[f], (long long)hi[f], (long long)mine[f], comm->rank);
+  if (device && weft_moe_dev_ring_only(comm)) /* alike on every rank */
+    ERR_GOTO(rc, out, WEFT_ERR_UNSUPPORTED,
+             "%s: a device communicator of %d ranks reaches only ring neighbours (past %d "
+             "ranks, docs/hosts.md); MoE needs every rank to reach every other",
+             fn, n, WEFT_DEV_MAX_RANKS);
   m->comm = comm, m->rank = comm->rank, m->nranks = n, m->cfg = c;
   m->device = device;
   m->cfg.size = sizeof m->cfg, m->local = c.num_experts / n;

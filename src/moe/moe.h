@@ -158,6 +158,8 @@ void weft_moe_plan_counts(const weft_moe_plan_t *p, int recv, size_t per, size_t
 
 /* device.c and device_layout.c in CUDA builds (device_none.c otherwise): device buffers. */
 int weft_moe_dev_owns(weft_moe_t m, const void *p, size_t bytes); /* 1: device memory here */
+/* 1 where comm's kernels reach only ring neighbours (past 8 ranks): no MoE there. */
+int weft_moe_dev_ring_only(struct weft_comm *comm);
 /* The layer's memory pool on its GPU, and its release; NULL when none could be made. */
 void *weft_moe_dev_pool(weft_moe_t m);
 void weft_moe_dev_pool_free(void *pool);

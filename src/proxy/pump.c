@@ -24,6 +24,7 @@ static void failed(weft_pump_t *P, weft_result_t rc, int tell) {
 static void *pump_main(void *arg) {
   weft_pump_t *P = arg;
   const weft_proxy_link_t *in = &P->in.link;
+  const int npeers = P->in.npeers > 0 ? P->in.npeers : in->nranks;
   int64_t moved_us = weft_now_us(), last = moved_us / 1000, checked = last;
   while (!atomic_load(&P->stop)) {
     if (in->abort_flag && atomic_load(in->abort_flag)) {
@@ -34,13 +35,14 @@ static void *pump_main(void *arg) {
     }
     int moved = 0, busy = 0, stalled = -1, r = 0;
     weft_result_t rc = WEFT_SUCCESS;
-    for (; r < in->nranks && rc == WEFT_SUCCESS; r++) {
+    for (; r < npeers && rc == WEFT_SUCCESS; r++) {
       int b = 0;
       rc = P->in.pass(P->in.self, r, &moved, &b);
-      if (b && stalled < 0) stalled = r;
+      if (b && stalled < 0) stalled = P->in.peer_rank ? P->in.peer_rank[r] : r;
       busy |= b;
     }
-    if (rc != WEFT_SUCCESS && in->explain) rc = in->explain(in->ctx, rc, r - 1);
+    if (rc != WEFT_SUCCESS && in->explain)
+      rc = in->explain(in->ctx, rc, P->in.peer_rank ? P->in.peer_rank[r - 1] : r - 1);
     int64_t now_us = weft_now_us(), now = now_us / 1000; /* one clock read a pass */
     if (rc == WEFT_SUCCESS && in->check && now - checked >= CHECK_MS) {
       checked = now;

@@ -41,6 +41,10 @@ typedef struct {
   /* The proxy's own: one pass over peer; *moved when bytes moved, *busy when some frame with
    * peer is under way or waits to go. */
   weft_result_t (*pass)(void *self, int peer, int *moved, int *busy);
+  /* Optional: pass over peers 0..npeers-1 (0: link.nranks, the ranks themselves), peer i
+   * being rank peer_rank[i] in what the pump reports (NULL: rank i). */
+  int npeers;
+  const int32_t *peer_rank;
   /* Optional: the communicator was aborted here; tell the peers so, without blocking, before
    * the connections close (they would read the close as this rank gone). */
   void (*bye)(void *self);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "dev.h"
 #include "err.h"
 #include "pump.h"
@@ -46,21 +47,24 @@ typedef struct {
   weft_pump_t pump;
 } worker_t;
 
+/* Peers are slots of this rank's table (dev.h's weft_dev_slots_t); the transport names them
+ * by rank (slots.rank). */
 struct weft_rproxy {
-  weft_rproxy_init_t in; /* remote and region point at the copies below */
+  weft_rproxy_init_t in; /* slots, remote and region point at the copies below */
+  weft_dev_slots_t slots;
   uint8_t remote[WEFT_DEV_MAX_RANKS];
   char *region[WEFT_DEV_MAX_RANKS];
   worker_t workers[WEFT_RPROXY_MAX_LINKS];
   int nworkers;
 };
 
-/* Where src's chunk seq on channel ch lies in owner's region (prims.cuh's Chan::stage). */
-static uint64_t stage_off(const weft_rproxy_t *P, int owner, int src, int ch, uint64_t seq) {
+/* Where chunk seq on channel ch of the sender with staging index idx lies in the receiver's
+ * region (prims.cuh's Chan::stage). */
+static uint64_t stage_off(const weft_rproxy_t *P, int idx, int ch, uint64_t seq) {
   uint64_t sc = ch < WEFT_DEV_COLL_CHANNELS
                     ? (uint64_t)ch
                     : (uint64_t)(ch - WEFT_DEV_COLL_CHANNELS + P->in.coll_channels);
-  uint64_t slot = (uint64_t)(src < owner ? src : src - 1);
-  uint64_t i = (sc * (uint64_t)(P->in.link.nranks - 1) + slot) * P->in.stages + seq % P->in.stages;
+  uint64_t i = (sc * P->slots.nsrc + (uint64_t)idx) * P->in.stages + seq % P->in.stages;
   return WEFT_DEV_STAGE_OFF + i * P->in.chunk_bytes;
 }
 
@@ -73,7 +77,7 @@ static uint64_t load(const char *region, uint64_t off) {
 static int next_frame(worker_t *W, int peer, peer_t *q) {
   const weft_rproxy_t *P = W->P;
   const char *m = P->in.region[peer];
-  int me = P->in.link.rank;
+  int me = P->slots.flag_out[peer]; /* our flags in the peer's region */
   for (int i = 0; i < W->nwatch; i++) {
     uint64_t off = WEFT_DEV_DONE_OFF(W->watch[i], me), v = load(m, off);
     if (v > q->done_sent[i]) {
@@ -92,7 +96,7 @@ static int next_frame(worker_t *W, int peer, peer_t *q) {
           __atomic_load_n((const uint32_t *)(m + WEFT_DEV_SIZE_OFF(off, s)), __ATOMIC_RELAXED);
       if (!bytes || bytes > P->in.chunk_bytes) bytes = P->in.chunk_bytes;
       q->ready_sent[i] = s + 1;
-      q->hdr = (frame_t){.off = stage_off(P, peer, me, ch, s),
+      q->hdr = (frame_t){.off = stage_off(P, P->slots.stage_out[peer], ch, s),
                          .flag_off = off,
                          .value = s + 1,
                          .bytes = bytes,
@@ -106,13 +110,14 @@ static int next_frame(worker_t *W, int peer, peer_t *q) {
 
 static weft_result_t send_frames(worker_t *W, int peer, peer_t *q, int *moved) {
   const weft_proxy_link_t *l = &W->link;
+  const int to = W->P->slots.rank[peer];
   for (;;) {
     if (!q->busy) {
       if (!next_frame(W, peer, q)) return WEFT_SUCCESS;
       q->busy = 1, q->at = 0;
     }
     /* header and chunk in one message, the chunk straight from the mirror's slot */
-    CHECK(weft_proxy_give(l, peer, &q->hdr, sizeof q->hdr, W->P->in.region[peer] + q->hdr.off,
+    CHECK(weft_proxy_give(l, to, &q->hdr, sizeof q->hdr, W->P->in.region[peer] + q->hdr.off,
                           q->hdr.bytes, &q->at, moved));
     if (q->at < sizeof q->hdr + q->hdr.bytes) return WEFT_SUCCESS;
     q->busy = 0;
@@ -131,8 +136,8 @@ static weft_result_t check_frame(const worker_t *W, int peer, const frame_t *f) 
   const weft_rproxy_t *P = W->P;
   if (f->kind == ABORT && !f->bytes && !f->off && !f->flag_off)
     return weft_set_error(WEFT_ERR_ABORTED,
-                          "proxy: rank %d aborted the communicator (its proxy told rank %d)", peer,
-                          P->in.link.rank);
+                          "proxy: rank %d aborted the communicator (its proxy told rank %d)",
+                          (int)P->slots.rank[peer], P->in.link.rank);
   uint64_t idx = f->flag_off / WEFT_DEV_FLAG_STRIDE,
            done0 = WEFT_DEV_DONE_OFF(0, 0) / WEFT_DEV_FLAG_STRIDE, ch;
   int ok = f->flag_off % WEFT_DEV_FLAG_STRIDE == 0;
@@ -140,7 +145,7 @@ static weft_result_t check_frame(const worker_t *W, int peer, const frame_t *f) 
     ch = idx / WEFT_DEV_MAX_RANKS;
     ok = ok && idx < done0 && idx % WEFT_DEV_MAX_RANKS == (uint64_t)peer && watched(W, ch) &&
          f->value >= 1 && f->bytes >= 1 && f->bytes <= P->in.chunk_bytes &&
-         f->off == stage_off(P, P->in.link.rank, peer, (int)ch, f->value - 1);
+         f->off == stage_off(P, P->slots.stage_in[peer], (int)ch, f->value - 1);
   } else {
     ch = (idx - done0) / WEFT_DEV_MAX_RANKS;
     ok = ok && f->kind == FLAG && f->bytes == 0 && idx >= done0 &&
@@ -151,17 +156,18 @@ static weft_result_t check_frame(const worker_t *W, int peer, const frame_t *f) 
   return weft_set_error(WEFT_ERR_PROTOCOL,
                         "proxy: rank %d sent a frame that does not fit this rank's region (kind "
                         "%u, %u bytes at %llu, flag at %llu)",
-                        peer, f->kind, f->bytes, (unsigned long long)f->off,
+                        (int)P->slots.rank[peer], f->kind, f->bytes, (unsigned long long)f->off,
                         (unsigned long long)f->flag_off);
 }
 
 static weft_result_t recv_frames(worker_t *W, int peer, peer_t *q, int *moved) {
-  char *own = W->P->in.region[W->P->in.link.rank];
+  char *own = W->P->in.region[W->P->slots.self];
+  const int from = W->P->slots.rank[peer];
   size_t n;
   for (;;) {
     if (!q->rbody) {
       while (q->rh_got < sizeof q->rh) {
-        CHECK(weft_proxy_take(&W->link, peer, q->rh + q->rh_got, sizeof q->rh - q->rh_got, &n));
+        CHECK(weft_proxy_take(&W->link, from, q->rh + q->rh_got, sizeof q->rh - q->rh_got, &n));
         if (!n) return WEFT_SUCCESS;
         q->rh_got += (uint32_t)n;
         *moved = 1;
@@ -172,7 +178,7 @@ static weft_result_t recv_frames(worker_t *W, int peer, peer_t *q, int *moved) {
       q->rbody = 1, q->rgot = 0;
     }
     while (q->rgot < q->rf.bytes) { /* straight into the staging slot */
-      CHECK(weft_proxy_take(&W->link, peer, own + q->rf.off + q->rgot, q->rf.bytes - q->rgot, &n));
+      CHECK(weft_proxy_take(&W->link, from, own + q->rf.off + q->rgot, q->rf.bytes - q->rgot, &n));
       if (!n) return WEFT_SUCCESS;
       q->rgot += (uint32_t)n;
       *moved = 1;
@@ -195,17 +201,27 @@ static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
   return WEFT_SUCCESS;
 }
 
-/* Aborted here: an abort frame to every remote rank whose stream is between frames (one cut
- * mid-frame is read as this rank gone instead), as far as the socket takes it at once. */
+/* Aborted here: an abort frame to every remote rank, after the frame under way to it (else
+ * the abort would land inside it), each given up to BYE_MS to leave. A stream still cut
+ * mid-frame, or reset by the close before the peer read it, reads as this rank gone instead. */
+enum { BYE_MS = 200 };
 static void bye(void *self) {
   worker_t *W = self;
-  for (int peer = 0; peer < W->P->in.link.nranks; peer++) {
+  const int64_t end = weft_now_us() + BYE_MS * 1000;
+  for (int peer = 0; peer < W->P->slots.nslots; peer++) {
     peer_t *q = &W->peers[peer];
-    if (!W->P->in.remote[peer] || (q->busy && q->at)) continue;
+    if (!W->P->in.remote[peer]) continue;
+    const int to = W->P->slots.rank[peer];
     frame_t f = {.kind = ABORT};
-    size_t at = 0;
-    int moved = 0;
-    (void)weft_proxy_give(&W->link, peer, &f, sizeof f, NULL, 0, &at, &moved);
+    size_t at = 0, whole = sizeof q->hdr + q->hdr.bytes;
+    int moved = 0, mid = q->busy && q->at;
+    weft_result_t rc = WEFT_SUCCESS;
+    while (rc == WEFT_SUCCESS && mid && q->at < whole && weft_now_us() < end)
+      rc = weft_proxy_give(&W->link, to, &q->hdr, sizeof q->hdr, W->P->in.region[peer] + q->hdr.off,
+                           q->hdr.bytes, &q->at, &moved);
+    if (mid && q->at < whole) continue;
+    while (rc == WEFT_SUCCESS && at < sizeof f && weft_now_us() < end)
+      rc = weft_proxy_give(&W->link, to, &f, sizeof f, NULL, 0, &at, &moved);
   }
 }
 
@@ -219,16 +235,18 @@ static void stop_workers(weft_rproxy_t *P) {
 
 weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **out) {
   int nlinks = in && in->nlinks > 1 ? in->nlinks : 1;
-  if (!in || !out || !in->link.tr || !in->remote || !in->region || in->link.nranks < 2 ||
-      in->link.rank < 0 || in->link.rank >= in->link.nranks ||
-      in->link.nranks > WEFT_DEV_MAX_RANKS || in->coll_channels < 1 ||
+  const weft_dev_slots_t *sl = in ? in->slots : NULL;
+  if (!in || !out || !in->link.tr || !sl || !in->remote || !in->region || in->link.nranks < 2 ||
+      in->link.rank < 0 || in->link.rank >= in->link.nranks || sl->nslots < 2 ||
+      sl->nslots > WEFT_DEV_MAX_RANKS || sl->self >= sl->nslots ||
+      sl->rank[sl->self] != in->link.rank || in->coll_channels < 1 ||
       in->coll_channels > WEFT_DEV_COLL_CHANNELS || !in->chunk_bytes || !in->stages ||
       in->stages > WEFT_DEV_SIZE_WORDS || in->link.timeout_ms <= 0 ||
       nlinks > WEFT_RPROXY_MAX_LINKS || (nlinks > 1 && !in->tr_states))
     return weft_set_error(WEFT_ERR_INVALID_ARG, "proxy: invalid arguments");
   uint64_t chans = (uint64_t)in->coll_channels + WEFT_DEV_P2P_CHANNELS;
-  uint64_t need = WEFT_DEV_STAGE_OFF +
-                  chans * (uint64_t)(in->link.nranks - 1) * in->stages * (uint64_t)in->chunk_bytes;
+  uint64_t need =
+      WEFT_DEV_STAGE_OFF + chans * (uint64_t)sl->nsrc * in->stages * (uint64_t)in->chunk_bytes;
   if (need > in->region_bytes)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "proxy: regions of %zu bytes cannot hold the staging (%llu bytes)",
@@ -236,9 +254,11 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
   weft_rproxy_t *P = calloc(1, sizeof *P);
   if (!P) return weft_set_error(WEFT_ERR_NO_MEMORY, "proxy: out of memory");
   P->in = *in;
-  memcpy(P->remote, in->remote, (size_t)in->link.nranks);
-  memcpy(P->region, in->region, sizeof *P->region * (size_t)in->link.nranks);
-  P->in.remote = P->remote, P->in.region = P->region, P->in.tr_states = NULL;
+  P->slots = *sl;
+  memcpy(P->remote, in->remote, (size_t)sl->nslots);
+  memcpy(P->region, in->region, sizeof *P->region * (size_t)sl->nslots);
+  P->in.slots = &P->slots, P->in.remote = P->remote, P->in.region = P->region;
+  P->in.tr_states = NULL;
   /* the channels with staging, dealt in turn: both ends deal the same list alike */
   int all[MAX_WATCH], nall = 0;
   for (int ch = 0; ch < in->coll_channels; ch++)
@@ -255,12 +275,17 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
       W->watch[W->nwatch++] = all[i];
       W->mine[all[i]] = 1;
     }
-    W->peers = calloc((size_t)in->link.nranks, sizeof *W->peers);
+    W->peers = calloc((size_t)sl->nslots, sizeof *W->peers);
     if (!W->peers) {
       rc = weft_set_error(WEFT_ERR_NO_MEMORY, "proxy: out of memory");
       break;
     }
-    weft_pump_init_t pin = {.link = W->link, .pass = pass, .bye = bye, .self = W};
+    weft_pump_init_t pin = {.link = W->link,
+                            .pass = pass,
+                            .bye = bye,
+                            .self = W,
+                            .npeers = sl->nslots,
+                            .peer_rank = P->slots.rank};
     rc = weft_pump_start(&W->pump, &pin);
     P->nworkers = w + 1; /* stopped and freed with the others, started or not */
     /* near the GPU and the pinned memory they copy; where it cannot be, anywhere will do */

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dev.h"
 #include "pump.h"
 
 enum { WEFT_RPROXY_MAX_LINKS = 8 };
@@ -27,8 +28,10 @@ typedef struct {
   void *const *tr_states;
   int numa; /* >= 0: the workers run on this NUMA node's CPUs (the GPU's); -1: anywhere (0 is
                node 0: set it) */
-  const uint8_t *remote; /* [nranks]: 1 where the rank is on another host */
-  char *const *region; /* [nranks] host addresses: this rank's region, the remote ranks' mirrors */
+  /* the peers the kernels reach, by slot (dev.h); the arrays below are indexed by slot */
+  const weft_dev_slots_t *slots;
+  const uint8_t *remote; /* 1 where the slot's rank is on another host */
+  char *const *region;   /* host addresses: this rank's region, the remote ranks' mirrors */
   size_t region_bytes;
   uint32_t chunk_bytes, stages;
   int coll_channels; /* collective channels with staging (the send/recv sets follow them) */

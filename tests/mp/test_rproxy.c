@@ -2,7 +2,9 @@
  * in for the kernels with their protocol (prims.cuh): a sender waits for done credits in its
  * own region, writes a chunk into the receiver's region (here: this host's mirror of it) and
  * raises ready there; a receiver waits for ready in its own region, reads the chunk, and
- * raises done in the sender's region (mirror). Every rank sends K chunks to every other on
+ * raises done in the sender's region (mirror). Peers are slots (src/gpu/slots.h): every
+ * other rank up to 8 ranks, the two ring neighbours past that (NRANKS up to 16), each flag
+ * and chunk where the peer's table says. Every rank sends K chunks to every peer on
  * collective and send/recv channels, each of its own length (written beside the flag, as the
  * kernels do; the slot is filled whole) and every byte and every credit is checked, and that
  * no more than the length travelled. With LINKS > 1 the proxy runs that many workers, each on
@@ -23,15 +25,16 @@
 #include "launch.h"
 #include "proxy_test.h"
 #include "region.h"
+#include "slots.h"
 
-enum { COLL = 3, STAGES = 4, CHUNK = 8192, MAXR = 8 };
+enum { COLL = 3, STAGES = 4, CHUNK = 8192, MAXR = 16, MAXS = WEFT_DEV_MAX_RANKS };
 static const int CHANS[] = {0, 1, 2, WEFT_DEV_COLL_CHANNELS, WEFT_DEV_COLL_CHANNELS + 5};
 enum { NCH = sizeof CHANS / sizeof CHANS[0] };
 
-static uint64_t stage_off(int n, int owner, int src, int ch, uint64_t seq) {
+/* Where chunk seq on ch of the sender with staging index idx lies (prims.cuh's stage). */
+static uint64_t stage_off(const weft_dev_slots_t *sl, int idx, int ch, uint64_t seq) {
   uint64_t sc = ch < WEFT_DEV_COLL_CHANNELS ? (uint64_t)ch : (uint64_t)(ch - 64 + COLL);
-  uint64_t i =
-      (sc * (uint64_t)(n - 1) + (uint64_t)(src < owner ? src : src - 1)) * STAGES + seq % STAGES;
+  uint64_t i = (sc * sl->nsrc + (uint64_t)idx) * STAGES + seq % STAGES;
   return WEFT_DEV_STAGE_OFF + i * CHUNK;
 }
 static uint64_t ld(const char *r, uint64_t off) {
@@ -84,20 +87,23 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   int tcp;
   if (proxy_test_comm("test_rproxy", rank, n, id, &comm, &tcp)) return 1;
   void *states[WEFT_RPROXY_MAX_LINKS] = {comm->tr_state[tcp]};
-  uint8_t others[MAXR];
-  for (int r = 0; r < n; r++)
-    others[r] = r != rank;
+  weft_dev_slots_t sl;
+  weft_dev_slots_make(rank, n, &sl);
+  const int ns = sl.nslots, self = sl.self;
+  uint8_t others[MAXR] = {0};
+  for (int s = 0; s < ns; s++)
+    others[sl.rank[s]] = s != self;
   for (int w = 1; w < a->links; w++)
     if (weft_comm_transport_again(comm, tcp, others, &states[w]) != WEFT_SUCCESS)
       return printf("test_rproxy: rank %d: links: %s\n", rank, weft_get_last_error(NULL)), 1;
-  size_t bytes = WEFT_DEV_STAGE_OFF +
-                 (size_t)(COLL + WEFT_DEV_P2P_CHANNELS) * (size_t)(n - 1) * STAGES * CHUNK;
-  char *region[MAXR];
-  uint8_t remote[MAXR];
-  for (int r = 0; r < n; r++) {
-    region[r] = calloc(1, bytes);
-    remote[r] = r != rank;
-    if (!region[r]) return printf("test_rproxy: out of memory\n"), 1;
+  size_t bytes =
+      WEFT_DEV_STAGE_OFF + (size_t)(COLL + WEFT_DEV_P2P_CHANNELS) * sl.nsrc * STAGES * CHUNK;
+  char *region[MAXS];
+  uint8_t remote[MAXS];
+  for (int s = 0; s < ns; s++) {
+    region[s] = calloc(1, bytes);
+    remote[s] = s != self;
+    if (!region[s]) return printf("test_rproxy: out of memory\n"), 1;
   }
   int32_t kabort = 0;
   weft_proxy_link_t link = proxy_test_link(comm, tcp, &kabort);
@@ -106,6 +112,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
                            .nlinks = a->links,
                            .numa = a->links > 1 ? 0 : -1, /* pinned there: node 0 */
                            .tr_states = states,
+                           .slots = &sl,
                            .remote = remote,
                            .region = region,
                            .region_bytes = bytes,
@@ -115,30 +122,30 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   weft_rproxy_t *px = NULL;
   if (weft_rproxy_start(&in, &px) != WEFT_SUCCESS)
     return printf("test_rproxy: rank %d: %s\n", rank, weft_get_last_error(NULL)), 1;
-  uint64_t sent[MAXR][NCH] = {{0}}, recvd[MAXR][NCH] = {{0}},
-           left = 2 * (uint64_t)(n - 1) * NCH * K;
-  char *own = region[rank];
+  uint64_t sent[MAXS][NCH] = {{0}}, recvd[MAXS][NCH] = {{0}},
+           left = 2 * (uint64_t)(ns - 1) * NCH * K;
+  char *own = region[self];
   int bad = 0;
   int64_t deadline = launch_now_ms() + (int64_t)(60000 * launch_time_scale());
   uint64_t total = left;
   while (left && !bad && !__atomic_load_n(&kabort, __ATOMIC_ACQUIRE) &&
          launch_now_ms() < deadline) {
     if (a->abort && rank == 1 && left < total * 3 / 4) atomic_store(&comm->aborted, 1);
-    for (int p = 0; p < n; p++)
-      for (int c = 0; c < NCH && p != rank && !bad; c++) {
-        int ch = CHANS[c];
-        uint64_t s = sent[p][c], r = recvd[p][c];
-        if (s < K && ld(own, WEFT_DEV_DONE_OFF(ch, p)) >= (s + 1 > STAGES ? s + 1 - STAGES : 0)) {
-          char *dst = region[p] + stage_off(n, p, rank, ch, s);
+    for (int q = 0; q < ns; q++)
+      for (int c = 0; c < NCH && q != self && !bad; c++) {
+        int ch = CHANS[c], p = sl.rank[q];
+        uint64_t s = sent[q][c], r = recvd[q][c];
+        if (s < K && ld(own, WEFT_DEV_DONE_OFF(ch, q)) >= (s + 1 > STAGES ? s + 1 - STAGES : 0)) {
+          char *dst = region[q] + stage_off(&sl, sl.stage_out[q], ch, s);
           for (uint32_t i = 0; i < CHUNK; i++)
             dst[i] = (char)pat(rank, p, ch, s, i);
-          uint64_t f = WEFT_DEV_READY_OFF(ch, rank);
-          *(uint32_t *)(region[p] + WEFT_DEV_SIZE_OFF(f, s)) = len_of(rank, p, ch, s);
-          st(region[p], f, ++sent[p][c]);
+          uint64_t f = WEFT_DEV_READY_OFF(ch, sl.flag_out[q]);
+          *(uint32_t *)(region[q] + WEFT_DEV_SIZE_OFF(f, s)) = len_of(rank, p, ch, s);
+          st(region[q], f, ++sent[q][c]);
           left--;
         }
-        if (r < K && ld(own, WEFT_DEV_READY_OFF(ch, p)) >= r + 1) {
-          const char *src = own + stage_off(n, rank, p, ch, r);
+        if (r < K && ld(own, WEFT_DEV_READY_OFF(ch, q)) >= r + 1) {
+          const char *src = own + stage_off(&sl, sl.stage_in[q], ch, r);
           uint32_t len = len_of(p, rank, ch, r), same = 0;
           for (uint32_t i = 0; i < len && !bad; i++)
             if ((uint8_t)src[i] != pat(p, rank, ch, r, i))
@@ -152,7 +159,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
             bad = printf("test_rproxy: rank %d: chunk %llu from rank %d on channel %d: all %u "
                          "bytes past its length %u came too\n",
                          rank, (unsigned long long)r, p, ch, CHUNK - len, len);
-          st(region[p], WEFT_DEV_DONE_OFF(ch, rank), ++recvd[p][c]);
+          st(region[q], WEFT_DEV_DONE_OFF(ch, sl.flag_out[q]), ++recvd[q][c]);
           left--;
         }
       }
@@ -166,9 +173,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
     rc = bad || left;
     for (int64_t t = launch_now_ms(); !rc && launch_now_ms() - t < 5000;) {
       int all = 1;
-      for (int p = 0; p < n; p++)
-        for (int c = 0; c < NCH && p != rank; c++)
-          all &= ld(own, WEFT_DEV_DONE_OFF(CHANS[c], p)) == K;
+      for (int q = 0; q < ns; q++)
+        for (int c = 0; c < NCH && q != self; c++)
+          all &= ld(own, WEFT_DEV_DONE_OFF(CHANS[c], q)) == K;
       if (all) break;
     }
     weft_rproxy_counts(px, &s, &r);
@@ -182,14 +189,14 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   for (int w = 1; w < a->links; w++)
     comm->tr[tcp]->teardown(states[w]);
   if (rank == 0 && !rc && !a->abort)
-    printf("test_rproxy: %d ranks, %llu chunks of up to %d bytes to each peer on %d channels, "
-           "%d proxy threads: every byte and credit arrived (rank 0's proxy: %llu frames out, "
-           "%llu in)\n",
-           n, (unsigned long long)K, CHUNK, NCH, a->links, (unsigned long long)s,
+    printf("test_rproxy: %d ranks, %llu chunks of up to %d bytes to each of %d peers on %d "
+           "channels, %d proxy threads: every byte and credit arrived (rank 0's proxy: %llu "
+           "frames out, %llu in)\n",
+           n, (unsigned long long)K, CHUNK, ns - 1, NCH, a->links, (unsigned long long)s,
            (unsigned long long)r);
   weft_comm_destroy(comm);
-  for (int p = 0; p < n; p++)
-    free(region[p]);
+  for (int s = 0; s < ns; s++)
+    free(region[s]);
   return rc;
 }
 
@@ -199,7 +206,7 @@ int main(int argc, char **argv) {
              .links = argc > 3 ? atoi(argv[3]) : 1,
              .abort = argc > 4 && !strcmp(argv[4], "abort")};
   if (n < 2 || n > MAXR || a.K < 1 || a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS)
-    return printf("usage: test_rproxy NRANKS(2-8) [K] [LINKS(1-8)] [abort]\n"), 2;
+    return printf("usage: test_rproxy NRANKS(2-16) [K] [LINKS(1-8)] [abort]\n"), 2;
   proxy_test_hosts(n);
   return launch_local(n, rank_main, &a, (int)(120 * launch_time_scale())) != 0;
 }

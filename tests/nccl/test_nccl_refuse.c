@@ -1,9 +1,10 @@
 /* Ranks on two hosts (faked with WEFT_HOSTID, all on GPU 0) are served: init succeeds and an
- * allreduce of device buffers through the region proxy gives every rank the sum. What weft
- * cannot serve, more ranks than a device communicator takes (9 on GPU 0), fails
- * ncclCommInitRank on every rank with ncclInvalidUsage and a message (under MPS the GPU's SM
- * budget's), in bounded time, never a crash or a hang. Device machine only (suite gpu). usage:
- * test_nccl_refuse */
+ * allreduce of device buffers through the region proxy gives every rank the sum. So are nine
+ * ranks on GPU 0, past the 8 a rank's kernels reach at once (src/gpu/slots.h): the allreduce
+ * runs as a ring. What weft cannot serve there, a message to a rank that is not a ring
+ * neighbour, fails the group on every rank with ncclInvalidUsage and a message, in bounded
+ * time, never a crash or a hang, and changes nothing: the next allreduce holds. Device machine
+ * only (suite gpu). usage: test_nccl_refuse */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <signal.h>
@@ -20,9 +21,9 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Two hosts: init, then an allreduce of 1 Mi floats (rank r gives r + 1 + i % 7) whose every
- * element must be the sum. */
-static int two_hosts(int rank, int n, ncclComm_t comm) {
+/* An allreduce of 1 Mi floats (rank r gives r + 1 + i % 7) whose every element must be the
+ * sum; what names the setup. */
+static int summed(int rank, int n, ncclComm_t comm, const char *what) {
   enum { N = 1 << 20 };
   float *d = NULL, *h = malloc(sizeof(float) * N);
   cudaStream_t s;
@@ -37,15 +38,37 @@ static int two_hosts(int rank, int n, ncclComm_t comm) {
   int wrong = 0;
   for (int i = 0; i < N && !bad; i++)
     wrong += h[i] != (float)(n * (n + 1) / 2 + n * (i % 7));
-  printf("%d %s two hosts: an allreduce of %d floats, %d wrong%s\n", rank,
-         bad || wrong ? "FAIL" : "PASS", N, wrong, bad ? " (a call failed)" : "");
+  printf("%d %s %s: an allreduce of %d floats, %d wrong%s\n", rank, bad || wrong ? "FAIL" : "PASS",
+         what, N, wrong, bad ? " (a call failed)" : "");
   cudaFree(d);
   free(h);
   return bad || wrong;
 }
 
-/* One rank. Two hosts: init must succeed and the allreduce hold. Nine ranks: init must fail
- * with ncclInvalidUsage, naming why (want), within 60 s. */
+/* Past 8 ranks: a send to rank + 2 and a receive from rank - 2 in one group must fail with
+ * ncclInvalidUsage, naming why (want), within 60 s. */
+static int far_refused(int rank, int n, ncclComm_t comm, const char *want) {
+  float *d = NULL;
+  cudaStream_t s;
+  if (cudaMalloc((void **)&d, 4096) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess)
+    return printf("%d FAIL far send: no memory\n", rank), 1;
+  double t0 = now_s();
+  ncclGroupStart();
+  ncclSend(d, 512, ncclFloat, (rank + 2) % n, comm, s);
+  ncclRecv(d + 512, 512, ncclFloat, (rank + n - 2) % n, comm, s);
+  ncclResult_t r = ncclGroupEnd();
+  double dt = now_s() - t0;
+  const char *msg = ncclGetLastError(comm);
+  int ok = r == ncclInvalidUsage && strstr(msg, want) && dt < 60;
+  printf("%d %s a send beyond the ring's neighbours: %s after %.1f s: %s\n", rank,
+         ok ? "PASS" : "FAIL", ncclGetErrorString(r), dt, msg);
+  cudaStreamSynchronize(s);
+  cudaFree(d);
+  return !ok;
+}
+
+/* One rank. Init must succeed and the allreduce hold; past 8 ranks the far send must be
+ * refused (want) and the allreduce hold again after it. */
 static int rank_main(int rank, int n, ncclUniqueId id, int fake_hosts, const char *want) {
   char host[32];
   if (fake_hosts) {
@@ -61,20 +84,14 @@ static int rank_main(int rank, int n, ncclUniqueId id, int fake_hosts, const cha
   ncclResult_t r = ncclCommInitRank(&comm, n, id, rank);
   double dt = now_s() - t0;
   const char *msg = ncclGetLastError(NULL);
-  if (fake_hosts) {
-    int bad = r != ncclSuccess;
-    if (bad) printf("%d FAIL two hosts: init: %s: %s\n", rank, ncclGetErrorString(r), msg);
-    bad = bad || two_hosts(rank, n, comm);
-    if (r == ncclSuccess) ncclCommDestroy(comm);
-    return bad;
-  }
-  /* under MPS the GPU's SM budget refuses them first, as clearly */
-  int ok = r == ncclInvalidUsage && comm == NULL &&
-           (strstr(msg, want) || strstr(msg, "serves 9 ranks")) && dt < 60;
-  printf("%d %s nine ranks: %s after %.1f s: %s\n", rank, ok ? "PASS" : "FAIL",
-         ncclGetErrorString(r), dt, msg);
+  const char *what = fake_hosts ? "two hosts" : "nine ranks";
+  int bad = r != ncclSuccess;
+  if (bad)
+    printf("%d FAIL %s: init: %s after %.1f s: %s\n", rank, what, ncclGetErrorString(r), dt, msg);
+  bad = bad || summed(rank, n, comm, what);
+  if (!bad && want) bad = far_refused(rank, n, comm, want) || summed(rank, n, comm, what);
   if (r == ncclSuccess) ncclCommDestroy(comm);
-  return ok ? 0 : 1;
+  return bad;
 }
 
 /* Forks n ranks sharing one fresh id; 0 when all passed within 120 s. */
@@ -110,7 +127,7 @@ static int run(int n, int fake_hosts, const char *want) {
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   int bad = run(2, 1, NULL);
-  bad += run(9, 0, "at most 8 ranks");
+  bad += run(9, 0, "reach only ranks");
   printf("test_nccl_refuse: %s\n", bad ? "FAILED" : "ok");
   return bad ? 1 : 0;
 }

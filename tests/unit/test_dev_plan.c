@@ -17,10 +17,12 @@
 #include "dev_plan.h"
 #include "dev_task.h"
 #include "param.h"
+#include "slots.h"
 
 static weft_dev_planner_t planner(int rank, int n) {
   weft_dev_planner_t p = {
       .rank = rank, .nranks = n, .max_channels = 64, .block_bytes = 32768, .p2p_sets = 8};
+  weft_dev_slots_make(rank, n, &p.slots);
   return p;
 }
 
@@ -563,8 +565,9 @@ static void ll128_sizing(void **st) {
 }
 
 /* WEFT_ALGO=ring: allreduce (on two-shot's segments), reduce_scatter and allgather become ring
- * items on one block per channel even with split roles, on the same channels as otherwise;
- * other collectives, and allreduce forced otherwise, do not. */
+ * items on one block per channel even with split roles, on the same channels as otherwise, and
+ * so does broadcast (a chain; past 8 ranks, slots.h); alltoall, and allreduce forced
+ * otherwise, do not. */
 static void ring_items(void **st) {
   (void)st;
   weft_dev_planner_t p = planner(0, 4);
@@ -580,7 +583,7 @@ static void ring_items(void **st) {
                      .sendbuf = (void *)16,
                      .recvbuf = (void *)32};
     assert_int_equal(plan1(&p, &t, 1, &L, &nb), WEFT_SUCCESS);
-    int ring = i < 3;
+    int ring = kinds[i] != WEFT_COLL_ALLTOALL;
     assert_int_equal(L.items[0].ring, ring);
     if (kinds[i] == WEFT_COLL_ALLREDUCE)
       assert_int_equal(L.items[0].kind, WEFT_DEV_ALLREDUCE_TWOSHOT);
@@ -649,6 +652,51 @@ static void extents(void **st) {
   assert_int_equal(out, 0);
 }
 
+/* Past WEFT_DEV_MAX_RANKS ranks a rank's kernels reach its ring neighbours alone: alltoall(v)
+ * and messages to any other rank are refused with the reason, nothing placed; a message to a
+ * neighbour names the neighbour's slot, and the group of one message each way to both
+ * neighbours fits one launch. */
+static void beyond_eight_ranks(void **st) {
+  (void)st;
+  const int n = 12, me = 5;
+  weft_dev_planner_t p = planner(me, n), before = p;
+  assert_int_equal(p.slots.identity, 0);
+  weft_dev_launch_t L;
+  int nb = 0;
+  weft_task_t a2a = {.args = {.coll = WEFT_COLL_ALLTOALL, .count = 64},
+                     .algo = WEFT_ALGO_DIRECT,
+                     .dtype = WEFT_F32,
+                     .sendbuf = (void *)16,
+                     .recvbuf = (void *)32};
+  assert_int_equal(plan1(&p, &a2a, 1, &L, &nb), WEFT_ERR_UNSUPPORTED);
+  assert_non_null(strstr(weft_get_last_error(NULL), "only the ring algorithms run"));
+  weft_task_t far = {.args = {.coll = WEFT_COLL_SEND, .count = 64, .root = 9},
+                     .dtype = WEFT_F32,
+                     .sendbuf = (void *)16,
+                     .recvbuf = (void *)16};
+  assert_int_equal(plan1(&p, &far, 1, &L, &nb), WEFT_ERR_UNSUPPORTED);
+  assert_non_null(strstr(weft_get_last_error(NULL), "reach only ranks 4 and 6"));
+  assert_memory_equal(&p, &before, sizeof p);
+  weft_task_t msgs[4];
+  for (int i = 0; i < 4; i++) {
+    msgs[i] = far;
+    msgs[i].args.coll = i % 2 ? WEFT_COLL_RECV : WEFT_COLL_SEND;
+    msgs[i].args.root = i < 2 ? me - 1 : me + 1;
+  }
+  assert_int_equal(plan1(&p, msgs, 4, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(L.nitems, 4);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(L.items[i].root, i < 2 ? 0 : 2); /* rank 4 is slot 0, rank 6 slot 2 */
+  weft_task_t bc = {.args = {.coll = WEFT_COLL_BROADCAST, .count = 1 << 20, .root = 7},
+                    .algo = WEFT_ALGO_RING,
+                    .dtype = WEFT_F32,
+                    .sendbuf = (void *)16,
+                    .recvbuf = (void *)16};
+  assert_int_equal(plan1(&p, &bc, 1, &L, &nb), WEFT_SUCCESS);
+  assert_int_equal(L.items[0].ring, 1);
+  assert_int_equal(L.items[0].root, 7); /* a collective's root stays a rank */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(p2p_ends_agree),
@@ -656,6 +704,7 @@ int main(void) {
       cmocka_unit_test(group_channels_disjoint),
       cmocka_unit_test(split_roles_layout),
       cmocka_unit_test(ring_items),
+      cmocka_unit_test(beyond_eight_ranks),
       cmocka_unit_test(groups_split_into_launches),
       cmocka_unit_test(matching_groups_cut_alike),
       cmocka_unit_test(budget_launches),

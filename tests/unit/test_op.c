@@ -30,8 +30,11 @@ static void calls_map_to_kinds(void **st) {
       {WEFT_COLL_REDUCE_SCATTER, WEFT_ALGO_RING, WEFT_DEV_REDUCE_SCATTER, 1, "ring reduce_scatter"},
       {WEFT_COLL_REDUCE_SCATTER, WEFT_ALGO_DIRECT, WEFT_DEV_REDUCE_SCATTER, 0, "reduce_scatter"},
       {WEFT_COLL_ALLGATHER, WEFT_ALGO_RING, WEFT_DEV_ALLGATHER, 1, "ring allgather"},
-      {WEFT_COLL_BROADCAST, WEFT_ALGO_RING, WEFT_DEV_BROADCAST, 0, "broadcast"},
+      {WEFT_COLL_BROADCAST, WEFT_ALGO_RING, WEFT_DEV_BROADCAST, 1, "chain broadcast"},
+      {WEFT_COLL_BROADCAST, WEFT_ALGO_DIRECT, WEFT_DEV_BROADCAST, 0, "broadcast"},
+      {WEFT_COLL_REDUCE, WEFT_ALGO_RING, WEFT_DEV_REDUCE, 1, "chain reduce"},
       {WEFT_COLL_REDUCE, WEFT_ALGO_DIRECT, WEFT_DEV_REDUCE, 0, "reduce"},
+      {WEFT_COLL_ALLTOALL, WEFT_ALGO_RING, WEFT_DEV_ALLTOALL, 0, "alltoall"},
       {WEFT_COLL_ALLTOALL, WEFT_ALGO_DIRECT, WEFT_DEV_ALLTOALL, 0, "alltoall"},
       {WEFT_COLL_ALLTOALLV, WEFT_ALGO_DIRECT, WEFT_DEV_ALLTOALLV, 0, "alltoallv"},
       {WEFT_COLL_SEND, WEFT_ALGO_DIRECT, WEFT_DEV_SEND, 0, "send"},
@@ -57,7 +60,8 @@ static void reports_decode(void **st) {
                                                : (uint32_t)kind;
         int windows = flags & 1,
             ring = (flags & 2) && (kind == WEFT_DEV_ALLREDUCE_TWOSHOT ||
-                                   kind == WEFT_DEV_REDUCE_SCATTER || kind == WEFT_DEV_ALLGATHER);
+                                   kind == WEFT_DEV_REDUCE_SCATTER || kind == WEFT_DEV_ALLGATHER ||
+                                   kind == WEFT_DEV_BROADCAST || kind == WEFT_DEV_REDUCE);
         k |= (windows ? WEFT_DEV_DIRECT_KIND : 0) | (ring ? WEFT_DEV_RING_KIND : 0);
         weft_dev_op_t op = weft_dev_op_from_report(k);
         assert_int_equal(op.proto, proto);

@@ -40,33 +40,37 @@ static weft_result_t register_seg(char *seg, size_t bytes, int r, char *register
   return WEFT_SUCCESS;
 }
 
-weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, size_t bytes,
-                                 const int *local_rank, weft_ipc_t *out) {
+weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, size_t bytes, const int *local_rank,
+                                 weft_ipc_t *out) {
   weft_result_t rc = WEFT_SUCCESS;
+  int rank = out->rank, self = out->self;
   out->host = 1;
   out->bytes = bytes;
   weft_shm_name(out->name, sizeof out->name, boot->magic, rank, "-dev");
-  CHECK_GOTO(weft_shm_map(out->name, bytes, 1, HINT, &out->seg[rank]), rc, fail);
+  CHECK_GOTO(weft_shm_map(out->name, bytes, 1, HINT, &out->seg[self]), rc, fail);
   out->linked = 1;
   /* Every segment exists after this barrier; after the second, all are mapped and the names
    * can go, so a crash later leaves nothing in /dev/shm. */
   CHECK_GOTO(weft_bootstrap_barrier(boot), rc, fail);
-  for (int p = 0; p < nranks; p++) {
+  for (int s = 0; s < out->nslots; s++) {
+    int p = out->slot_rank[s];
     if (p == rank) continue;
     if (local_rank[p] < 0) {
-      CHECK_GOTO(private_seg(bytes, "a mirror of the region of", p, &out->seg[p]), rc, fail);
-      out->remote[p] = 1;
+      CHECK_GOTO(private_seg(bytes, "a mirror of the region of", p, &out->seg[s]), rc, fail);
+      out->remote[s] = 1;
       continue;
     }
     char name[64];
     weft_shm_name(name, sizeof name, boot->magic, p, "-dev");
-    CHECK_GOTO(weft_shm_map(name, bytes, 0, HINT, &out->seg[p]), rc, fail);
+    CHECK_GOTO(weft_shm_map(name, bytes, 0, HINT, &out->seg[s]), rc, fail);
   }
   CHECK_GOTO(weft_bootstrap_barrier(boot), rc, fail);
   shm_unlink(out->name);
   out->linked = 0;
-  for (int p = 0; p < nranks; p++)
-    CHECK_GOTO(register_seg(out->seg[p], bytes, p, &out->registered[p], &out->region[p]), rc, fail);
+  for (int s = 0; s < out->nslots; s++)
+    CHECK_GOTO(
+        register_seg(out->seg[s], bytes, out->slot_rank[s], &out->registered[s], &out->region[s]),
+        rc, fail);
   WEFT_INFO(WEFT_SUB_INIT, "rank %d: GPU %d stages through host memory (%zu bytes per rank)", rank,
             out->device, bytes);
   return WEFT_SUCCESS;
@@ -76,18 +80,19 @@ fail:
 }
 
 weft_result_t weft_hoststage_remote(const int *local_rank, weft_ipc_t *out) {
-  for (int p = 0; p < out->nranks; p++) {
+  for (int s = 0; s < out->nslots; s++) {
+    int p = out->slot_rank[s];
     if (local_rank[p] >= 0) continue;
-    CHECK(private_seg(out->bytes, "a mirror of the region of", p, &out->seg[p]));
-    out->remote[p] = 1;
-    CHECK(register_seg(out->seg[p], out->bytes, p, &out->registered[p], &out->region[p]));
+    CHECK(private_seg(out->bytes, "a mirror of the region of", p, &out->seg[s]));
+    out->remote[s] = 1;
+    CHECK(register_seg(out->seg[s], out->bytes, p, &out->registered[s], &out->region[s]));
   }
   CHECK(private_seg(out->bytes, "what comes from other hosts to", out->rank, &out->inbox_seg));
   return register_seg(out->inbox_seg, out->bytes, out->rank, &out->inbox_registered, &out->inbox);
 }
 
 void weft_hoststage_unmap(weft_ipc_t *p) {
-  for (int r = 0; r < p->nranks && r < WEFT_IPC_MAX_RANKS; r++) {
+  for (int r = 0; r < p->nslots; r++) {
     if (p->registered[r]) cudaHostUnregister(p->seg[r]);
     if (p->seg[r]) munmap(p->seg[r], p->bytes);
     p->seg[r] = NULL;

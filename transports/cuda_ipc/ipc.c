@@ -54,8 +54,9 @@ static weft_result_t same_process(int device, const card_t *peer, int peer_dev, 
 static int32_t reach_peers(const card_t *cards, const weft_ipc_t *out, const int *local_rank,
                            int8_t *peer_dev) {
   int rank = out->rank, device = out->device, linked = 1;
-  for (int p = 0; p < out->nranks; p++) {
-    peer_dev[p] = -1;
+  for (int s = 0; s < out->nslots; s++) {
+    int p = out->slot_rank[s];
+    peer_dev[s] = -1;
     if (p == rank) continue;
     if (local_rank[p] < 0) { /* the proxy's: a mirror, in host memory */
       linked = 0;
@@ -75,7 +76,7 @@ static int32_t reach_peers(const card_t *cards, const weft_ipc_t *out, const int
                 cards[rank].bus, rank, cards[p].bus, p);
       return 0;
     }
-    peer_dev[p] = (int8_t)dev;
+    peer_dev[s] = (int8_t)dev;
     if (cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, device, dev) !=
         cudaSuccess) {
       cudaGetLastError();
@@ -91,9 +92,10 @@ static int32_t reach_peers(const card_t *cards, const weft_ipc_t *out, const int
 static int map_peers(const card_t *cards, const int8_t *peer_dev, const int *local_rank,
                      weft_ipc_t *out) {
   int rank = out->rank, device = out->device;
-  for (int p = 0; p < out->nranks; p++) {
+  for (int s = 0; s < out->nslots; s++) {
+    int p = out->slot_rank[s];
     if (p == rank) {
-      out->region[p] = out->mine;
+      out->region[s] = out->mine;
       continue;
     }
     if (local_rank[p] < 0) continue;
@@ -102,20 +104,20 @@ static int map_peers(const card_t *cards, const int8_t *peer_dev, const int *loc
     if (e != cudaSuccess && cards[p].pid == cards[rank].pid) {
       /* most likely our own process (a pid alone could repeat across containers) */
       cudaGetLastError();
-      if (same_process(device, &cards[p], peer_dev[p], &ptr) != WEFT_SUCCESS) {
+      if (same_process(device, &cards[p], peer_dev[s], &ptr) != WEFT_SUCCESS) {
         WEFT_INFO(WEFT_SUB_INIT, "%s", weft_thread_error());
         return 0;
       }
-      out->local_dev[p] = (int8_t)(peer_dev[p] >= 0 ? peer_dev[p] : device);
+      out->local_dev[s] = (int8_t)(peer_dev[s] >= 0 ? peer_dev[s] : device);
     } else if (e != cudaSuccess) {
       cudaGetLastError();
       WEFT_INFO(WEFT_SUB_INIT, "cuda_ipc: rank %d cannot map rank %d's region (pid %d): %s", rank,
                 p, cards[p].pid, cudaGetErrorString(e));
       return 0;
     } else {
-      out->opened[p] = 1;
+      out->opened[s] = 1;
     }
-    out->region[p] = ptr;
+    out->region[s] = ptr;
   }
   return 1;
 }
@@ -138,32 +140,33 @@ static weft_result_t all_have(weft_bootstrap_t *boot, int32_t *words, int rank, 
 
 /* Peer-mapped device regions, the IPC handles and allocation undone. */
 static void unmap_device(weft_ipc_t *p) {
-  for (int r = 0; r < p->nranks && r < WEFT_IPC_MAX_RANKS; r++)
-    if (p->region[r] && p->opened[r]) cudaIpcCloseMemHandle(p->region[r]);
+  for (int s = 0; s < p->nslots; s++)
+    if (p->region[s] && p->opened[s]) cudaIpcCloseMemHandle(p->region[s]);
   if (p->mine) cudaFree(p->mine);
   memset(p->region, 0, sizeof p->region);
   memset(p->opened, 0, sizeof p->opened);
   p->mine = NULL;
 }
 
-weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int device,
-                           const size_t bytes[3], int force_host, const int *local_rank,
-                           weft_ipc_t **res) {
+weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int nranks, const int32_t *slot_rank, int nslots,
+                           int self, int device, const size_t bytes[3], int force_host,
+                           const int *local_rank, weft_ipc_t **res) {
   weft_result_t rc = WEFT_SUCCESS;
   card_t *cards = NULL;
   int32_t *words = NULL;
   int8_t peer_dev[WEFT_IPC_MAX_RANKS];
   *res = NULL;
+  if (nslots < 1 || nslots > WEFT_IPC_MAX_RANKS || self < 0 || self >= nslots)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "cuda_ipc: %d slots (self %d)", nslots, self);
   weft_ipc_t *out = calloc(1, sizeof *out);
   if (!out) return weft_set_error(WEFT_ERR_NO_MEMORY, "cuda_ipc: out of memory");
   out->device = device;
-  out->rank = rank;
-  out->nranks = nranks;
+  out->nslots = nslots;
+  out->self = self;
+  out->rank = slot_rank[self];
+  memcpy(out->slot_rank, slot_rank, sizeof *slot_rank * (size_t)nslots);
+  int rank = out->rank;
   memset(out->local_dev, -1, sizeof out->local_dev);
-  if (nranks > WEFT_IPC_MAX_RANKS)
-    ERR_GOTO(rc, fail, WEFT_ERR_UNSUPPORTED,
-             "device communicators have at most %d ranks for now (on all hosts together); %d asked",
-             WEFT_IPC_MAX_RANKS, nranks);
   cards = calloc((size_t)nranks, sizeof *cards);
   words = calloc((size_t)nranks, sizeof *words);
   if (!cards || !words) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "cuda_ipc: out of memory");
@@ -175,10 +178,10 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
             "cuda_ipc: cudaDeviceGetPCIBusId");
   CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
   int forced = 0;
-  for (int p = 0; p < nranks; p++) {
+  for (int p = 0; p < nranks; p++) { /* the same on every rank */
     forced |= cards[p].force_host;
-    out->spans |= local_rank[p] < 0; /* the same on every rank */
-    for (int q = p + 1; q < nranks; q++)
+    out->spans |= local_rank[p] < 0;
+    for (int q = p + 1; q < nranks && !out->gpu_shared; q++)
       out->gpu_shared |= cards[p].host == cards[q].host && strcmp(cards[p].bus, cards[q].bus) == 0;
   }
   /* All ranks must choose alike: one pair of a host that cannot map each other stages
@@ -227,7 +230,7 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int dev
           "cuda_ipc: rank %d's GPU cannot map every peer's memory (WEFT_DEBUG=INFO says why); "
           "every rank stages through host memory, which is slower than NVLink",
           first_bad);
-    CHECK_GOTO(weft_hoststage_map(boot, rank, nranks, bytes[2], local_rank, out), rc, fail);
+    CHECK_GOTO(weft_hoststage_map(boot, bytes[2], local_rank, out), rc, fail);
   }
   free(cards);
   free(words);
@@ -249,18 +252,18 @@ void weft_ipc_unmap(weft_ipc_t *p) {
 
 void *weft_ipc_region(const weft_ipc_t *p, int r) { return p->region[r]; }
 void *weft_ipc_inbox(const weft_ipc_t *p, int r) {
-  return p->remote[r] && !p->host ? p->inbox : p->region[p->rank];
+  return p->remote[r] && !p->host ? p->inbox : p->region[p->self];
 }
 size_t weft_ipc_bytes(const weft_ipc_t *p) { return p->bytes; }
 int weft_ipc_host_staged(const weft_ipc_t *p) { return p->host; }
 int weft_ipc_spans_hosts(const weft_ipc_t *p) { return p->spans; }
 char *weft_ipc_host_region(const weft_ipc_t *p, int r) {
   if (p->host || p->remote[r]) return p->seg[r];
-  return r == p->rank ? p->inbox_seg : NULL;
+  return r == p->self ? p->inbox_seg : NULL;
 }
 int weft_ipc_remote(const weft_ipc_t *p, int r) { return p->remote[r]; }
 const char *weft_ipc_pair(const weft_ipc_t *p, int r) {
-  return r == p->rank ? "self" : p->remote[r] ? "proxy" : p->host ? "host-staged" : "p2p";
+  return r == p->self ? "self" : p->remote[r] ? "proxy" : p->host ? "host-staged" : "p2p";
 }
 int weft_ipc_nvlink(const weft_ipc_t *p) { return p->nvlink; }
 int weft_ipc_gpu_shared(const weft_ipc_t *p) { return p->gpu_shared; }
@@ -271,9 +274,9 @@ int weft_ipc_drain(weft_ipc_t *p) {
   if (p->host) return 0;
   int ipc = 0, saved = -1;
   cudaGetDevice(&saved);
-  for (int r = 0; r < p->nranks; r++) {
+  for (int r = 0; r < p->nslots; r++) {
     ipc |= p->opened[r];
-    if (r != p->rank && p->local_dev[r] >= 0 && cudaSetDevice(p->local_dev[r]) == cudaSuccess)
+    if (r != p->self && p->local_dev[r] >= 0 && cudaSetDevice(p->local_dev[r]) == cudaSuccess)
       cudaDeviceSynchronize();
   }
   if (saved >= 0) cudaSetDevice(saved);

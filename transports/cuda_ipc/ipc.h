@@ -8,6 +8,7 @@
 #define WEFT_IPC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "bootstrap.h"
 #include "weft.h"
@@ -16,15 +17,17 @@ enum { WEFT_IPC_MAX_RANKS = 8 };
 
 typedef struct weft_ipc weft_ipc_t;
 
-/* Collective. Learns the links between the ranks' GPUs, allocates a region on device (the
- * current device) of bytes[0] where every pair is joined by NVLink (weft_ipc_nvlink), else of
- * bytes[1], exchanges handles and maps every peer's region over peer-to-peer access. Where
- * some pair cannot map each other (no peer access, an IPC handle that does not open), or
- * force_host is set on any rank, every rank instead maps host-staged regions of bytes[2]
- * (weft_ipc_host_staged). */
-weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int rank, int nranks, int device,
-                           const size_t bytes[3], int force_host, const int *local_rank,
-                           weft_ipc_t **out);
+/* Collective over the communicator (nranks ranks; boot's). Learns the links between the
+ * ranks' GPUs, allocates a region on device (the current device) of bytes[0] where every pair
+ * is joined by NVLink (weft_ipc_nvlink), else of bytes[1], exchanges handles and maps the
+ * regions of the ranks in slot_rank[0..nslots) (this rank's slots, itself at slot_rank[self];
+ * at most WEFT_IPC_MAX_RANKS) over peer-to-peer access. Where some pair cannot map each other
+ * (no peer access, an IPC handle that does not open), or force_host is set on any rank, every
+ * rank instead maps host-staged regions of bytes[2] (weft_ipc_host_staged). Every other call
+ * takes a slot, not a rank. */
+weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int nranks, const int32_t *slot_rank, int nslots,
+                           int self, int device, const size_t bytes[3], int force_host,
+                           const int *local_rank, weft_ipc_t **out);
 /* local_rank[r] < 0: rank r is on another host. This rank's region of r is then a mirror in
  * host memory only this process maps (weft_ipc_remote), and what r sends lands in this rank's
  * inbox for r (weft_ipc_inbox): the proxy carries both ways. */
@@ -37,7 +40,7 @@ void weft_ipc_unmap(weft_ipc_t *p);
  * Host-staged segments outlive any one process's mapping and need neither. */
 int weft_ipc_drain(weft_ipc_t *p);
 
-/* Rank r's region as mapped here (a device pointer), and the bytes of each region. */
+/* Slot r's region as mapped here (a device pointer), and the bytes of each region. */
 void *weft_ipc_region(const weft_ipc_t *p, int r);
 size_t weft_ipc_bytes(const weft_ipc_t *p);
 /* This rank's region as rank r writes into it (a device pointer): its own region, or, for r

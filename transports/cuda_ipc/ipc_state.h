@@ -9,15 +9,18 @@
 #include "bootstrap.h"
 #include "ipc.h"
 
+/* Arrays of WEFT_IPC_MAX_RANKS are indexed by slot: the peers this rank maps (ipc.h). */
 struct weft_ipc {
   int device;
-  int nranks, rank;
-  size_t bytes;                         /* of each region */
-  char *mine;                           /* cudaMalloc'ed, zeroed (device regions) */
-  char *region[WEFT_IPC_MAX_RANKS];     /* every rank's region as mapped here (device pointers) */
-  char opened[WEFT_IPC_MAX_RANKS];      /* mapped through an IPC handle (closed at unmap) */
-  int8_t local_dev[WEFT_IPC_MAX_RANKS]; /* GPU of a rank in this process, else -1 */
-  int gpu_shared;                       /* some GPU holds several ranks (the same on every rank) */
+  int nslots, self;                      /* slots; this rank's */
+  int32_t slot_rank[WEFT_IPC_MAX_RANKS]; /* slot -> rank of the communicator */
+  int rank;                              /* this rank's number in the communicator */
+  size_t bytes;                          /* of each region */
+  char *mine;                            /* cudaMalloc'ed, zeroed (device regions) */
+  char *region[WEFT_IPC_MAX_RANKS];      /* each slot's region as mapped here (device pointers) */
+  char opened[WEFT_IPC_MAX_RANKS];       /* mapped through an IPC handle (closed at unmap) */
+  int8_t local_dev[WEFT_IPC_MAX_RANKS];  /* GPU of a rank in this process, else -1 */
+  int gpu_shared;                        /* some GPU holds several ranks (the same on every rank) */
   /* every pair of ranks sits on two GPUs whose link has native atomics (NVLink, not PCIe),
    * by every rank's account: there a warp's 128-byte store reaches the peer whole */
   int nvlink;
@@ -37,8 +40,8 @@ struct weft_ipc {
 };
 
 /* The host-staged half of the above (hoststage.c). */
-weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, int rank, int nranks, size_t bytes,
-                                 const int *local_rank, weft_ipc_t *out);
+weft_result_t weft_hoststage_map(weft_bootstrap_t *boot, size_t bytes, const int *local_rank,
+                                 weft_ipc_t *out);
 /* Device regions: mirrors of the remote ranks' regions, and the inbox (weft_ipc_inbox). */
 weft_result_t weft_hoststage_remote(const int *local_rank, weft_ipc_t *out);
 /* Undoes either (the device regions' IPC mappings are ipc.c's). */

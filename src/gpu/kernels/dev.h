@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 enum {
-  WEFT_DEV_MAX_RANKS = 8,      /* ranks of one device communicator (one host) */
+  WEFT_DEV_MAX_RANKS = 8,      /* peer slots of a rank; ranks of the all-peer algorithms */
   WEFT_DEV_COLL_CHANNELS = 64, /* channels 0..63: collectives */
   WEFT_DEV_P2P_CHANNELS = 32,  /* channels 64..95: send/recv, in WEFT_P2P_SETS equal sets */
   WEFT_DEV_P2P_MAX_SETS = 8,
@@ -28,7 +28,7 @@ enum {
   WEFT_DEV_MIN_UNIT_BYTES = 32768 /* shortest round a channel's share is cut into */
 };
 
-/* Region of rank r, mapped by every peer:
+/* Region of rank r, mapped by every peer; [src] and [dst] are slots of r's table:
  *   ready[ch][src]  posted chunk count from src (written by src); after it in its line, the
  *                   bytes of chunk seq as a uint32 at WEFT_DEV_SIZE_OFF (what a proxy carries)
  *   done[ch][dst]   chunks of ours that dst has consumed (written by dst)
@@ -37,7 +37,7 @@ enum {
  *                   size beside)
  *   dout[ch][src]   direct operations src has finished writing into us or reading from us
  *                   (written by src)
- *   stage[ch][src slot][stage]  chunk_bytes each, written by src */
+ *   stage[ch][src][stage]  chunk_bytes each, written by src, at src's stage_in index */
 #define WEFT_DEV_READY_OFF(ch, peer)                                                               \
   ((uint64_t)((ch)*WEFT_DEV_MAX_RANKS + (peer)) * WEFT_DEV_FLAG_STRIDE)
 /* Where the length of chunk seq lies beside its ready flag (ready_off); a proxy reads it after
@@ -51,6 +51,25 @@ enum {
 #define WEFT_DEV_DOUT_OFF(ch, peer)                                                                \
   (WEFT_DEV_DIN_OFF(WEFT_DEV_DIRECT_CHANNELS, 0) + WEFT_DEV_READY_OFF(ch, peer))
 #define WEFT_DEV_STAGE_OFF WEFT_DEV_DOUT_OFF(WEFT_DEV_DIRECT_CHANNELS, 0)
+
+/* The peers a rank's kernels reach, by slot: arrays of the launch (region, inbox, the
+ * counters) and the flags of a region are indexed by slot, not by rank. Up to
+ * WEFT_DEV_MAX_RANKS ranks every rank is in the slot of its number (identity). Past that a
+ * rank reaches its ring neighbours alone: slot 0 is rank - 1, 1 itself, 2 rank + 1, and only
+ * the ring algorithms run (allreduce, reduce_scatter and allgather as rings, broadcast and
+ * reduce as chains, send/recv between neighbours). Each table entry says where this rank
+ * stands in the peer's own table, so that a rank writes its flags and chunks where the peer
+ * looks for them (src/gpu/slots.c makes the tables; the proxy follows them too). */
+typedef struct {
+  int32_t rank[WEFT_DEV_MAX_RANKS];      /* slot -> rank */
+  uint8_t flag_out[WEFT_DEV_MAX_RANKS];  /* our slot in that peer's table: where our flags lie in
+                                            its region */
+  uint8_t stage_in[WEFT_DEV_MAX_RANKS];  /* that peer's staging slots in our region */
+  uint8_t stage_out[WEFT_DEV_MAX_RANKS]; /* ours in that peer's region */
+  uint8_t nslots, self;
+  uint8_t nsrc;     /* staging slots a region holds per channel: one per sending peer */
+  uint8_t identity; /* slot == rank for every rank */
+} weft_dev_slots_t;
 
 typedef enum {
   WEFT_DEV_ALLREDUCE_ONESHOT = 0,
@@ -77,9 +96,10 @@ typedef struct {
   uint8_t direct; /* on windows: straight between the peers' buffers (weft_dev_launch_t.direct);
                      an allgather's or alltoall's second role copies our own block */
   uint8_t ring;   /* allreduce (two-shot's segments), reduce_scatter or allgather as a pipelined
-                     ring: each chunk passes rank to rank + 1 (one role) */
+                     ring: each chunk passes rank to rank + 1 (one role); broadcast and reduce
+                     as a chain from the root round to it */
   uint8_t pad_[2];
-  int16_t root;     /* broadcast/reduce root; send/recv peer */
+  int16_t root;     /* broadcast/reduce root (a rank); send/recv peer (its slot) */
   int16_t a2av;     /* index into the launch's alltoallv table */
   uint16_t block0;  /* first block of this item */
   uint16_t nblocks; /* channels x roles */
@@ -121,17 +141,18 @@ enum {
 };
 
 typedef struct {
-  char *region[WEFT_DEV_MAX_RANKS]; /* every rank's region as mapped here (own included) */
-  /* This rank's region as rank p writes into it: region[rank], or for p on another host the
+  char *region[WEFT_DEV_MAX_RANKS]; /* each slot's region as mapped here (own included) */
+  /* This rank's region as slot p writes into it: region[self], or for p on another host the
    * host memory the proxy fills with what p sent (and where it raises p's flags) */
   char *inbox[WEFT_DEV_MAX_RANKS];
-  uint64_t *counters; /* private: [ch][peer][2] sent, received */
+  weft_dev_slots_t slots;
+  uint64_t *counters; /* private: [ch][slot][2] sent, received */
   uint64_t *progress; /* private: per collective channel, rounds its sender finished in this
                          launch (in-place items), one per WEFT_DEV_FLAG_STRIDE bytes */
   uint64_t *dseq;     /* private: per direct channel, direct operations so far */
   volatile int32_t *abort_flag; /* host-mapped; nonzero: give up */
   weft_dev_error_t *error;      /* host-mapped */
-  int32_t rank, nranks;
+  int32_t rank, nranks;         /* the communicator's (slots.self is this rank's slot) */
   uint32_t chunk_bytes, stages;
   uint32_t rounds, pad_; /* WEFT_P2P_ROUNDS: a channel's share in this many rounds (or more) */
   uint64_t timeout_ns;

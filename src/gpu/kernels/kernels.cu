@@ -117,8 +117,18 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
       exchange(c, w, it->count, (const char *)it->send, it->count, (char *)it->recv, it->count,
                it->send != it->recv);
     break;
-  case WEFT_DEV_BROADCAST: rooted(c, w, false); break;
-  case WEFT_DEV_REDUCE: rooted(c, w, true); break;
+  case WEFT_DEV_BROADCAST:
+    if (it->ring)
+      chain(c, w, false);
+    else
+      rooted(c, w, false);
+    break;
+  case WEFT_DEV_REDUCE:
+    if (it->ring)
+      chain(c, w, true);
+    else
+      rooted(c, w, true);
+    break;
   case WEFT_DEV_ALLTOALLV: alltoallv(c, w); break;
   case WEFT_DEV_SEND: sendrecv(c, w, true); break;
   case WEFT_DEV_RECV: sendrecv(c, w, false); break;

@@ -36,11 +36,13 @@ __device__ inline uint64_t global_ns() {
   return t;
 }
 
-/* One block's view of its channel. */
+/* One block's view of its channel. Peers are slots (weft_dev_slots_t): on up to
+ * WEFT_DEV_MAX_RANKS ranks a rank's number is its slot, so the all-peer algorithms pass ranks;
+ * the ring ones ask slot() for their neighbours'. */
 struct Chan {
   const weft_dev_launch_t *L;
   int ch, rank, n;
-  uint64_t *sent, *recvd; /* shared memory, per peer */
+  uint64_t *sent, *recvd; /* shared memory, per slot */
   int *bail;              /* shared memory */
   uint32_t kind;
 
@@ -52,13 +54,17 @@ struct Chan {
   __device__ uint64_t *out_flag(int peer, uint64_t off) const {
     return (uint64_t *)(L->region[peer] + off);
   }
-  /* Slot index of src in a receiver's staging area (a rank keeps none for itself). */
-  __device__ int slot_of(int src, int dst) const { return src < dst ? src : src - 1; }
-  /* Staging slot seq of src's chunks to dst, in base (dst's region or our inbox for src). */
-  __device__ char *stage(const char *base, int src, int dst, uint64_t seq) const {
+  /* The slot of rank r (-1: not reached; the host plans nothing that would ask). */
+  __device__ int slot(int r) const {
+    for (int s = 0; s < L->slots.nslots; s++)
+      if (L->slots.rank[s] == r) return s;
+    return -1;
+  }
+  /* Staging slot seq of the sender whose staging index in base's region is idx (dev.h). */
+  __device__ char *stage(const char *base, int idx, uint64_t seq) const {
     /* staging exists for the comm's collective channels, then for the send/recv sets */
     uint64_t sc = ch < WEFT_DEV_COLL_CHANNELS ? ch : ch - WEFT_DEV_COLL_CHANNELS + L->coll_channels;
-    uint64_t i = (sc * (n - 1) + slot_of(src, dst)) * L->stages + seq % L->stages;
+    uint64_t i = (sc * L->slots.nsrc + idx) * L->stages + seq % L->stages;
     return (char *)base + WEFT_DEV_STAGE_OFF + i * L->chunk_bytes;
   }
 
@@ -110,7 +116,7 @@ struct Chan {
     uint64_t s = sent[dst];
     uint64_t need = s + 1 > L->stages ? s + 1 - L->stages : 0;
     if (!wait_geq(in_flag(dst, WEFT_DEV_DONE_OFF(ch, dst)), need, dst)) return nullptr;
-    return stage(L->region[dst], rank, dst, s);
+    return stage(L->region[dst], L->slots.stage_out[dst], s);
   }
   /* After the whole block wrote the chunks: make them visible, then bump ready. One fence
    * (cumulative over the block's writes through the barrier) covers every peer's flag. Each
@@ -121,14 +127,14 @@ struct Chan {
     if (threadIdx.x == 0 && nd > 0) {
       for (int i = 0; i < nd; i++) {
         int d = dsts[i];
-        *(uint32_t *)((char *)out_flag(d,
-                                       WEFT_DEV_SIZE_OFF(WEFT_DEV_READY_OFF(ch, rank), sent[d]))) =
+        uint64_t flag = WEFT_DEV_READY_OFF(ch, L->slots.flag_out[d]);
+        *(uint32_t *)((char *)out_flag(d, WEFT_DEV_SIZE_OFF(flag, sent[d]))) =
             bytes ? bytes[i] : (uint32_t)same;
       }
       __threadfence_system();
       for (int i = 0; i < nd; i++) {
         int d = dsts[i];
-        st_relaxed_sys(out_flag(d, WEFT_DEV_READY_OFF(ch, rank)), ++sent[d]);
+        st_relaxed_sys(out_flag(d, WEFT_DEV_READY_OFF(ch, L->slots.flag_out[d])), ++sent[d]);
       }
     }
     __syncthreads();
@@ -139,7 +145,7 @@ struct Chan {
   __device__ const char *recv_slot(int src) const {
     uint64_t r = recvd[src];
     if (!wait_geq(in_flag(src, WEFT_DEV_READY_OFF(ch, src)), r + 1, src)) return nullptr;
-    return stage(L->inbox[src], src, rank, r);
+    return stage(L->inbox[src], L->slots.stage_in[src], r);
   }
   /* After the whole block has read the chunks: hand the slots back. */
   __device__ void release(const int *srcs, int ns) const {
@@ -147,7 +153,7 @@ struct Chan {
     if (threadIdx.x == 0)
       for (int i = 0; i < ns; i++) {
         int s = srcs[i];
-        st_release_sys(out_flag(s, WEFT_DEV_DONE_OFF(ch, rank)), ++recvd[s]);
+        st_release_sys(out_flag(s, WEFT_DEV_DONE_OFF(ch, L->slots.flag_out[s])), ++recvd[s]);
       }
     __syncthreads();
   }

@@ -1,5 +1,5 @@
-/* The pipelined ring: allreduce, reduce_scatter and allgather rank to rank + 1. Part of the
- * device kernel's one translation unit. */
+/* The pipelined ring: allreduce, reduce_scatter and allgather rank to rank + 1, and the
+ * chain of broadcast and reduce. Part of the device kernel's one translation unit. */
 #ifndef WEFT_RING_CUH
 #define WEFT_RING_CUH
 
@@ -21,7 +21,8 @@ namespace weft {
  * waits for one in rank + 1. */
 __device__ void ring(const Chan &c, const Item &w) {
   const weft_dev_item_t *it = w.it;
-  const int n = c.n, me = c.rank, es = w.es, next = (me + 1) % n, prev = (me + n - 1) % n;
+  const int n = c.n, me = c.rank, es = w.es;
+  int next = c.slot((me + 1) % n), prev = c.slot((me + n - 1) % n);
   const bool ar = it->kind == WEFT_DEV_ALLREDUCE_TWOSHOT, ag = it->kind == WEFT_DEV_ALLGATHER;
   const char *in = (const char *)it->send;
   char *out = (char *)it->recv;
@@ -62,6 +63,48 @@ __device__ void ring(const Chan &c, const Item &w) {
       if (s > first) c.release(&prev, 1);
       if (sends) c.publish(&next, 1, len * es);
     }
+}
+
+/* Broadcast (reduce = false) or reduce as a pipelined chain round the ring: a broadcast's
+ * chunks leave the root for root + 1 and each rank stores and passes them on, up to root - 1;
+ * a reduce starts at root + 1 with its input and each rank adds its own and passes the sum on,
+ * the root last, which stores it. A rank holds its predecessor's slot while it waits for one
+ * in its successor, as the ring does, and the chain ends before the root: no cycle. */
+__device__ void chain(const Chan &c, const Item &w, bool reduce) {
+  const weft_dev_item_t *it = w.it;
+  const int n = c.n, me = c.rank, es = w.es, root = it->root;
+  const int next = c.slot((me + 1) % n), prev = c.slot((me + n - 1) % n);
+  const int pos = (me - root + n) % n; /* 0: the root */
+  /* broadcast: the root sends, root - 1 only receives; reduce: root + 1 only sends, the root
+   * only receives */
+  const bool recv = reduce ? pos != 1 % n : pos != 0, send = reduce ? pos != 0 : pos != n - 1;
+  const char *in = (const char *)it->send;
+  char *out = (char *)it->recv;
+  const uint64_t count = it->count, unit = unit_for(count, w.nb, w.chunk_elems, es, w.rounds);
+  const int partial_op = it->op == WEFT_AVG ? WEFT_SUM : it->op;
+  if (unit == 0) return;
+  for (uint64_t off = (uint64_t)w.ci * unit; off < count; off += (uint64_t)w.nb * unit) {
+    const uint64_t len = clamp_len(count, off, unit);
+    const char *from = nullptr, *mine = in + off * es;
+    char *dst[2];
+    int nd = 0;
+    if (recv && !(from = c.recv_slot(prev))) return;
+    if (send && !(dst[nd++] = c.send_slot(next))) return;
+    char *o = out + off * es;
+    if (!reduce) {
+      /* every rank but the root stores; an out-of-place root copies its input */
+      if (pos != 0 || o != mine) dst[nd++] = o;
+      copy_multi(dst, nd, pos == 0 ? mine : from, len * es);
+    } else if (!recv) {
+      copy_multi(dst, nd, mine, len * es);
+    } else {
+      if (pos == 0) dst[nd++] = o;
+      const char *src[2] = {from, mine};
+      reduce_any(it->dtype, pos == 0 ? it->op : partial_op, dst, nd, src, 2, len, n);
+    }
+    if (recv) c.release(&prev, 1);
+    if (send) c.publish(&next, 1, len * es);
+  }
 }
 
 } // namespace weft
