@@ -59,6 +59,7 @@ struct weft_dev {
   /* its workers' connections past the communicator's own (tr[link_tr]), torn down after it */
   void *links[8];
   int nlinks, link_tr;
+  uint8_t *reach; /* across hosts: [nranks], the remote ranks the kernels reach */
 };
 
 extern const weft_engine_t weft_engine_gpu;

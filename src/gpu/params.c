@@ -13,6 +13,9 @@
 weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d) {
   const char *ll128s = weft_param_get_str(WEFT_PARAM_LL128_MAX_BYTES),
              *ces = weft_param_get_str(WEFT_PARAM_CE_MIN_BYTES);
+  /* past WEFT_DEV_MAX_RANKS no 128-byte kernel runs (slots.h): its limit is only checked, as
+   * on 2 ranks, then turned off at setup */
+  int ll_ranks = c->nranks <= WEFT_DEV_MAX_RANKS ? c->nranks : 2;
   int64_t chunk = weft_param_get_int(WEFT_PARAM_P2P_CHUNK_BYTES),
           stages = weft_param_get_int(WEFT_PARAM_P2P_STAGES),
           ch = weft_param_get_int(WEFT_PARAM_P2P_CHANNELS),
@@ -23,8 +26,8 @@ weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d
           oneshot = weft_param_get_int(WEFT_PARAM_ONESHOT_MAX_BYTES),
           llmax = weft_param_get_int(WEFT_PARAM_LL_MAX_BYTES),
           sets = weft_param_get_int(WEFT_PARAM_P2P_SETS),
-          ll128 = weft_dev_ll128_max(ll128s, c->nranks, 0),
-          ll128r = weft_dev_ll128_max(ll128s, c->nranks, 1),
+          ll128 = weft_dev_ll128_max(ll128s, ll_ranks, 0),
+          ll128r = weft_dev_ll128_max(ll128s, ll_ranks, 1),
           cemin = weft_dev_ce_min(ces, c->nranks, 0),
           dmin = weft_param_get_int(WEFT_PARAM_DIRECT_MIN_BYTES),
           dch = weft_param_get_int(WEFT_PARAM_DIRECT_CHANNELS),
@@ -42,15 +45,14 @@ weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d
   if (llmax < 0 || llmax > WEFT_DEV_LL_MAX_BYTES)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_LL_MAX_BYTES=%lld: use 0-%d",
                           (long long)llmax, WEFT_DEV_LL_MAX_BYTES);
-  if (ll128 < 0 && weft_dev_ll128_ring(c->nranks))
+  if (ll128 < 0 && weft_dev_ll128_ring(ll_ranks))
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_LL128_MAX_BYTES=%s: use auto, 0 (never) or a byte count", ll128s);
   if (ll128 < 0)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_LL128_MAX_BYTES=%s: use auto, 0 (never) or a byte count up to "
                           "%llu (the 128-byte kernel's buffers on %d ranks)",
-                          ll128s, (unsigned long long)weft_dev_ll128_capacity(c->nranks),
-                          c->nranks);
+                          ll128s, (unsigned long long)weft_dev_ll128_capacity(ll_ranks), c->nranks);
   if (cemin < 0)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_CE_MIN_BYTES=%s: use 0 (never, the default), auto or a byte count",

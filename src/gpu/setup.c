@@ -54,6 +54,8 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
              "weft_comm_init: cudaHostGetDevicePointer");
   CUDA_CHECK(cudaEventCreateWithFlags(&d->order, cudaEventDisableTiming),
              "weft_comm_init: cudaEventCreate");
+  if (c->nlocal < c->nranks && !(d->reach = calloc((size_t)c->nranks, 1)))
+    return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
   return WEFT_SUCCESS;
 }
 
@@ -67,6 +69,7 @@ static void dev_release(weft_comm_t c, struct weft_dev *d) {
   if (d->abort_h) cudaFreeHost(d->abort_h);
   if (d->err_h) cudaFreeHost(d->err_h);
   if (d->order) cudaEventDestroy(d->order);
+  free(d->reach);
   free(d);
 }
 
@@ -122,9 +125,9 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                           "weft_comm_init: rank %d: ranks on other hosts, but no tcp transport "
                           "reaches them (WEFT_TRANSPORT)",
                           c->rank);
-  /* the extra connections go to every remote rank this rank's kernels reach */
-  uint8_t *reach = calloc((size_t)c->nranks, 1);
-  if (!reach) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
+  /* the extra connections go to every remote rank this rank's kernels reach (d->reach comes
+   * from an agreed step: what follows is collective) */
+  uint8_t *reach = d->reach;
   for (int s = 0; s < sl->nslots; s++) {
     remote[s] = (uint8_t)weft_ipc_remote(d->ipc, s);
     region[s] = weft_ipc_host_region(d->ipc, s);
@@ -139,7 +142,6 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
     rc = weft_comm_transport_again(c, tcp, reach, &d->links[d->nlinks]);
     if (rc == WEFT_SUCCESS) states[w] = d->links[d->nlinks++];
   }
-  free(reach);
   CHECK(rc);
   weft_rproxy_init_t in = {.link = {.rank = c->rank,
                                     .nranks = c->nranks,

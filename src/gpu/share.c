@@ -81,8 +81,9 @@ static weft_result_t refuse(const struct weft_comm *c, const weft_dev_share_card
       "weft_comm_init: GPU %s serves %d ranks (%d of this communicator, rank %d among them): "
       "their kernels may hold WEFT_SHARED_SM_PERCENT=%d%% of the %d SMs a process may use "
       "there (CUDA's count: MPS's active thread percentage lowers it), %d SMs a rank, room for %d "
-      "blocks of weft's general kernel and %d of its low-latency kernel, where a communicator of "
-      "%d ranks needs %d and 1; raise CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (or the MPS daemon's "
+      "blocks of weft's general kernel and %d of its low-latency kernel, where a rank of a "
+      "communicator of %d ranks needs %d (a send and a receive per peer its kernels reach) and "
+      "1; raise CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (or the MPS daemon's "
       "set_default_active_thread_percentage) or WEFT_SHARED_SM_PERCENT, or put fewer ranks on "
       "the GPU",
       k->bus, b->sharers, ours, r, k->percent, k->usable, b->sms, b->general, b->ll, c->nranks,

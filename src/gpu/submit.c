@@ -2,6 +2,7 @@
  * path chosen (copy engines or kernels into windows, a low-latency kernel, or the general
  * one's plan), and one launch (or a few, for many sends and receives) on the caller's stream,
  * with no host synchronisation, so that it can be captured in a CUDA graph. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #include "err.h"
 #include "gpu.h"
 #include "self_pairs.h"
+#include "slots.h"
 #include "window.h"
 
 /* Device buffers only: a host pointer would fault the kernel and poison the context. */
@@ -230,6 +232,29 @@ out:
   return rc;
 }
 
+/* Past 8 ranks a message to a rank beyond the ring's neighbours is refused, but its other end
+ * may be a neighbour's message, which that rank launches: failing the communicator aborts
+ * that end too, instead of leaving it waiting, or its chunk unread under the next message. */
+static weft_result_t refuse_far(weft_comm_t c, const weft_task_t *tasks, int ntasks, uint64_t seq) {
+  const weft_dev_planner_t *p = &dev_of(c)->plan;
+  for (int i = 0; i < ntasks && !p->slots.identity; i++) {
+    weft_coll_t k = tasks[i].args.coll;
+    int ncoll = 0;
+    if ((k != WEFT_COLL_SEND && k != WEFT_COLL_RECV) ||
+        weft_dev_slot_of(&p->slots, tasks[i].args.root) >= 0)
+      continue;
+    weft_result_t rc = weft_dev_plan_check(p, &tasks[i], 1, &ncoll); /* says why */
+    char msg[768];
+    snprintf(msg, sizeof msg,
+             "%s; the communicator fails, since that message's other end may "
+             "have gone ahead",
+             weft_thread_error());
+    weft_comm_fail(c, rc, msg, seq);
+    return weft_set_error(rc, "%s", msg);
+  }
+  return WEFT_SUCCESS;
+}
+
 weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream) {
   weft_dev_poll_error(c); /* the heartbeat thread watches the rest */
   pthread_mutex_lock(&c->mu);
@@ -238,6 +263,7 @@ weft_result_t weft_dev_submit(weft_comm_t c, weft_task_t *tasks, int ntasks, wef
   pthread_mutex_unlock(&c->mu);
   if (rc != WEFT_SUCCESS) return weft_set_error(rc, "communicator failed earlier: %s", c->error);
   if (atomic_load(&c->aborted)) return weft_set_error(WEFT_ERR_ABORTED, "communicator was aborted");
+  CHECK(refuse_far(c, tasks, ntasks, seq));
   for (int i = 0; i < ntasks; i++)
     if (weft_dev_is_self(c->rank, &tasks[i]))
       return launch_with_self(c, tasks, ntasks, stream, seq);

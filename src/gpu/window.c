@@ -89,6 +89,7 @@ static void unmap_window(struct weft_window *w) {
 /* Maps every peer's buffer; 0 (with the error set) where one does not open. */
 static int map_window(weft_comm_t c, const weft_ipc_t *ipc, const wcard_t *cards,
                       struct weft_window *w) {
+  /* a rank is its slot here: windows exist only up to WEFT_DEV_MAX_RANKS (slots.h) */
   for (int p = 0; p < c->nranks; p++) {
     if (p == c->rank) {
       w->peer[p] = w->buf;

@@ -118,8 +118,16 @@ static ncclResult_t init_or_fallback(job_t *j) {
   ncclResult_t mine = shim_result(w); /* keeps weft's reason as this thread's */
   char why[1024];
   snprintf(why, sizeof why, "%s", shim_last_error());
-  /* 0: weft serves; 1: weft refuses (unsupported); 2: another failure */
+  /* 0: weft serves; 1: weft refuses (unsupported), or past WEFT_NCCL_ALL_PEERS ranks, where its
+   * device communicators run rings alone (no alltoall, no message beyond a ring neighbour)
+   * and the real NCCL serves every call; 2: another failure */
   int32_t vote = w == WEFT_SUCCESS ? 0 : w == WEFT_ERR_UNSUPPORTED ? 1 : 2, worst = 0;
+  if (vote == 0 && j->nranks > WEFT_NCCL_ALL_PEERS) {
+    vote = 1;
+    snprintf(why, sizeof why,
+             "past %d ranks weft's device communicators run only ring algorithms (docs/hosts.md)",
+             WEFT_NCCL_ALL_PEERS);
+  }
   weft_result_t aw = weft_allreduce(&vote, &worst, 1, WEFT_I32, WEFT_MAX, h, NULL);
   ncclResult_t r = ncclSuccess;
   if (aw != WEFT_SUCCESS) {

@@ -14,6 +14,10 @@
 #include "premul.h"
 #include "weft.h"
 
+/* Ranks up to which weft's device communicators reach every peer (src/gpu/slots.h); past it
+ * they run rings alone, and WEFT_NCCL_FALLBACK takes them. */
+enum { WEFT_NCCL_ALL_PEERS = 8 };
+
 /* comm is served by the real NCCL (SHIM_FORWARD forwards its calls). */
 #define SHIM_IS_REAL(comm) ((comm) && (comm)->magic == SHIM_MAGIC && (comm)->real)
 

@@ -202,7 +202,7 @@ static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
 }
 
 /* Aborted here: an abort frame to every remote rank, after the frame under way to it (else
- * the abort would land inside it), each given up to BYE_MS to leave. A stream still cut
+ * the abort would land inside it), all within BYE_MS. A stream still cut
  * mid-frame, or reset by the close before the peer read it, reads as this rank gone instead. */
 enum { BYE_MS = 200 };
 static void bye(void *self) {

@@ -2,9 +2,9 @@
  * allreduce of device buffers through the region proxy gives every rank the sum. So are nine
  * ranks on GPU 0, past the 8 a rank's kernels reach at once (src/gpu/slots.h): the allreduce
  * runs as a ring. What weft cannot serve there, a message to a rank that is not a ring
- * neighbour, fails the group on every rank with ncclInvalidUsage and a message, in bounded
- * time, never a crash or a hang, and changes nothing: the next allreduce holds. Device machine
- * only (suite gpu). usage: test_nccl_refuse */
+ * neighbour, is refused with ncclInvalidUsage and a message and fails the communicator on
+ * every rank, those whose part went ahead included, in bounded time, never a crash or a hang.
+ * Device machine only (suite gpu). usage: test_nccl_refuse */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <signal.h>
@@ -45,30 +45,49 @@ static int summed(int rank, int n, ncclComm_t comm, const char *what) {
   return bad || wrong;
 }
 
-/* Past 8 ranks: a send to rank + 2 and a receive from rank - 2 in one group must fail with
- * ncclInvalidUsage, naming why (want), within 60 s. */
+/* Past 8 ranks, a gather to rank 0 by sends and receives (as ncclGather and PyTorch's gather
+ * run it): rank 0's receives from far ranks, and the far ranks' sends, are refused with
+ * ncclInvalidUsage naming why (want), which fails the communicator; ranks 1 and n - 1, rank
+ * 0's ring neighbours, launch their sends (16 MiB: more than the staging takes without
+ * credits), whose kernels must then end. Every rank must find the communicator failed
+ * (ncclCommGetAsyncError) within 60 s: no hang, no send left waiting. */
 static int far_refused(int rank, int n, ncclComm_t comm, const char *want) {
+  enum { N = 4 << 20 };
   float *d = NULL;
   cudaStream_t s;
-  if (cudaMalloc((void **)&d, 4096) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess)
-    return printf("%d FAIL far send: no memory\n", rank), 1;
+  if (cudaMalloc((void **)&d, sizeof(float) * N * (size_t)n) != cudaSuccess ||
+      cudaStreamCreate(&s) != cudaSuccess)
+    return printf("%d FAIL gather: no memory\n", rank), 1;
   double t0 = now_s();
   ncclGroupStart();
-  ncclSend(d, 512, ncclFloat, (rank + 2) % n, comm, s);
-  ncclRecv(d + 512, 512, ncclFloat, (rank + n - 2) % n, comm, s);
+  if (rank == 0)
+    for (int p = 1; p < n; p++)
+      ncclRecv(d + (size_t)p * N, N, ncclFloat, p, comm, s);
+  else
+    ncclSend(d, N, ncclFloat, 0, comm, s);
   ncclResult_t r = ncclGroupEnd();
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", ncclGetLastError(comm));
+  int far = rank != 1 && rank != n - 1;
+  int ok = far ? r == ncclInvalidUsage && strstr(msg, want) : r == ncclSuccess;
+  ncclResult_t a = ncclSuccess;
+  while (ok && (a == ncclSuccess || a == ncclInProgress) && now_s() - t0 < 60) {
+    ncclCommGetAsyncError(comm, &a);
+    usleep(1000);
+  }
+  if (!far) cudaStreamSynchronize(s); /* its send kernel ends on the failure */
   double dt = now_s() - t0;
-  const char *msg = ncclGetLastError(comm);
-  int ok = r == ncclInvalidUsage && strstr(msg, want) && dt < 60;
-  printf("%d %s a send beyond the ring's neighbours: %s after %.1f s: %s\n", rank,
-         ok ? "PASS" : "FAIL", ncclGetErrorString(r), dt, msg);
-  cudaStreamSynchronize(s);
+  ok = ok && a != ncclSuccess && a != ncclInProgress && dt < 60;
+  printf("%d %s a gather past the ring's neighbours: the call %s, then the communicator %s "
+         "after %.1f s: %s\n",
+         rank, ok ? "PASS" : "FAIL", ncclGetErrorString(r), a ? "failed" : "did not fail", dt,
+         far ? msg : ncclGetLastError(comm));
   cudaFree(d);
   return !ok;
 }
 
-/* One rank. Init must succeed and the allreduce hold; past 8 ranks the far send must be
- * refused (want) and the allreduce hold again after it. */
+/* One rank. Init must succeed and the allreduce hold; past 8 ranks the gather must fail the
+ * communicator (want: the refusal's words). */
 static int rank_main(int rank, int n, ncclUniqueId id, int fake_hosts, const char *want) {
   char host[32];
   if (fake_hosts) {
@@ -89,8 +108,8 @@ static int rank_main(int rank, int n, ncclUniqueId id, int fake_hosts, const cha
   if (bad)
     printf("%d FAIL %s: init: %s after %.1f s: %s\n", rank, what, ncclGetErrorString(r), dt, msg);
   bad = bad || summed(rank, n, comm, what);
-  if (!bad && want) bad = far_refused(rank, n, comm, want) || summed(rank, n, comm, what);
-  if (r == ncclSuccess) ncclCommDestroy(comm);
+  if (!bad && want) bad = far_refused(rank, n, comm, want);
+  if (r == ncclSuccess) want ? ncclCommAbort(comm) : ncclCommDestroy(comm);
   return bad;
 }
 

@@ -145,6 +145,7 @@ static void unmap_device(weft_ipc_t *p) {
   if (p->mine) cudaFree(p->mine);
   memset(p->region, 0, sizeof p->region);
   memset(p->opened, 0, sizeof p->opened);
+  p->any_opened = 0;
   p->mine = NULL;
 }
 
@@ -204,9 +205,13 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int nranks, const int32_t *sl
               "cuda_ipc: cudaIpcGetMemHandle");
     cards[rank].addr = (uint64_t)(uintptr_t)out->mine;
     CHECK_GOTO(weft_bootstrap_allgather(boot, cards, sizeof *cards), rc, fail);
-    CHECK_GOTO(all_have(boot, words, rank, nranks, map_peers(cards, peer_dev, local_rank, out),
-                        &mapped, &first_bad),
-               rc, fail);
+    /* bit 2: some handle was opened here; the destroy's barrier is taken where any rank did */
+    int32_t got = map_peers(cards, peer_dev, local_rank, out);
+    for (int s = 0; s < out->nslots; s++)
+      got |= out->opened[s] ? 4 : 0;
+    CHECK_GOTO(all_have(boot, words, rank, nranks, got, &mapped, &first_bad), rc, fail);
+    for (int p = 0; p < nranks; p++)
+      out->any_opened |= (words[p] & 4) != 0;
   }
   if (mapped && out->spans) { /* pinned memory for the mirrors may run out on one rank only */
     char why[512] = "";
@@ -272,13 +277,12 @@ int weft_ipc_device(const weft_ipc_t *p) { return p->device; }
 
 int weft_ipc_drain(weft_ipc_t *p) {
   if (p->host) return 0;
-  int ipc = 0, saved = -1;
+  int saved = -1;
   cudaGetDevice(&saved);
   for (int r = 0; r < p->nslots; r++) {
-    ipc |= p->opened[r];
     if (r != p->self && p->local_dev[r] >= 0 && cudaSetDevice(p->local_dev[r]) == cudaSuccess)
       cudaDeviceSynchronize();
   }
   if (saved >= 0) cudaSetDevice(saved);
-  return ipc;
+  return p->any_opened;
 }

@@ -35,9 +35,10 @@ weft_result_t weft_ipc_map(weft_bootstrap_t *boot, int nranks, const int32_t *sl
 void weft_ipc_unmap(weft_ipc_t *p);
 /* Before the regions go. Ranks of this process may still run kernels that write to ours:
  * their GPUs are synchronized here, which keeps destroy local for one process driving
- * several GPUs. Returns 1 where a rank of another process opened our region over IPC: that
- * mapping must be closed before we free it, so every rank must agree first (a barrier).
- * Host-staged segments outlive any one process's mapping and need neither. */
+ * several GPUs. Returns 1, on every rank alike, where some rank opened a region of another
+ * process over IPC: that mapping must be closed before its owner frees it, so every rank must
+ * agree first (a barrier). Host-staged segments outlive any one process's mapping and need
+ * neither. */
 int weft_ipc_drain(weft_ipc_t *p);
 
 /* Slot r's region as mapped here (a device pointer), and the bytes of each region. */

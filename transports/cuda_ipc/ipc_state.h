@@ -19,8 +19,9 @@ struct weft_ipc {
   char *mine;                            /* cudaMalloc'ed, zeroed (device regions) */
   char *region[WEFT_IPC_MAX_RANKS];      /* each slot's region as mapped here (device pointers) */
   char opened[WEFT_IPC_MAX_RANKS];       /* mapped through an IPC handle (closed at unmap) */
-  int8_t local_dev[WEFT_IPC_MAX_RANKS];  /* GPU of a rank in this process, else -1 */
-  int gpu_shared;                        /* some GPU holds several ranks (the same on every rank) */
+  int any_opened; /* some rank of the communicator opened one (the same on every rank) */
+  int8_t local_dev[WEFT_IPC_MAX_RANKS]; /* GPU of a rank in this process, else -1 */
+  int gpu_shared;                       /* some GPU holds several ranks (the same on every rank) */
   /* every pair of ranks sits on two GPUs whose link has native atomics (NVLink, not PCIe),
    * by every rank's account: there a warp's 128-byte store reaches the peer whole */
   int nvlink;
