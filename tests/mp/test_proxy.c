@@ -178,7 +178,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
       sent += out[i].done;
     }
     moved_bytes = got;
-    if (got == all) break;
+    /* cut: a rank may post its last chunks into socket buffers after the cut and receive the
+     * rest that came before it; its proxy must still find the dead link, so it waits for that */
+    if (got == all && a->mode != CUT) break;
     /* a third of the victim's bytes posted: the others cannot have all of theirs yet */
     if (a->mode != DATA && rank == victim && !event_done && sent * 6 > all) {
       event_done = 1;
