@@ -118,16 +118,11 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS, 2)
                it->send != it->recv);
     break;
   case WEFT_DEV_BROADCAST:
-    if (it->ring)
-      chain(c, w, false);
-    else
-      rooted(c, w, false);
-    break;
   case WEFT_DEV_REDUCE:
     if (it->ring)
-      chain(c, w, true);
+      chain(c, w, it->kind == WEFT_DEV_REDUCE);
     else
-      rooted(c, w, true);
+      rooted(c, w, it->kind == WEFT_DEV_REDUCE);
     break;
   case WEFT_DEV_ALLTOALLV: alltoallv(c, w); break;
   case WEFT_DEV_SEND: sendrecv(c, w, true); break;
