@@ -11,7 +11,6 @@
 #include "dtype.h"
 #include "err.h"
 #include "op.h"
-#include "slots.h"
 
 static uint64_t round_len(int nranks, const weft_task_t *t, int kind) {
   const weft_coll_args_t *a = &t->args;
@@ -81,9 +80,9 @@ int weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, siz
   return 1;
 }
 
-/* Past WEFT_DEV_MAX_RANKS ranks the kernels reach the ring's neighbours alone (slots.h). */
-static weft_result_t beyond_slots(const weft_dev_planner_t *d, const weft_task_t *t) {
+weft_result_t weft_dev_plan_reaches(const weft_dev_planner_t *d, const weft_task_t *t) {
   weft_coll_t k = t->args.coll;
+  if (d->slots.identity) return WEFT_SUCCESS;
   if (k == WEFT_COLL_SEND || k == WEFT_COLL_RECV) {
     if (weft_dev_slot_of(&d->slots, t->args.root) >= 0) return WEFT_SUCCESS;
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
@@ -107,7 +106,7 @@ weft_result_t weft_dev_plan_check(const weft_dev_planner_t *d, const weft_task_t
   *ncoll = 0;
   for (int i = 0; i < ntasks; i++) {
     weft_coll_t k = tasks[i].args.coll;
-    if (!d->slots.identity) CHECK(beyond_slots(d, &tasks[i]));
+    CHECK(weft_dev_plan_reaches(d, &tasks[i]));
     if (k == WEFT_COLL_SEND || k == WEFT_COLL_RECV) {
       if (tasks[i].args.root == d->rank)
         return weft_set_error(WEFT_ERR_INTERNAL,

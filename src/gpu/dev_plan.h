@@ -30,6 +30,11 @@ typedef struct {
 weft_result_t weft_dev_plan_check(const weft_dev_planner_t *p, const weft_task_t *tasks, int ntasks,
                                   int *ncoll);
 
+/* WEFT_SUCCESS where this rank's kernels reach what the task needs; past WEFT_DEV_MAX_RANKS
+ * (ring neighbours alone, slots.h) WEFT_ERR_UNSUPPORTED for alltoall(v) and for a message to
+ * a rank that is not a neighbour, with the reason. */
+weft_result_t weft_dev_plan_reaches(const weft_dev_planner_t *p, const weft_task_t *t);
+
 /* Bytes of sendbuf and recvbuf the task touches on this rank; 0 where one does not fit in
  * size_t (the API refuses such calls first: this keeps the device checks from trusting it). */
 int weft_dev_extents(int rank, int nranks, const weft_task_t *t, size_t *in, size_t *out);

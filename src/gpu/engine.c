@@ -4,7 +4,6 @@
 #include "comm.h"
 #include "err.h"
 #include "gpu.h"
-#include "slots.h"
 #include "window.h"
 
 static int gpu_serves(const weft_config_t *config) { return config && config->device >= 0; }

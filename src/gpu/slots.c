@@ -31,9 +31,3 @@ void weft_dev_slots_make(int rank, int nranks, weft_dev_slots_t *s) {
   s->stage_in[0] = 0, s->stage_in[2] = 1;
   s->stage_out[0] = 1, s->stage_out[2] = 0; /* we are the predecessor's second source */
 }
-
-int weft_dev_slot_of(const weft_dev_slots_t *s, int r) {
-  for (int i = 0; i < s->nslots; i++)
-    if (s->rank[i] == r) return i;
-  return -1;
-}

@@ -7,9 +7,7 @@
 #include "dev.h"
 
 /* Fills s for rank of nranks (>= 1): identity up to WEFT_DEV_MAX_RANKS, else the ring's
- * neighbours (dev.h). */
+ * neighbours (dev.h, which also holds weft_dev_slot_of). */
 void weft_dev_slots_make(int rank, int nranks, weft_dev_slots_t *s);
-/* The slot of rank r, or -1 where this rank's kernels do not reach it. */
-int weft_dev_slot_of(const weft_dev_slots_t *s, int r);
 
 #endif

@@ -10,7 +10,6 @@
 #include "err.h"
 #include "gpu.h"
 #include "self_pairs.h"
-#include "slots.h"
 #include "window.h"
 
 /* Device buffers only: a host pointer would fault the kernel and poison the context. */
@@ -237,13 +236,12 @@ out:
  * that end too, instead of leaving it waiting, or its chunk unread under the next message. */
 static weft_result_t refuse_far(weft_comm_t c, const weft_task_t *tasks, int ntasks, uint64_t seq) {
   const weft_dev_planner_t *p = &dev_of(c)->plan;
-  for (int i = 0; i < ntasks && !p->slots.identity; i++) {
+  for (int i = 0; i < ntasks; i++) {
     weft_coll_t k = tasks[i].args.coll;
-    int ncoll = 0;
-    if ((k != WEFT_COLL_SEND && k != WEFT_COLL_RECV) ||
-        weft_dev_slot_of(&p->slots, tasks[i].args.root) >= 0)
-      continue;
-    weft_result_t rc = weft_dev_plan_check(p, &tasks[i], 1, &ncoll); /* says why */
+    weft_result_t rc = k == WEFT_COLL_SEND || k == WEFT_COLL_RECV
+                           ? weft_dev_plan_reaches(p, &tasks[i])
+                           : WEFT_SUCCESS;
+    if (rc == WEFT_SUCCESS) continue;
     char msg[768];
     snprintf(msg, sizeof msg,
              "%s; the communicator fails, since that message's other end may "

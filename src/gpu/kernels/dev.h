@@ -71,6 +71,19 @@ typedef struct {
   uint8_t identity; /* slot == rank for every rank */
 } weft_dev_slots_t;
 
+#ifdef __CUDACC__
+#define WEFT_DEV_HOST_DEVICE __host__ __device__
+#else
+#define WEFT_DEV_HOST_DEVICE
+#endif
+
+/* The slot of rank r, or -1 where this rank's kernels do not reach it (host and kernels). */
+static inline WEFT_DEV_HOST_DEVICE int weft_dev_slot_of(const weft_dev_slots_t *s, int r) {
+  for (int i = 0; i < s->nslots; i++)
+    if (s->rank[i] == r) return i;
+  return -1;
+}
+
 typedef enum {
   WEFT_DEV_ALLREDUCE_ONESHOT = 0,
   WEFT_DEV_ALLREDUCE_TWOSHOT,

@@ -55,11 +55,7 @@ struct Chan {
     return (uint64_t *)(L->region[peer] + off);
   }
   /* The slot of rank r (-1: not reached; the host plans nothing that would ask). */
-  __device__ int slot(int r) const {
-    for (int s = 0; s < L->slots.nslots; s++)
-      if (L->slots.rank[s] == r) return s;
-    return -1;
-  }
+  __device__ int slot(int r) const { return weft_dev_slot_of(&L->slots, r); }
   /* Staging slot seq of the sender whose staging index in base's region is idx (dev.h). */
   __device__ char *stage(const char *base, int idx, uint64_t seq) const {
     /* staging exists for the comm's collective channels, then for the send/recv sets */

@@ -22,7 +22,7 @@ namespace weft {
 __device__ void ring(const Chan &c, const Item &w) {
   const weft_dev_item_t *it = w.it;
   const int n = c.n, me = c.rank, es = w.es;
-  int next = c.slot((me + 1) % n), prev = c.slot((me + n - 1) % n);
+  const int next = c.slot((me + 1) % n), prev = c.slot((me + n - 1) % n);
   const bool ar = it->kind == WEFT_DEV_ALLREDUCE_TWOSHOT, ag = it->kind == WEFT_DEV_ALLGATHER;
   const char *in = (const char *)it->send;
   char *out = (char *)it->recv;
