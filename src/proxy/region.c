@@ -61,11 +61,8 @@ struct weft_rproxy {
 /* Where chunk seq on channel ch of the sender with staging index idx lies in the receiver's
  * region (prims.cuh's Chan::stage). */
 static uint64_t stage_off(const weft_rproxy_t *P, int idx, int ch, uint64_t seq) {
-  uint64_t sc = ch < WEFT_DEV_COLL_CHANNELS
-                    ? (uint64_t)ch
-                    : (uint64_t)(ch - WEFT_DEV_COLL_CHANNELS + P->in.coll_channels);
-  uint64_t i = (sc * P->slots.nsrc + (uint64_t)idx) * P->in.stages + seq % P->in.stages;
-  return WEFT_DEV_STAGE_OFF + i * P->in.chunk_bytes;
+  return weft_dev_stage_off(ch, P->in.coll_channels, P->slots.nsrc, idx, P->in.stages,
+                            P->in.chunk_bytes, seq);
 }
 
 static uint64_t load(const char *region, uint64_t off) {

@@ -33,9 +33,7 @@ enum { NCH = sizeof CHANS / sizeof CHANS[0] };
 
 /* Where chunk seq on ch of the sender with staging index idx lies (prims.cuh's stage). */
 static uint64_t stage_off(const weft_dev_slots_t *sl, int idx, int ch, uint64_t seq) {
-  uint64_t sc = ch < WEFT_DEV_COLL_CHANNELS ? (uint64_t)ch : (uint64_t)(ch - 64 + COLL);
-  uint64_t i = (sc * sl->nsrc + (uint64_t)idx) * STAGES + seq % STAGES;
-  return WEFT_DEV_STAGE_OFF + i * CHUNK;
+  return weft_dev_stage_off(ch, COLL, sl->nsrc, idx, STAGES, CHUNK, seq);
 }
 static uint64_t ld(const char *r, uint64_t off) {
   return __atomic_load_n((const uint64_t *)(r + off), __ATOMIC_ACQUIRE);

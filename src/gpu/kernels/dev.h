@@ -77,6 +77,19 @@ typedef struct {
 #define WEFT_DEV_HOST_DEVICE
 #endif
 
+/* Where chunk seq on channel ch of the sender whose staging index is idx (stage_in) lies in
+ * a region: staging exists for the communicator's coll_channels collective channels, then for
+ * the send/recv sets, each with nsrc senders of `stages` slots (host, kernels and proxy). */
+static inline WEFT_DEV_HOST_DEVICE uint64_t weft_dev_stage_off(int ch, int coll_channels, int nsrc,
+                                                               int idx, uint32_t stages,
+                                                               uint32_t chunk_bytes, uint64_t seq) {
+  uint64_t sc = ch < WEFT_DEV_COLL_CHANNELS
+                    ? (uint64_t)ch
+                    : (uint64_t)(ch - WEFT_DEV_COLL_CHANNELS + coll_channels);
+  uint64_t i = (sc * (uint64_t)nsrc + (uint64_t)idx) * stages + seq % stages;
+  return WEFT_DEV_STAGE_OFF + i * chunk_bytes;
+}
+
 /* The slot of rank r, or -1 where this rank's kernels do not reach it (host and kernels). */
 static inline WEFT_DEV_HOST_DEVICE int weft_dev_slot_of(const weft_dev_slots_t *s, int r) {
   for (int i = 0; i < s->nslots; i++)

@@ -58,10 +58,8 @@ struct Chan {
   __device__ int slot(int r) const { return weft_dev_slot_of(&L->slots, r); }
   /* Staging slot seq of the sender whose staging index in base's region is idx (dev.h). */
   __device__ char *stage(const char *base, int idx, uint64_t seq) const {
-    /* staging exists for the comm's collective channels, then for the send/recv sets */
-    uint64_t sc = ch < WEFT_DEV_COLL_CHANNELS ? ch : ch - WEFT_DEV_COLL_CHANNELS + L->coll_channels;
-    uint64_t i = (sc * L->slots.nsrc + idx) * L->stages + seq % L->stages;
-    return (char *)base + WEFT_DEV_STAGE_OFF + i * L->chunk_bytes;
+    return (char *)base + weft_dev_stage_off(ch, L->coll_channels, L->slots.nsrc, idx, L->stages,
+                                             L->chunk_bytes, seq);
   }
 
   /* Thread 0 waits for *p >= target; everyone learns the outcome. */
