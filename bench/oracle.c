@@ -1,6 +1,7 @@
-/* Exact inputs: SUM/AVG in [-1, 1] (8 ranks stay within fp8 e5m2's exact integers),
- * MIN/MAX in [-3, 3], PROD in {-1, 1, 2} with few 2s; unsigned types shift up. Wide inputs
- * and their error bounds: see oracle_check_wide. */
+/* Exact inputs: SUM/AVG in [-1, 1], MIN/MAX in [-3, 3], PROD in {-1, 1, 2} with few 2s;
+ * unsigned types shift up. fp8 SUM/AVG: even ranks give {0, 1} and odd ranks {-1, 0}, so any
+ * partial sum of n ranks stays within n / 2 (see oracle_exact_ranks). Wide inputs and their
+ * error bounds: see oracle_check_wide. */
 #include "oracle.h"
 
 #include <math.h>
@@ -28,7 +29,24 @@ static int input_int(weft_dtype_t t, weft_op_t op, int rank, size_t i, uint32_t 
     return (!is_unsigned && h % 3 == 0) ? -1 : 1;
   case WEFT_MIN:
   case WEFT_MAX: return (int)(h % 7) - (is_unsigned ? 0 : 3);
-  default: return (int)(h % 3) - (is_unsigned ? 0 : 1);
+  default:
+    /* A reduction adds its partials in an order of its own and fp8 rounds each one: signs
+     * alternating by rank keep every partial, whatever ranks it holds, on exact integers. */
+    if (t == WEFT_FP8_E4M3 || t == WEFT_FP8_E5M2) return h % 3 == 0 ? 0 : rank % 2 ? -1 : 1;
+    return (int)(h % 3) - (is_unsigned ? 0 : 1);
+  }
+}
+
+int oracle_exact_ranks(weft_dtype_t t) {
+  /* Exact integers run to 2^(mantissa bits + 1); a partial of n ranks reaches n / 2 for
+   * fp8 and n for the others. PROD's 2s come on one rank in 4: 2^(n/4) must not overflow
+   * (f16: 2^15). Integers wrap, exactly; f32 and f64 hold both to millions of ranks. */
+  switch (t) {
+  case WEFT_FP8_E5M2: return 2 * 8;
+  case WEFT_FP8_E4M3: return 2 * 16;
+  case WEFT_BF16: return 256;
+  case WEFT_F16: return 60;
+  default: return 1 << 20;
   }
 }
 

@@ -10,6 +10,8 @@
 
 #include "weft.h"
 
+/* The most ranks whose exact inputs t's sums still hold exactly in any order. */
+int oracle_exact_ranks(weft_dtype_t t);
 double oracle_input(weft_dtype_t t, weft_op_t op, int rank, size_t i, uint32_t seed);
 /* buf[k] = input of `rank` at element first + k, for k < count */
 void oracle_fill(weft_dtype_t t, weft_op_t op, int rank, void *buf, size_t first, size_t count,

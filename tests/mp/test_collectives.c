@@ -570,6 +570,12 @@ int main(int argc, char **argv) {
       at = strstr(at + 1, name);
     if (!only || at) c.dtypes |= 1u << t;
   }
+  for (int t = 0; t < WEFT_DTYPE_COUNT; t++)
+    if ((c.dtypes >> t & 1) && n > oracle_exact_ranks((weft_dtype_t)t)) {
+      c.dtypes &= ~(1u << t); /* said aloud: no exact oracle for it at this size */
+      printf("%s: not run past %d ranks (the exact oracle's sums would round)\n",
+             weft_dtype_name((weft_dtype_t)t), oracle_exact_ranks((weft_dtype_t)t));
+    }
   if (!c.dtypes) {
     fprintf(stderr, "WEFT_TEST_DTYPES=%s names no type\n", only);
     return 2;
