@@ -71,6 +71,12 @@ static void *pump_main(void *arg) {
       break;
     }
   }
+  /* Stopped (the communicator going away) after an abort this thread's passes never saw,
+   * e.g. while another worker reported it: the peers must still hear of it before the
+   * connections close, else they read the close as this rank gone. */
+  if (atomic_load(&P->status) == WEFT_SUCCESS && in->abort_flag && atomic_load(in->abort_flag) &&
+      P->in.bye)
+    P->in.bye(P->in.self);
   return NULL;
 }
 

@@ -2,8 +2,10 @@
  * region: a chunk (bytes at a staging slot, then the ready flag it raises) or a flag alone (a
  * done credit); or it says the sender's communicator was aborted. A chunk carries the length its
  * kernel wrote beside the flag, not the whole slot. Chunks go in order per channel; credits go
- * first. The receiver checks every offset and length against the layout before writing, and that
- * the flag is one the sender may raise. Channels are dealt to worker threads, each with connections
+ * first. The pending credits and one chunk leave as one batch (one send), and the receiver reads
+ * ahead of the frame it parses, so a small step costs a send and a read or two, not one per frame.
+ * The receiver checks every offset and length against the layout before writing, and that the
+ * flag is one the sender may raise. Channels are dealt to worker threads, each with connections
  * of its own, so that several chunks cross at once; both ends deal them alike. */
 #include "region.h"
 
@@ -18,6 +20,9 @@
 #include "topo.h"
 
 enum { CHUNK = 1, FLAG = 2, ABORT = 3, MAX_WATCH = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_CHANNELS };
+/* A batch: a credit per watched channel at most, then one chunk. Read-ahead: a few frame
+ * headers and small chunks; a large chunk's rest goes straight into its slot. */
+enum { MAX_OUT = MAX_WATCH + 1, RX_BYTES = 4096 };
 
 typedef struct {
   uint64_t off, flag_off, value;
@@ -27,11 +32,11 @@ typedef struct {
 typedef struct {
   uint64_t ready_sent[MAX_WATCH], done_sent[MAX_WATCH]; /* flags carried so far, per channel */
   int scan;                                             /* where the next chunk is looked for */
-  int busy;                                             /* a frame going out */
-  frame_t hdr;
-  size_t at; /* of the header and its chunk together, sent */
-  uint8_t rh[sizeof(frame_t)];
-  uint32_t rh_got;
+  int nout; /* frames of the batch going out (0: none); a chunk is the last */
+  frame_t out[MAX_OUT];
+  size_t at;            /* of the batch's headers and its chunk together, sent */
+  uint8_t rx[RX_BYTES]; /* read ahead: rx[rx_pos, rx_len) is the stream's next bytes */
+  uint32_t rx_pos, rx_len;
   int rbody; /* the payload of rf is coming in */
   frame_t rf;
   uint32_t rgot;
@@ -69,18 +74,18 @@ static uint64_t load(const char *region, uint64_t off) {
   return __atomic_load_n((const uint64_t *)(region + off), __ATOMIC_ACQUIRE);
 }
 
-/* The next frame for peer, if this rank's kernels raised a flag in its mirror not yet carried:
- * credits first, then one chunk (channels in turn). */
-static int next_frame(worker_t *W, int peer, peer_t *q) {
+/* The next batch for peer, from the flags this rank's kernels raised in its mirror and not yet
+ * carried: every new credit, then one chunk (channels in turn). Returns its frames. */
+static int next_batch(worker_t *W, int peer, peer_t *q) {
   const weft_rproxy_t *P = W->P;
   const char *m = P->in.region[peer];
   int me = P->slots.flag_out[peer]; /* our flags in the peer's region */
+  q->nout = 0;
   for (int i = 0; i < W->nwatch; i++) {
     uint64_t off = WEFT_DEV_DONE_OFF(W->watch[i], me), v = load(m, off);
     if (v > q->done_sent[i]) {
       q->done_sent[i] = v;
-      q->hdr = (frame_t){.flag_off = off, .value = v, .kind = FLAG};
-      return 1;
+      q->out[q->nout++] = (frame_t){.flag_off = off, .value = v, .kind = FLAG};
     }
   }
   for (int j = 0; j < W->nwatch; j++) {
@@ -93,32 +98,42 @@ static int next_frame(worker_t *W, int peer, peer_t *q) {
           __atomic_load_n((const uint32_t *)(m + WEFT_DEV_SIZE_OFF(off, s)), __ATOMIC_RELAXED);
       if (!bytes || bytes > P->in.chunk_bytes) bytes = P->in.chunk_bytes;
       q->ready_sent[i] = s + 1;
-      q->hdr = (frame_t){.off = stage_off(P, P->slots.stage_out[peer], ch, s),
-                         .flag_off = off,
-                         .value = s + 1,
-                         .bytes = bytes,
-                         .kind = CHUNK};
+      q->out[q->nout++] = (frame_t){.off = stage_off(P, P->slots.stage_out[peer], ch, s),
+                                    .flag_off = off,
+                                    .value = s + 1,
+                                    .bytes = bytes,
+                                    .kind = CHUNK};
       q->scan = i + 1;
-      return 1;
+      break;
     }
   }
-  return 0;
+  return q->nout;
+}
+
+/* The batch's headers, then its chunk (if any) straight from the mirror's slot: one message. */
+static size_t batch_bytes(const peer_t *q, size_t *body) {
+  const frame_t *last = &q->out[q->nout - 1];
+  *body = last->kind == CHUNK ? last->bytes : 0;
+  return sizeof(frame_t) * (size_t)q->nout;
+}
+
+static weft_result_t give_batch(worker_t *W, int peer, peer_t *q, int *moved) {
+  size_t bn, hn = batch_bytes(q, &bn);
+  return weft_proxy_give(&W->link, W->P->slots.rank[peer], q->out, hn,
+                         W->P->in.region[peer] + q->out[q->nout - 1].off, bn, &q->at, moved);
 }
 
 static weft_result_t send_frames(worker_t *W, int peer, peer_t *q, int *moved) {
-  const weft_proxy_link_t *l = &W->link;
-  const int to = W->P->slots.rank[peer];
   for (;;) {
-    if (!q->busy) {
-      if (!next_frame(W, peer, q)) return WEFT_SUCCESS;
-      q->busy = 1, q->at = 0;
+    if (!q->nout) {
+      if (!next_batch(W, peer, q)) return WEFT_SUCCESS;
+      q->at = 0;
     }
-    /* header and chunk in one message, the chunk straight from the mirror's slot */
-    CHECK(weft_proxy_give(l, to, &q->hdr, sizeof q->hdr, W->P->in.region[peer] + q->hdr.off,
-                          q->hdr.bytes, &q->at, moved));
-    if (q->at < sizeof q->hdr + q->hdr.bytes) return WEFT_SUCCESS;
-    q->busy = 0;
-    atomic_fetch_add(&W->pump.sent, 1);
+    size_t bn, hn = batch_bytes(q, &bn);
+    CHECK(give_batch(W, peer, q, moved));
+    if (q->at < hn + bn) return WEFT_SUCCESS;
+    atomic_fetch_add(&W->pump.sent, (uint64_t)q->nout);
+    q->nout = 0;
     *moved = 1;
   }
 }
@@ -163,16 +178,25 @@ static weft_result_t recv_frames(worker_t *W, int peer, peer_t *q, int *moved) {
   size_t n;
   for (;;) {
     if (!q->rbody) {
-      while (q->rh_got < sizeof q->rh) {
-        CHECK(weft_proxy_take(&W->link, from, q->rh + q->rh_got, sizeof q->rh - q->rh_got, &n));
+      if (q->rx_len - q->rx_pos < sizeof q->rf) { /* a partial header moves to the front */
+        memmove(q->rx, q->rx + q->rx_pos, q->rx_len - q->rx_pos);
+        q->rx_len -= q->rx_pos, q->rx_pos = 0;
+        CHECK(weft_proxy_take(&W->link, from, q->rx + q->rx_len, sizeof q->rx - q->rx_len, &n));
         if (!n) return WEFT_SUCCESS;
-        q->rh_got += (uint32_t)n;
+        q->rx_len += (uint32_t)n;
         *moved = 1;
+        continue;
       }
-      memcpy(&q->rf, q->rh, sizeof q->rf);
-      q->rh_got = 0;
+      memcpy(&q->rf, q->rx + q->rx_pos, sizeof q->rf);
+      q->rx_pos += (uint32_t)sizeof q->rf;
       CHECK(check_frame(W, peer, &q->rf));
       q->rbody = 1, q->rgot = 0;
+    }
+    uint32_t ahead = q->rx_len - q->rx_pos; /* the payload read ahead, then the stream's */
+    if (ahead > q->rf.bytes - q->rgot) ahead = q->rf.bytes - q->rgot;
+    if (ahead) {
+      memcpy(own + q->rf.off + q->rgot, q->rx + q->rx_pos, ahead);
+      q->rx_pos += ahead, q->rgot += ahead;
     }
     while (q->rgot < q->rf.bytes) { /* straight into the staging slot */
       CHECK(weft_proxy_take(&W->link, from, own + q->rf.off + q->rgot, q->rf.bytes - q->rgot, &n));
@@ -192,15 +216,24 @@ static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
   worker_t *W = self;
   if (!W->P->in.remote[peer]) return WEFT_SUCCESS;
   peer_t *q = &W->peers[peer];
-  CHECK(send_frames(W, peer, q, moved));
+  weft_result_t rc = send_frames(W, peer, q, moved);
+  if (rc == WEFT_ERR_PEER_LOST) {
+    /* A peer that aborted says so, then closes, resetting what this rank still sends it: its
+     * abort frame may wait unread behind its last data, and is the better report. */
+    char why[512];
+    snprintf(why, sizeof why, "%s", weft_thread_error());
+    if (recv_frames(W, peer, q, moved) == WEFT_ERR_ABORTED) return WEFT_ERR_ABORTED;
+    return weft_set_error(rc, "%s", why);
+  }
+  CHECK(rc);
   CHECK(recv_frames(W, peer, q, moved));
-  *busy = q->busy || q->rbody || q->rh_got;
+  *busy = q->nout || q->rbody || q->rx_len > q->rx_pos;
   return WEFT_SUCCESS;
 }
 
-/* Aborted here: an abort frame to every remote rank, after the frame under way to it (else
+/* Aborted here: an abort frame to every remote rank, after the batch under way to it (else
  * the abort would land inside it), all within BYE_MS. A stream still cut
- * mid-frame, or reset by the close before the peer read it, reads as this rank gone instead. */
+ * mid-batch, or reset by the close before the peer read it, reads as this rank gone instead. */
 enum { BYE_MS = 200 };
 static void bye(void *self) {
   worker_t *W = self;
@@ -210,12 +243,12 @@ static void bye(void *self) {
     if (!W->P->in.remote[peer]) continue;
     const int to = W->P->slots.rank[peer];
     frame_t f = {.kind = ABORT};
-    size_t at = 0, whole = sizeof q->hdr + q->hdr.bytes;
-    int moved = 0, mid = q->busy && q->at;
+    size_t at = 0, bn = 0, whole = q->nout ? batch_bytes(q, &bn) : 0;
+    int moved = 0, mid = q->nout && q->at;
+    whole += bn;
     weft_result_t rc = WEFT_SUCCESS;
     while (rc == WEFT_SUCCESS && mid && q->at < whole && weft_now_us() < end)
-      rc = weft_proxy_give(&W->link, to, &q->hdr, sizeof q->hdr, W->P->in.region[peer] + q->hdr.off,
-                           q->hdr.bytes, &q->at, &moved);
+      rc = give_batch(W, peer, q, &moved);
     if (mid && q->at < whole) continue;
     while (rc == WEFT_SUCCESS && at < sizeof f && weft_now_us() < end)
       rc = weft_proxy_give(&W->link, to, &f, sizeof f, NULL, 0, &at, &moved);

@@ -10,8 +10,10 @@
  * no more than the length travelled. With LINKS > 1 the proxy runs that many workers, each on
  * connections of its own (weft_comm_transport_again), the channels dealt among them. With
  * "abort", rank 1 aborts its communicator a quarter of the way through: its proxy tells the
- * others, whose proxies must fail saying rank 1 aborted (not that it is gone).
- * usage: test_rproxy NRANKS [K] [LINKS] [abort] */
+ * others, whose proxies must fail saying rank 1 aborted (not that it is gone). With
+ * "abort-stop", rank 1 stops its proxy at once after the abort (a communicator destroyed right
+ * after weft_comm_abort): workers that never saw the abort must still tell the others.
+ * usage: test_rproxy NRANKS [K] [LINKS] [abort|abort-stop] */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,7 +62,7 @@ static weft_result_t explain_cb(void *ctx, weft_result_t rc, int peer) {
 
 typedef struct {
   uint64_t K;
-  int links, abort;
+  int links, abort; /* abort: 1 "abort", 2 "abort-stop" */
 } arg_t;
 
 /* After rank 1's abort: every proxy stopped on it, rank 1's and the others', and the others
@@ -128,7 +130,10 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   uint64_t total = left;
   while (left && !bad && !__atomic_load_n(&kabort, __ATOMIC_ACQUIRE) &&
          launch_now_ms() < deadline) {
-    if (a->abort && rank == 1 && left < total * 3 / 4) atomic_store(&comm->aborted, 1);
+    if (a->abort && rank == 1 && left < total * 3 / 4) {
+      atomic_store(&comm->aborted, 1);
+      if (a->abort == 2) break;
+    }
     for (int q = 0; q < ns; q++)
       for (int c = 0; c < NCH && q != self && !bad; c++) {
         int ch = CHANS[c], p = sl.rank[q];
@@ -164,7 +169,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   }
   int rc;
   uint64_t s = 0, r = 0;
-  if (a->abort) {
+  if (a->abort == 2 && rank == 1) {
+    rc = 0; /* stopped below, before its workers may have looked at the abort word */
+  } else if (a->abort) {
     rc = told_of_abort(px, rank);
   } else {
     /* the last credits reach the peers before anyone stops (the ring is not the stream) */
@@ -202,9 +209,12 @@ int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   arg_t a = {.K = argc > 2 ? (uint64_t)atoll(argv[2]) : 200,
              .links = argc > 3 ? atoi(argv[3]) : 1,
-             .abort = argc > 4 && !strcmp(argv[4], "abort")};
-  if (n < 2 || n > MAXR || a.K < 1 || a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS)
-    return printf("usage: test_rproxy NRANKS(2-16) [K] [LINKS(1-8)] [abort]\n"), 2;
+             .abort = argc <= 4                        ? 0
+                      : !strcmp(argv[4], "abort")      ? 1
+                      : !strcmp(argv[4], "abort-stop") ? 2
+                                                       : -1};
+  if (n < 2 || n > MAXR || a.K < 1 || a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS || a.abort < 0)
+    return printf("usage: test_rproxy NRANKS(2-16) [K] [LINKS(1-8)] [abort|abort-stop]\n"), 2;
   proxy_test_hosts(n);
   return launch_local(n, rank_main, &a, (int)(120 * launch_time_scale())) != 0;
 }
