@@ -1,0 +1,192 @@
+/* proxy_pingpong: the one-way latency of the region proxy (src/proxy/region.c) between 2 fake
+ * hosts on this machine, against the tcp transport it runs on, with host threads standing in
+ * for the kernels (their protocol: chunk, length and ready flag into the peer's mirror; done
+ * credit once read). Rank 1 echoes each message; rank 0 checks every echoed byte. Without the
+ * GPU's side, so the proxy's own cost shows (docs/hosts.md).
+ * usage: proxy_pingpong [LINKS (1)] [BYTES (8)] [ITERS (20000)] */
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "dev.h"
+#include "err.h"
+#include "launch.h"
+#include "region.h"
+#include "slots.h"
+
+enum { COLL = 16, STAGES = 8, CHUNK = 262144, WARMUP = 100, CH = WEFT_DEV_COLL_CHANNELS };
+
+typedef struct {
+  int links, iters;
+  uint32_t bytes;
+} args_t;
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+static uint64_t ld(const char *r, uint64_t off) {
+  return __atomic_load_n((const uint64_t *)(r + off), __ATOMIC_ACQUIRE);
+}
+static void st(char *r, uint64_t off, uint64_t v) {
+  __atomic_store_n((uint64_t *)(r + off), v, __ATOMIC_RELEASE);
+}
+
+/* 8-byte messages through the transport itself: the floor the proxy adds to. */
+static double raw_one_way(const weft_transport_t *tr, void *ts, int rank, int iters) {
+  char buf[8] = {0};
+  double t0 = 0;
+  for (int i = 0; i < iters + WARMUP; i++) {
+    if (i == WARMUP) t0 = now_us();
+    for (int leg = 0; leg < 2; leg++) {
+      size_t done = 0, k = 0;
+      if ((leg == 0) == (rank == 0)) {
+        while (done < sizeof buf && tr->send(ts, 1 - rank, buf + done, sizeof buf - done, &k) == 0)
+          done += k;
+      } else {
+        while (done < sizeof buf &&
+               tr->recv_into(ts, 1 - rank, buf + done, sizeof buf - done, &k) == WEFT_SUCCESS)
+          done += k;
+      }
+      if (done < sizeof buf) return -1;
+    }
+  }
+  return (now_us() - t0) / iters / 2;
+}
+
+/* Waits for the flag at off of region r to reach v, or the proxy to fail; yields now and then,
+ * so that on a machine with fewer cores than spinning threads the proxies still run. */
+static int wait_for(weft_rproxy_t *px, const char *r, uint64_t off, uint64_t v) {
+  for (uint32_t spins = 1; ld(r, off) < v; spins++) {
+    if ((spins & 255) == 0) sched_yield();
+    if ((spins & 4095) == 0 && weft_rproxy_status(px) != WEFT_SUCCESS) return -1;
+  }
+  return 0;
+}
+
+static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
+  const args_t *a = argp;
+  weft_comm_t comm;
+  if (weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS)
+    return printf("proxy_pingpong: init: %s\n", weft_get_last_error(NULL)), 1;
+  int tcp = -1, rc = 1;
+  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
+    if (comm->tr[t] && !strcmp(comm->tr[t]->name, "tcp")) tcp = t;
+  weft_dev_slots_t sl;
+  weft_dev_slots_make(rank, n, &sl);
+  void *states[WEFT_RPROXY_MAX_LINKS] = {tcp >= 0 ? comm->tr_state[tcp] : NULL};
+  uint8_t others[2] = {rank != 0, rank != 1};
+  int links = 1;
+  char *region[2] = {NULL, NULL};
+  weft_rproxy_t *px = NULL;
+  if (tcp < 0) {
+    printf("proxy_pingpong: no tcp transport between the fake hosts\n");
+    goto out;
+  }
+  for (; links < a->links; links++)
+    if (weft_comm_transport_again(comm, tcp, others, &states[links]) != WEFT_SUCCESS) {
+      printf("proxy_pingpong: links: %s\n", weft_get_last_error(NULL));
+      goto out;
+    }
+  double raw = raw_one_way(comm->tr[tcp], comm->tr_state[tcp], rank, a->iters);
+  size_t rb =
+      WEFT_DEV_STAGE_OFF + (size_t)(COLL + WEFT_DEV_P2P_CHANNELS) * sl.nsrc * STAGES * CHUNK;
+  uint8_t remote[2] = {sl.self != 0, sl.self != 1};
+  for (int s = 0; s < 2; s++)
+    if (!(region[s] = calloc(1, rb))) {
+      printf("proxy_pingpong: out of memory\n");
+      goto out;
+    }
+  int32_t kabort = 0;
+  weft_rproxy_init_t in = {.link = {.rank = rank,
+                                    .nranks = n,
+                                    .tr = comm->tr[tcp],
+                                    .tr_state = comm->tr_state[tcp],
+                                    .abort_flag = &comm->aborted,
+                                    .kernel_abort = &kabort,
+                                    .timeout_ms = 20000},
+                           .nlinks = a->links,
+                           .numa = -1,
+                           .tr_states = states,
+                           .slots = &sl,
+                           .remote = remote,
+                           .region = region,
+                           .region_bytes = rb,
+                           .chunk_bytes = CHUNK,
+                           .stages = STAGES,
+                           .coll_channels = COLL};
+  if (weft_rproxy_start(&in, &px) != WEFT_SUCCESS) {
+    printf("proxy_pingpong: proxy: %s\n", weft_get_last_error(NULL));
+    goto out;
+  }
+  const int q = 1 - sl.self; /* the peer's slot */
+  char *own = region[sl.self];
+  const uint64_t ready = WEFT_DEV_READY_OFF(CH, sl.flag_out[q]),
+                 done = WEFT_DEV_DONE_OFF(CH, sl.flag_out[q]);
+  uint64_t sent = 0, got = 0;
+  double t0 = 0;
+  int bad = 0;
+  for (int i = 0; i < a->iters + WARMUP && !bad; i++) {
+    if (i == WARMUP) t0 = now_us();
+    for (int leg = 0; leg < 2 && !bad; leg++) {
+      if ((leg == 0) == (rank == 0)) { /* send: a free slot, the chunk, its length, then ready */
+        bad |=
+            wait_for(px, own, WEFT_DEV_DONE_OFF(CH, q), sent + 1 > STAGES ? sent + 1 - STAGES : 0);
+        char *dst =
+            region[q] + weft_dev_stage_off(CH, COLL, sl.nsrc, sl.stage_out[q], STAGES, CHUNK, sent);
+        const char *src = rank == 1 ? own + weft_dev_stage_off(CH, COLL, sl.nsrc, sl.stage_in[q],
+                                                               STAGES, CHUNK, got - 1)
+                                    : NULL;
+        for (uint32_t b = 0; b < a->bytes; b++)
+          dst[b] = src ? src[b] : (char)(i * 31 + b); /* rank 1 echoes what came */
+        *(uint32_t *)(region[q] + WEFT_DEV_SIZE_OFF(ready, sent)) = a->bytes;
+        st(region[q], ready, ++sent);
+      } else { /* receive: ready, then (rank 0) the echo checked, then the slot back */
+        bad |= wait_for(px, own, WEFT_DEV_READY_OFF(CH, q), got + 1);
+        const char *src =
+            own + weft_dev_stage_off(CH, COLL, sl.nsrc, sl.stage_in[q], STAGES, CHUNK, got);
+        for (uint32_t b = 0; rank == 0 && b < a->bytes && !bad; b++)
+          if (src[b] != (char)(i * 31 + b))
+            bad = printf("proxy_pingpong: message %d came back with byte %u wrong\n", i, b) > 0;
+        got++;
+        if (rank == 0) st(region[q], done, got); /* rank 1 returns it after echoing */
+        if (rank == 1 && got > 1) st(region[q], done, got - 1);
+      }
+    }
+  }
+  double proxy = (now_us() - t0) / a->iters / 2;
+  if (bad && weft_rproxy_status(px) != WEFT_SUCCESS)
+    printf("proxy_pingpong: rank %d: %s\n", rank, weft_get_last_error(NULL));
+  rc = bad || raw < 0;
+  if (rank == 0 && !rc)
+    printf("proxy_pingpong: %d iterations: tcp transport %.2f us one way (8 bytes); region proxy "
+           "%.2f us one way (%u bytes, %d worker threads)\n",
+           a->iters, raw, proxy, a->bytes, a->links);
+  if (weft_bootstrap_barrier(comm->boot) != WEFT_SUCCESS) rc = 1; /* last credits in */
+out:
+  weft_rproxy_stop(px);
+  for (int w = 1; w < links; w++)
+    comm->tr[tcp]->teardown(states[w]);
+  weft_comm_destroy(comm);
+  free(region[0]);
+  free(region[1]);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  args_t a = {.links = argc > 1 ? atoi(argv[1]) : 1,
+              .bytes = argc > 2 ? (uint32_t)atoi(argv[2]) : 8,
+              .iters = argc > 3 ? atoi(argv[3]) : 20000};
+  if (a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS || a.bytes < 1 || a.bytes > CHUNK ||
+      a.iters < 1)
+    return printf("usage: proxy_pingpong [LINKS (1-%d)] [BYTES (1-%d)] [ITERS]\n",
+                  WEFT_RPROXY_MAX_LINKS, CHUNK),
+           2;
+  setenv("WEFT_TEST_HOSTS", "2", 0); /* each rank a fake host: launch_local */
+  return launch_local(2, rank_main, &a, 300) != 0;
+}
