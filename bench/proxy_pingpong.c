@@ -94,6 +94,10 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
       goto out;
     }
   double raw = raw_one_way(comm->tr[tcp], comm->tr_state[tcp], rank, a->iters);
+  if (raw < 0) {
+    printf("proxy_pingpong: rank %d: tcp: %s\n", rank, weft_get_last_error(NULL));
+    goto out;
+  }
   size_t rb =
       WEFT_DEV_STAGE_OFF + (size_t)(COLL + WEFT_DEV_P2P_CHANNELS) * sl.nsrc * STAGES * CHUNK;
   uint8_t remote[2] = {sl.self != 0, sl.self != 1};
@@ -162,7 +166,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   double proxy = (now_us() - t0) / a->iters / 2;
   if (bad && weft_rproxy_status(px) != WEFT_SUCCESS)
     printf("proxy_pingpong: rank %d: %s\n", rank, weft_get_last_error(NULL));
-  rc = bad || raw < 0;
+  else if (bad) /* rank 0 stopped on a wrong byte: its proxy tells rank 1's, which stops too */
+    atomic_store(&comm->aborted, 1);
+  rc = bad;
   if (rank == 0 && !rc)
     printf("proxy_pingpong: %d iterations: tcp transport %.2f us one way (8 bytes); region proxy "
            "%.2f us one way (%u bytes, %d worker threads)\n",

@@ -9,6 +9,7 @@
  * of its own, so that several chunks cross at once; both ends deal them alike. */
 #include "region.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,21 +213,33 @@ static weft_result_t recv_frames(worker_t *W, int peer, peer_t *q, int *moved) {
   }
 }
 
+/* A peer's connection was lost: often the echo of an abort elsewhere. A rank that aborts
+ * sends abort frames, then closes (resetting what others still send it), and the ranks told
+ * stop and close too, maybe before this one read its own frame, which may still be on the
+ * way: an abort frame on any peer's stream within LOST_GRACE_MS is the better report.
+ * Returns WEFT_ERR_ABORTED with its message, or rc with the message it came with. */
+enum { LOST_GRACE_MS = 100 };
+static weft_result_t lost_or_aborted(worker_t *W, weft_result_t rc, int *moved) {
+  char why[1024];
+  snprintf(why, sizeof why, "%s", weft_thread_error());
+  const int64_t end = weft_now_us() + LOST_GRACE_MS * 1000;
+  do {
+    for (int p = 0; p < W->P->slots.nslots; p++)
+      if (W->P->in.remote[p] && recv_frames(W, p, &W->peers[p], moved) == WEFT_ERR_ABORTED)
+        return WEFT_ERR_ABORTED;
+    sched_yield();
+  } while (weft_now_us() < end);
+  return weft_set_error(rc, "%s", why);
+}
+
 static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
   worker_t *W = self;
   if (!W->P->in.remote[peer]) return WEFT_SUCCESS;
   peer_t *q = &W->peers[peer];
   weft_result_t rc = send_frames(W, peer, q, moved);
-  if (rc == WEFT_ERR_PEER_LOST) {
-    /* A peer that aborted says so, then closes, resetting what this rank still sends it: its
-     * abort frame may wait unread behind its last data, and is the better report. */
-    char why[512];
-    snprintf(why, sizeof why, "%s", weft_thread_error());
-    if (recv_frames(W, peer, q, moved) == WEFT_ERR_ABORTED) return WEFT_ERR_ABORTED;
-    return weft_set_error(rc, "%s", why);
-  }
+  if (rc == WEFT_SUCCESS) rc = recv_frames(W, peer, q, moved);
+  if (rc == WEFT_ERR_PEER_LOST) return lost_or_aborted(W, rc, moved);
   CHECK(rc);
-  CHECK(recv_frames(W, peer, q, moved));
   *busy = q->nout || q->rbody || q->rx_len > q->rx_pos;
   return WEFT_SUCCESS;
 }
@@ -256,6 +269,10 @@ static void bye(void *self) {
 }
 
 static void stop_workers(weft_rproxy_t *P) {
+  /* all told at once: after an abort each says bye on its connections (up to BYE_MS), and a
+   * worker told late would leave its peers to read another rank's close first */
+  for (int w = 0; w < P->nworkers; w++)
+    atomic_store(&P->workers[w].pump.stop, 1);
   for (int w = 0; w < P->nworkers; w++) {
     weft_pump_stop(&P->workers[w].pump);
     free(P->workers[w].peers);
@@ -332,6 +349,10 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
 }
 
 weft_result_t weft_rproxy_status(weft_rproxy_t *p) {
+  /* an abort some worker was told of explains the others' lost connections: it goes first */
+  for (int w = 0; w < p->nworkers; w++)
+    if (atomic_load(&p->workers[w].pump.status) == WEFT_ERR_ABORTED)
+      return weft_pump_status(&p->workers[w].pump);
   for (int w = 0; w < p->nworkers; w++)
     CHECK(weft_pump_status(&p->workers[w].pump));
   return WEFT_SUCCESS;
