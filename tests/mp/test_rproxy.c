@@ -12,13 +12,18 @@
  * "abort", rank 1 aborts its communicator a quarter of the way through: its proxy tells the
  * others, whose proxies must fail saying rank 1 aborted (not that it is gone). With
  * "abort-stop", rank 1 stops its proxy at once after the abort (a communicator destroyed right
- * after weft_comm_abort): workers that never saw the abort must still tell the others.
- * usage: test_rproxy NRANKS [K] [LINKS] [abort|abort-stop] */
+ * after weft_comm_abort): workers that never saw the abort must still tell the others. With
+ * "kill", the last rank is SIGKILLed a quarter of the way through: every survivor's proxy must
+ * fail within 5 s (scaled) saying that rank (and its host) is gone, the survivors keeping
+ * their connections until all have seen it.
+ * usage: test_rproxy NRANKS [K] [LINKS] [abort|abort-stop|kill] */
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -60,9 +65,13 @@ static weft_result_t explain_cb(void *ctx, weft_result_t rc, int peer) {
   return weft_fail_peer_gone(ctx, peer, first);
 }
 
+enum { ABORT = 1, ABORT_STOP = 2, KILL = 3 };
 typedef struct {
   uint64_t K;
-  int links, abort; /* abort: 1 "abort", 2 "abort-stop" */
+  int links, abort;        /* 0, ABORT, ABORT_STOP or KILL */
+  atomic_int *noted;       /* kill: survivors that saw it (shared by the ranks) */
+  atomic_int *verdicts;    /* kill: survivors whose report was right */
+  _Atomic int64_t *t_kill; /* kill: when (launch_now_ms, one clock for all ranks) */
 } arg_t;
 
 /* After rank 1's abort: every proxy stopped on it, rank 1's and the others', and the others
@@ -78,6 +87,28 @@ static int told_of_abort(weft_rproxy_t *px, int rank) {
                   (int)st, st ? msg : "running") != 0;
   if (rank == 0) printf("test_rproxy: rank 0 told: %s\n", msg);
   return 0;
+}
+
+/* After the last rank's SIGKILL: this survivor's proxy failed within the bound naming it and
+ * its host. The survivors keep their connections until all saw it: a closing one would be
+ * news of its own. Returns nonzero on a failure. */
+static int saw_kill(weft_rproxy_t *px, const arg_t *a, int rank, int n) {
+  int64_t bound = (int64_t)(5000 * launch_time_scale()), t = launch_now_ms();
+  while (weft_rproxy_status(px) == WEFT_SUCCESS && launch_now_ms() - t < 2 * bound)
+    usleep(1000);
+  int64_t dt = launch_now_ms() - atomic_load(a->t_kill);
+  weft_result_t st = weft_rproxy_status(px);
+  char want[48], msg[512];
+  snprintf(want, sizeof want, "rank %d (host ", n - 1);
+  snprintf(msg, sizeof msg, "%s", st ? weft_get_last_error(NULL) : "running");
+  int ok = st == WEFT_ERR_PEER_LOST && strstr(msg, want) && dt <= bound;
+  printf("test_rproxy: rank %d: %s after %lld ms: %s\n", rank, ok ? "ok" : "WRONG", (long long)dt,
+         msg);
+  atomic_fetch_add(a->verdicts, ok);
+  atomic_fetch_add(a->noted, 1);
+  for (t = launch_now_ms(); atomic_load(a->noted) < n - 1 && launch_now_ms() - t < bound;)
+    usleep(1000);
+  return !ok;
 }
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
@@ -130,9 +161,13 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   uint64_t total = left;
   while (left && !bad && !__atomic_load_n(&kabort, __ATOMIC_ACQUIRE) &&
          launch_now_ms() < deadline) {
-    if (a->abort && rank == 1 && left < total * 3 / 4) {
+    if (a->abort == KILL && rank == n - 1 && left < total * 3 / 4) {
+      atomic_store(a->t_kill, launch_now_ms());
+      raise(SIGKILL);
+    }
+    if ((a->abort == ABORT || a->abort == ABORT_STOP) && rank == 1 && left < total * 3 / 4) {
       atomic_store(&comm->aborted, 1);
-      if (a->abort == 2) break;
+      if (a->abort == ABORT_STOP) break;
     }
     for (int q = 0; q < ns; q++)
       for (int c = 0; c < NCH && q != self && !bad; c++) {
@@ -169,8 +204,10 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   }
   int rc;
   uint64_t s = 0, r = 0;
-  if (a->abort == 2 && rank == 1) {
+  if (a->abort == ABORT_STOP && rank == 1) {
     rc = 0; /* stopped below, before its workers may have looked at the abort word */
+  } else if (a->abort == KILL) {
+    rc = saw_kill(px, a, rank, n);
   } else if (a->abort) {
     rc = told_of_abort(px, rank);
   } else {
@@ -210,11 +247,30 @@ int main(int argc, char **argv) {
   arg_t a = {.K = argc > 2 ? (uint64_t)atoll(argv[2]) : 200,
              .links = argc > 3 ? atoi(argv[3]) : 1,
              .abort = argc <= 4                        ? 0
-                      : !strcmp(argv[4], "abort")      ? 1
-                      : !strcmp(argv[4], "abort-stop") ? 2
+                      : !strcmp(argv[4], "abort")      ? ABORT
+                      : !strcmp(argv[4], "abort-stop") ? ABORT_STOP
+                      : !strcmp(argv[4], "kill")       ? KILL
                                                        : -1};
-  if (n < 2 || n > MAXR || a.K < 1 || a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS || a.abort < 0)
-    return printf("usage: test_rproxy NRANKS(2-16) [K] [LINKS(1-8)] [abort|abort-stop]\n"), 2;
+  if (n < 2 || n > MAXR || a.K < 1 || a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS ||
+      a.abort < 0 || (a.abort == KILL && n < 3))
+    return printf("usage: test_rproxy NRANKS(2-16; kill: 3-16) [K] [LINKS(1-8)] "
+                  "[abort|abort-stop|kill]\n"),
+           2;
+  struct {
+    atomic_int noted, verdicts;
+    _Atomic int64_t t_kill;
+  } *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (sh == MAP_FAILED) return printf("test_rproxy: mmap failed\n"), 1;
+  atomic_init(&sh->noted, 0);
+  atomic_init(&sh->verdicts, 0);
+  atomic_init(&sh->t_kill, 0);
+  a.noted = &sh->noted, a.verdicts = &sh->verdicts, a.t_kill = &sh->t_kill;
   proxy_test_hosts(n);
-  return launch_local(n, rank_main, &a, (int)(120 * launch_time_scale())) != 0;
+  int rc = launch_local(n, rank_main, &a, (int)(120 * launch_time_scale()));
+  if (a.abort != KILL) return rc != 0;
+  /* the killed rank's own end is the launcher's failure; the survivors' verdicts count */
+  int good = atomic_load(a.verdicts);
+  printf("test_rproxy: %d ranks, the last one killed: %d of %d survivors told in time: %s\n", n,
+         good, n - 1, good == n - 1 ? "ok" : "FAILED");
+  return good != n - 1;
 }
