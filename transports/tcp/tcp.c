@@ -112,10 +112,20 @@ static int tcp_accept(void *ctx, const void *hello, int fd) {
   return 0;
 }
 
+static const char *host_of(const tcp_t *t, int peer);
+
+/* What each rank tells the others at setup: where it listens, or why it cannot (code != 0). */
+enum { WHY_BYTES = 200 };
+typedef struct {
+  weft_sockaddr_t addr;
+  int32_t code;
+  char why[WHY_BYTES]; /* from the network: printable characters only once read */
+} card_t;
+
 static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   weft_result_t rc = WEFT_SUCCESS;
   int listen_fd = -1;
-  weft_sockaddr_t *addrs = NULL;
+  card_t *addrs = NULL;
   tcp_t *t = calloc(1, sizeof *t);
   if (!t) return weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
   *t = (tcp_t){.rank = in->rank,
@@ -136,23 +146,49 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   t->pfds = calloc((size_t)in->nranks * 2 + 3, sizeof *t->pfds);
   t->boot = in->boot;
   addrs = calloc((size_t)in->nranks, sizeof *addrs);
-  if (!t->conns || !t->pfds || !addrs) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
+  if (!addrs) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
   /* Between hosts, two streams fill a network link better than one (separate congestion
    * windows and NIC queues); over loopback a second one buys nothing. */
   int64_t want_socks = weft_param_get_int(WEFT_PARAM_TCP_SOCKETS);
-  for (int p = 0; p < in->nranks; p++) {
+  for (int p = 0; p < in->nranks && t->conns; p++) {
     conn_t *cn = &t->conns[p];
     for (int k = 0; k < MAX_SOCKS; k++)
       cn->fds[k] = -1;
     cn->nsock = want_socks > 0 ? (int)(want_socks < MAX_SOCKS ? want_socks : MAX_SOCKS)
                                : (in->local_rank[p] >= 0 ? 1 : 2);
   }
+  /* A rank that fails here still takes part in the exchange of addresses, with none of its
+   * own: the others learn of it at once, instead of waiting for it until their timeout (or
+   * reading its next collective's bytes as its address). */
   weft_sockaddr_t bound;
-  CHECK_GOTO(weft_sock_listen(weft_sockaddr_family(&in->boot->my_addr), 0, &listen_fd, &bound), rc,
-             fail);
-  addrs[in->rank] = in->boot->my_addr;
-  weft_sockaddr_set_port(&addrs[in->rank], weft_sockaddr_port(&bound));
-  CHECK_GOTO(weft_bootstrap_allgather(in->boot, addrs, sizeof *addrs), rc, fail);
+  if (!t->conns || !t->pfds)
+    rc = weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
+  else
+    rc = weft_sock_listen(weft_sockaddr_family(&in->boot->my_addr), 0, &listen_fd, &bound);
+  card_t *mine = &addrs[in->rank];
+  char why[512];
+  snprintf(why, sizeof why, "%s", weft_thread_error());
+  if (rc == WEFT_SUCCESS) {
+    mine->addr = in->boot->my_addr;
+    weft_sockaddr_set_port(&mine->addr, weft_sockaddr_port(&bound));
+  } else {
+    mine->code = (int32_t)rc;
+    snprintf(mine->why, sizeof mine->why, "%.*s", WHY_BYTES - 1, why);
+  }
+  weft_result_t xrc = weft_bootstrap_allgather(in->boot, addrs, sizeof *addrs);
+  if (rc != WEFT_SUCCESS) ERR_GOTO(rc, fail, rc, "%s", why);
+  CHECK_GOTO(xrc, rc, fail);
+  for (int p = 0; p < in->nranks; p++) {
+    card_t *c = &addrs[p];
+    if (c->code == WEFT_SUCCESS) continue;
+    c->why[WHY_BYTES - 1] = 0;
+    for (char *w = c->why; *w; w++)
+      if (*w < 32 || *w > 126) *w = '?';
+    int known = c->code > 0 && c->code <= WEFT_ERR_IN_PROGRESS;
+    ERR_GOTO(rc, fail, known ? (weft_result_t)c->code : WEFT_ERR_PROTOCOL,
+             "tcp: rank %d (host %s) could not set up its connections: %s", p, host_of(t, p),
+             c->why);
+  }
   int64_t deadline = weft_deadline(in->boot->timeout_ms);
   int want = 0;
   weft_waitlog_t wl;
@@ -166,11 +202,11 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
     /* Lower ranks listen, higher ranks connect: each pair gets exactly nsock sockets. */
     char what[160], name[64];
     snprintf(what, sizeof what, "rank %d of %d: connecting to rank %d at %s (init, tcp transport)",
-             in->rank, in->nranks, p, weft_sockaddr_str(&addrs[p], 1, name, sizeof name));
+             in->rank, in->nranks, p, weft_sockaddr_str(&addrs[p].addr, 1, name, sizeof name));
     weft_waitlog_init(&wl, WEFT_SUB_NET, deadline, what, NULL, NULL);
     for (int k = 0; k < cn->nsock; k++) {
       weft_waitlog_enter(&wl);
-      rc = weft_sock_connect(&addrs[p], deadline, in->abort_flag, &cn->fds[k]);
+      rc = weft_sock_connect(&addrs[p].addr, deadline, in->abort_flag, &cn->fds[k]);
       weft_waitlog_leave(&wl);
       if (rc != WEFT_SUCCESS) goto fail;
       tcp_hello_t h = {.magic = in->magic,
