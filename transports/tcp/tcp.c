@@ -145,6 +145,7 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   t->conns = calloc((size_t)in->nranks, sizeof *t->conns);
   t->pfds = calloc((size_t)in->nranks * 2 + 3, sizeof *t->pfds);
   t->boot = in->boot;
+  addrs = calloc((size_t)in->nranks, sizeof *addrs);
   /* Between hosts, two streams fill a network link better than one (separate congestion
    * windows and NIC queues); over loopback a second one buys nothing. */
   int64_t want_socks = weft_param_get_int(WEFT_PARAM_TCP_SOCKETS);
@@ -156,7 +157,6 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
                                : (in->local_rank[p] >= 0 ? 1 : 2);
   }
   /* without it this rank cannot take part in the exchange below: the others wait for it */
-  addrs = calloc((size_t)in->nranks, sizeof *addrs);
   if (!addrs) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
   /* A rank that fails here still takes part in the exchange of addresses, with none of its
    * own: the others learn of it at once, instead of waiting for it until their timeout (or
