@@ -31,9 +31,7 @@ weft_result_t weft_bootstrap_agree(weft_bootstrap_t *b, weft_result_t mine, cons
   for (int p = 0; p < b->nranks && rc == WEFT_SUCCESS; p++) {
     outcome_t *o = &all[p];
     if (o->code == WEFT_SUCCESS) continue;
-    o->text[TEXT - 1] = 0;
-    for (char *t = o->text; *t; t++)
-      if (*t < 32 || *t > 126) *t = '?';
+    weft_net_text(o->text, TEXT);
     int bad = o->code < 0 || o->code > WEFT_ERR_IN_PROGRESS;
     weft_result_t code = bad ? WEFT_ERR_PROTOCOL : (weft_result_t)o->code;
     rc = weft_set_error(code, "%s: rank %d %s (%s): %s", where, p, what, weft_result_string(code),
@@ -41,4 +39,12 @@ weft_result_t weft_bootstrap_agree(weft_bootstrap_t *b, weft_result_t mine, cons
   }
   free(all);
   return rc;
+}
+
+char *weft_net_text(char *s, size_t n) {
+  if (!n) return s;
+  s[n - 1] = 0;
+  for (char *t = s; *t; t++)
+    if (*t < 32 || *t > 126) *t = '?';
+  return s;
 }
