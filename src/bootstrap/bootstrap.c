@@ -360,6 +360,8 @@ typedef struct {
 } notice_msg_t;
 
 _Static_assert(sizeof(notice_msg_t) == WEFT_NOTICE_BYTES, "notices have one size on the wire");
+_Static_assert(sizeof(((notice_msg_t *)0)->text) == sizeof(((weft_notice_t *)0)->text),
+               "a notice's text is copied whole");
 
 static void send_both(weft_bootstrap_t *b, const notice_msg_t *m) {
   pthread_mutex_lock(&b->send_mu);
@@ -460,9 +462,10 @@ weft_result_t weft_bootstrap_check(weft_bootstrap_t *b, weft_notice_t *n) {
       *n = (weft_notice_t){.origin = bad ? who[side] : m.origin,
                            .code = bad ? WEFT_ERR_PROTOCOL : (weft_result_t)m.code,
                            .seq = m.seq};
-      /* The text came over the network: printable characters only, always terminated. */
-      for (size_t i = 0; !bad && i < sizeof n->text - 1 && m.text[i]; i++)
-        n->text[i] = (m.text[i] >= 32 && m.text[i] < 127) ? m.text[i] : '?';
+      if (!bad) { /* both WEFT_NOTICE_TEXT bytes */
+        memcpy(n->text, m.text, sizeof n->text);
+        weft_net_text(n->text, sizeof n->text);
+      }
       return n->code;
     }
   }

@@ -44,7 +44,7 @@ typedef struct weft_rproxy weft_rproxy_t;
 weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **out);
 /* WEFT_SUCCESS while it runs; else its failure (the message as the thread's error). */
 weft_result_t weft_rproxy_status(weft_rproxy_t *p);
-/* Chunks sent and received so far (either may be NULL). */
+/* Frames (chunks and credits) sent and received so far (either may be NULL). */
 void weft_rproxy_counts(weft_rproxy_t *p, uint64_t *sent, uint64_t *received);
 /* Stops and frees (NULL: nothing); call it once this rank's kernels are done. */
 void weft_rproxy_stop(weft_rproxy_t *p);
