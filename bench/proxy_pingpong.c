@@ -74,9 +74,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   weft_comm_t comm;
   if (weft_comm_init(&comm, n, id, rank, NULL) != WEFT_SUCCESS)
     return printf("proxy_pingpong: init: %s\n", weft_get_last_error(NULL)), 1;
-  int tcp = -1, rc = 1;
-  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
-    if (comm->tr[t] && !strcmp(comm->tr[t]->name, "tcp")) tcp = t;
+  int tcp = weft_comm_transport_index(comm, "tcp"), rc = 1;
   weft_dev_slots_t sl;
   weft_dev_slots_make(rank, n, &sl);
   void *states[WEFT_RPROXY_MAX_LINKS] = {tcp >= 0 ? comm->tr_state[tcp] : NULL};

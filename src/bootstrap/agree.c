@@ -32,13 +32,17 @@ weft_result_t weft_bootstrap_agree(weft_bootstrap_t *b, weft_result_t mine, cons
     outcome_t *o = &all[p];
     if (o->code == WEFT_SUCCESS) continue;
     weft_net_text(o->text, TEXT);
-    int bad = o->code < 0 || o->code > WEFT_ERR_IN_PROGRESS;
-    weft_result_t code = bad ? WEFT_ERR_PROTOCOL : (weft_result_t)o->code;
+    weft_result_t code = weft_net_code(o->code);
+    int bad = (int32_t)code != o->code;
     rc = weft_set_error(code, "%s: rank %d %s (%s): %s", where, p, what, weft_result_string(code),
                         bad ? "an outcome no rank sends" : o->text);
   }
   free(all);
   return rc;
+}
+
+weft_result_t weft_net_code(int32_t code) {
+  return code > 0 && code <= WEFT_ERR_IN_PROGRESS ? (weft_result_t)code : WEFT_ERR_PROTOCOL;
 }
 
 char *weft_net_text(char *s, size_t n) {

@@ -457,8 +457,7 @@ weft_result_t weft_bootstrap_check(weft_bootstrap_t *b, weft_notice_t *n) {
         b->bye[side] = 1;
         continue;
       }
-      int bad =
-          m.origin < 0 || m.origin >= b->nranks || m.code <= 0 || m.code > WEFT_ERR_IN_PROGRESS;
+      int bad = m.origin < 0 || m.origin >= b->nranks || (int32_t)weft_net_code(m.code) != m.code;
       *n = (weft_notice_t){.origin = bad ? who[side] : m.origin,
                            .code = bad ? WEFT_ERR_PROTOCOL : (weft_result_t)m.code,
                            .seq = m.seq};

@@ -87,6 +87,9 @@ weft_result_t weft_bootstrap_agree(weft_bootstrap_t *b, weft_result_t mine, cons
 /* Text another rank sent (agreements, setup exchanges): terminated within its n bytes, every
  * character outside printable ASCII made '?'. Returns s. */
 char *weft_net_text(char *s, size_t n);
+/* An error code another rank sent: itself where it is one of weft_result_t's errors, else
+ * WEFT_ERR_PROTOCOL. */
+weft_result_t weft_net_code(int32_t code);
 /* Hands size bytes at data from members[0] to every other member, with no other rank taking
  * part: each member connects to the listening socket members[0] kept since init. members are
  * n distinct ranks in ascending order, this rank among them; every member passes the same

@@ -103,6 +103,12 @@ static weft_transport_init_t transport_init(weft_comm_t c, const uint8_t *use) {
                                  .use = use};
 }
 
+int weft_comm_transport_index(const struct weft_comm *c, const char *name) {
+  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
+    if (c->tr[t] && c->tr_state[t] && !strcmp(c->tr[t]->name, name)) return t;
+  return -1;
+}
+
 weft_result_t weft_comm_transport_again(weft_comm_t c, int t, const uint8_t *use, void **state) {
   weft_transport_init_t in = transport_init(c, use);
   return c->tr[t]->setup(&in, state);

@@ -85,6 +85,8 @@ struct weft_comm {
 weft_result_t weft_comm_agree(struct weft_comm *c, weft_result_t mine, const char *what);
 /* Records err as the comm's failure (first one wins) and tells the other ranks. */
 void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg, uint64_t seq);
+/* The index in c->tr of the transport named name that is set up here, or -1. */
+int weft_comm_transport_index(const struct weft_comm *c, const char *name);
 /* Collective: another set of connections of c's transport t (tr[t]) to the peers marked in
  * use, for a component that drives them from a thread of its own (the proxy's workers); the
  * caller tears it down with tr[t]->teardown. */

@@ -113,13 +113,11 @@ static int gpu_numa(int device) {
 /* Ranks on other hosts: the region proxy over the comm's tcp transport (region.h), with
  * WEFT_PROXY_THREADS workers, each past the first on connections of its own. */
 static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
-  int tcp = -1;
+  const int tcp = weft_comm_transport_index(c, "tcp");
   const weft_dev_slots_t *sl = &d->plan.slots;
   uint8_t remote[WEFT_DEV_MAX_RANKS] = {0};
   char *region[WEFT_DEV_MAX_RANKS] = {0};
   void *states[WEFT_RPROXY_MAX_LINKS] = {0};
-  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
-    if (c->tr[t] && c->tr_state[t] && !strcmp(c->tr[t]->name, "tcp")) tcp = t;
   if (tcp < 0)
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
                           "weft_comm_init: rank %d: ranks on other hosts, but no tcp transport "

@@ -16,9 +16,7 @@ static inline int proxy_test_comm(const char *name, int rank, int n, weft_unique
                                   weft_comm_t *comm, int *tcp) {
   if (weft_comm_init(comm, n, id, rank, NULL) != WEFT_SUCCESS)
     return printf("%s: rank %d: init: %s\n", name, rank, weft_get_last_error(NULL)), 1;
-  *tcp = -1;
-  for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
-    if ((*comm)->tr[t] && !strcmp((*comm)->tr[t]->name, "tcp")) *tcp = t;
+  *tcp = weft_comm_transport_index(*comm, "tcp");
   if (*tcp < 0) return printf("%s: rank %d: no tcp transport\n", name, rank), 1;
   return 0;
 }

@@ -182,10 +182,10 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
   for (int p = 0; p < in->nranks; p++) {
     card_t *c = &addrs[p];
     if (c->code == WEFT_SUCCESS) continue;
-    int known = c->code > 0 && c->code <= WEFT_ERR_IN_PROGRESS;
-    ERR_GOTO(rc, fail, known ? (weft_result_t)c->code : WEFT_ERR_PROTOCOL,
-             "tcp: rank %d (host %s) could not set up its connections: %s", p, host_of(t, p),
-             known ? weft_net_text(c->why, sizeof c->why) : "a code no rank sends");
+    weft_result_t code = weft_net_code(c->code);
+    int known = (int32_t)code == c->code;
+    ERR_GOTO(rc, fail, code, "tcp: rank %d (host %s) could not set up its connections: %s", p,
+             host_of(t, p), known ? weft_net_text(c->why, sizeof c->why) : "a code no rank sends");
   }
   int64_t deadline = weft_deadline(in->boot->timeout_ms);
   int want = 0;
