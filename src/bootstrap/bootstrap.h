@@ -13,7 +13,7 @@
 
 /* 2: addresses are weft_sockaddr_t (IPv4 or IPv6), 32 bytes, in hellos and the table;
  * 3: the tcp transport's setup exchange carries each rank's address or why it has none */
-#define WEFT_WIRE_VERSION 3u
+#define WEFT_WIRE_VERSION 4u
 
 enum weft_msg_type {
   WEFT_MSG_ROOT_HELLO = 0x10,

@@ -74,6 +74,7 @@ struct weft_comm {
   atomic_int notified;    /* this rank has told the others about the failure */
   atomic_int fail_origin; /* rank that first saw the failure, when told by a notice; else -1 */
   char relay_text[WEFT_NOTICE_TEXT]; /* a received notice's text, passed on unchanged */
+  weft_notice_t told;                /* what this rank told the others (code 0: nothing yet) */
   weft_result_t async_error;
   char error[1024];
 };
@@ -113,6 +114,13 @@ void weft_work_free(weft_work_t *op);
 /* Tells the others (once per communicator) that this comm failed with err; text is the
  * error message they will quote. */
 void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char *text);
+/* Whether this rank has told the others of a failure (weft_fail_notify); if so, *n is the
+ * notice it sent. Safe from any thread. */
+int weft_fail_told_others(weft_comm_t c, weft_notice_t *n);
+/* A notice n that came by some other way than weft_fail_check reads (a proxy's stream):
+ * returns its code, the message worded as weft_fail_check words a notice, and keeps its
+ * origin and text to pass on. */
+weft_result_t weft_fail_heard(weft_comm_t c, const weft_notice_t *n);
 /* WEFT_SUCCESS, or the reported failure with a message naming who saw what. */
 weft_result_t weft_fail_check(weft_comm_t c);
 /* The same without the bootstrap ring, for threads other than the one that may be using

@@ -10,10 +10,14 @@
 
 void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char *text) {
   if (atomic_exchange(&c->notified, 1)) return;
-  int origin = atomic_load(&c->fail_origin);
-  weft_notice_t n = {.origin = origin >= 0 ? origin : c->rank, .code = err, .seq = seq};
+  weft_notice_t n = {.code = err, .seq = seq};
   /* A rank that only relays a notice passes the reporter's words on, not its own quote. */
+  pthread_mutex_lock(&c->mu);
+  int origin = atomic_load(&c->fail_origin);
+  n.origin = origin >= 0 ? origin : c->rank;
   snprintf(n.text, sizeof n.text, "%s", c->relay_text[0] ? c->relay_text : text ? text : "");
+  c->told = n;
+  pthread_mutex_unlock(&c->mu);
   weft_bootstrap_notify(c->boot, &n);
   for (int t = 0; t < WEFT_MAX_TRANSPORTS; t++)
     if (c->tr[t] && c->tr_state[t] && c->tr[t]->notify) c->tr[t]->notify(c->tr_state[t], &n);
@@ -23,15 +27,21 @@ void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char
 #define GONE                                                                                       \
   "rank %d (host %s) is gone (its process died, or it left without destroying the communicator)"
 
-static weft_result_t check(weft_comm_t c, int ring) {
-  weft_notice_t n = {0};
-  /* Notices carry the reporter's message; a local finding (seq 0) may carry its own. */
-  weft_result_t rc = ring && c->boot ? weft_bootstrap_check(c->boot, &n) : WEFT_SUCCESS;
-  for (int t = 0; t < WEFT_MAX_TRANSPORTS && rc == WEFT_SUCCESS; t++)
-    if (c->tr[t] && c->tr_state[t] && c->tr[t]->check) rc = c->tr[t]->check(c->tr_state[t], &n);
-  if (rc == WEFT_SUCCESS) return rc;
+int weft_fail_told_others(weft_comm_t c, weft_notice_t *n) {
+  pthread_mutex_lock(&c->mu);
+  int told = c->told.code != WEFT_SUCCESS;
+  if (told) *n = c->told;
+  pthread_mutex_unlock(&c->mu);
+  return told;
+}
+
+/* Says failure rc of notice n (a local finding when n.seq is 0), keeping its origin and text
+ * to pass on. */
+static weft_result_t report(weft_comm_t c, weft_result_t rc, weft_notice_t n) {
+  pthread_mutex_lock(&c->mu); /* the proxy's workers and the heartbeat thread may all report */
   atomic_store(&c->fail_origin, n.origin);
   snprintf(c->relay_text, sizeof c->relay_text, "%s", n.text);
+  pthread_mutex_unlock(&c->mu);
   if (n.origin == c->rank)
     return weft_set_error(rc, "rank %d: a neighbour reported this rank's own failure", c->rank);
   char what[192];
@@ -55,6 +65,20 @@ static weft_result_t check(weft_comm_t c, int ring) {
   /* The reporter's own words, when its notice came over the ring. */
   if (n.text[0]) return weft_set_error(rc, "rank %d: %s: %s", c->rank, what, n.text);
   return weft_set_error(rc, "rank %d: %s", c->rank, what);
+}
+
+static weft_result_t check(weft_comm_t c, int ring) {
+  weft_notice_t n = {0};
+  /* Notices carry the reporter's message; a local finding (seq 0) may carry its own. */
+  weft_result_t rc = ring && c->boot ? weft_bootstrap_check(c->boot, &n) : WEFT_SUCCESS;
+  for (int t = 0; t < WEFT_MAX_TRANSPORTS && rc == WEFT_SUCCESS; t++)
+    if (c->tr[t] && c->tr_state[t] && c->tr[t]->check) rc = c->tr[t]->check(c->tr_state[t], &n);
+  if (rc == WEFT_SUCCESS) return rc;
+  return report(c, rc, n);
+}
+
+weft_result_t weft_fail_heard(weft_comm_t c, const weft_notice_t *n) {
+  return report(c, n->code, *n);
 }
 
 weft_result_t weft_fail_check(weft_comm_t c) { return check(c, 1); }

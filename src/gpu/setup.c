@@ -84,7 +84,15 @@ static weft_result_t proxy_explain(void *ctx, weft_result_t rc, int peer) {
   if (rc != WEFT_ERR_PEER_LOST) return rc;
   char first[512];
   snprintf(first, sizeof first, "%s", weft_thread_error());
+  /* the notice the others get (relayed by the proxy, too) names the lost peer */
+  int none = -1;
+  atomic_compare_exchange_strong(&c->fail_origin, &none, peer);
   return weft_fail_peer_gone(c, peer, first);
+}
+/* Across hosts the proxy's streams carry the communicator's failure notices both ways. */
+static int proxy_told_others(void *ctx, weft_notice_t *n) { return weft_fail_told_others(ctx, n); }
+static weft_result_t proxy_heard(void *ctx, const weft_notice_t *n) {
+  return weft_fail_heard(ctx, n);
 }
 static void proxy_fail(void *ctx, weft_result_t rc, const char *msg) {
   weft_comm_t c = ctx;
@@ -150,6 +158,8 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                                     .timeout_ms = c->timeout_ms,
                                     .explain = proxy_explain,
                                     .fail = proxy_fail,
+                                    .told_others = proxy_told_others,
+                                    .heard = proxy_heard,
                                     .ctx = c},
                            .nlinks = nlinks,
                            .numa = gpu_numa(d->device),

@@ -30,7 +30,6 @@ static void *pump_main(void *arg) {
     if (in->abort_flag && atomic_load(in->abort_flag)) {
       weft_set_error(WEFT_ERR_ABORTED, "proxy: rank %d: the communicator was aborted", in->rank);
       failed(P, WEFT_ERR_ABORTED, 0); /* whoever aborted has told the peers */
-      if (P->in.bye) P->in.bye(P->in.self);
       break;
     }
     int moved = 0, busy = 0, stalled = -1, r = 0;
@@ -41,12 +40,21 @@ static void *pump_main(void *arg) {
       if (b && stalled < 0) stalled = P->in.peer_rank ? P->in.peer_rank[r] : r;
       busy |= b;
     }
-    if (rc != WEFT_SUCCESS && in->explain)
+    if (rc != WEFT_SUCCESS && in->explain && !atomic_load(&P->heard))
       rc = in->explain(in->ctx, rc, P->in.peer_rank ? P->in.peer_rank[r - 1] : r - 1);
     int64_t now_us = weft_now_us(), now = now_us / 1000; /* one clock read a pass */
-    if (rc == WEFT_SUCCESS && in->check && now - checked >= CHECK_MS) {
+    if (rc == WEFT_SUCCESS && now - checked >= CHECK_MS) {
       checked = now;
-      rc = in->check(in->ctx);
+      weft_notice_t n;
+      if (in->told_others && in->told_others(in->ctx, &n)) {
+        weft_set_error(n.code,
+                       "proxy: rank %d: the communicator failed here; the proxy tells "
+                       "the peers",
+                       in->rank);
+        failed(P, n.code, 0); /* the communicator has it; the peers are told below */
+        break;
+      }
+      rc = in->check ? in->check(in->ctx) : WEFT_SUCCESS;
       if (rc != WEFT_SUCCESS) {
         failed(P, rc, 1); /* found elsewhere; the communicator keeps the first failure */
         break;
@@ -71,12 +79,15 @@ static void *pump_main(void *arg) {
       break;
     }
   }
-  /* Stopped (the communicator going away) after an abort this thread's passes never saw,
-   * e.g. while another worker reported it: the peers must still hear of it before the
-   * connections close, else they read the close as this rank gone. */
-  if (atomic_load(&P->status) == WEFT_SUCCESS && in->abort_flag && atomic_load(in->abort_flag) &&
-      P->in.bye)
-    P->in.bye(P->in.self);
+  /* Stopped on a failure (seen here, told by a peer's proxy, or by this pump), or stopped
+   * (the communicator going away) after one this thread's passes never saw: the peers hear
+   * of it before the connections close, else they read the close as this rank gone. A rank
+   * told by another passes the notice on, with its origin, to ranks on other hosts. */
+  weft_notice_t n;
+  if (P->in.bye && in->told_others && in->told_others(in->ctx, &n))
+    P->in.bye(P->in.self, &n);
+  else if (P->in.bye && in->abort_flag && atomic_load(in->abort_flag))
+    P->in.bye(P->in.self, NULL);
   return NULL;
 }
 

@@ -33,6 +33,13 @@ typedef struct {
   /* Optional: told once of the proxy's own failure (code and message), e.g. to fail the
    * communicator and tell the peers. */
   void (*fail)(void *ctx, weft_result_t rc, const char *msg);
+  /* Optional: whether this rank told the other ranks of a failure (weft_fail_told_others),
+   * filling *n with the notice: the proxy then stops, and passes it to the peers' proxies
+   * (bye), for ranks on other hosts that hear nothing else. Called from the proxy thread. */
+  int (*told_others)(void *ctx, weft_notice_t *n);
+  /* Optional: a peer's proxy passed on notice n (its text made printable): returns the error
+   * to report, setting the thread's error (weft_fail_heard); NULL: the proxy words it. */
+  weft_result_t (*heard)(void *ctx, const weft_notice_t *n);
   void *ctx;
 } weft_proxy_link_t;
 
@@ -45,9 +52,10 @@ typedef struct {
    * being rank peer_rank[i] in what the pump reports (NULL: rank i). */
   int npeers;
   const int32_t *peer_rank;
-  /* Optional: the communicator was aborted here; tell the peers so, without blocking, before
-   * the connections close (they would read the close as this rank gone). */
-  void (*bye)(void *self);
+  /* Optional: the communicator failed here (n, from told_others) or was aborted (n NULL):
+   * tell the peers so, without blocking, before the connections close (they would read the
+   * close as this rank gone). */
+  void (*bye)(void *self, const weft_notice_t *n);
   void *self;
 } weft_pump_init_t;
 
@@ -57,6 +65,7 @@ typedef struct {
   int started;
   atomic_int stop;
   atomic_int status; /* weft_result_t; msg is written before it leaves WEFT_SUCCESS */
+  atomic_int heard;  /* set by a pass before it returns a peer's notice: no echo to explain */
   char msg[1024];
   _Atomic uint64_t sent, received; /* frames, counted by the passes */
   int64_t spin_us;                 /* WEFT_PROXY_SPIN_US */

@@ -1,6 +1,7 @@
 /* The region proxy (region.h). Each frame names where it lands in the receiving rank's own
  * region: a chunk (bytes at a staging slot, then the ready flag it raises) or a flag alone (a
- * done credit); or it says the sender's communicator was aborted. A chunk carries the length its
+ * done credit); or it is a failure notice, the last frame on a stream (the sender's
+ * communicator failed or was aborted). A chunk carries the length its
  * kernel wrote beside the flag, not the whole slot. Chunks go in order per channel; credits go
  * first. The pending credits and one chunk leave as one batch (one send), and the receiver reads
  * ahead of the frame it parses, so a small step costs a send and a read or two, not one per frame.
@@ -20,11 +21,18 @@
 #include "pump.h"
 #include "topo.h"
 
-enum { CHUNK = 1, FLAG = 2, ABORT = 3, MAX_WATCH = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_CHANNELS };
+enum {
+  CHUNK = 1,
+  FLAG = 2,
+  NOTICE = 3,
+  MAX_WATCH = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_CHANNELS
+};
 /* A batch: a credit per watched channel at most, then one chunk. Read-ahead: a few frame
  * headers and small chunks; a large chunk's rest goes straight into its slot. */
 enum { MAX_OUT = MAX_WATCH + 1, RX_BYTES = 4096 };
 
+/* A notice: off its origin rank, value its op (0 with no text: a bare abort), flag_off its
+ * code, and its text as the payload. */
 typedef struct {
   uint64_t off, flag_off, value;
   uint32_t bytes, kind;
@@ -41,6 +49,8 @@ typedef struct {
   int rbody; /* the payload of rf is coming in */
   frame_t rf;
   uint32_t rgot;
+  char note[WEFT_NOTICE_TEXT]; /* a notice's text, coming in */
+  int heard;                   /* its notice came: the stream ends there */
 } peer_t;
 
 /* One thread and its connections: the channels it carries, and its state with each peer. */
@@ -147,10 +157,8 @@ static int watched(const worker_t *W, uint64_t ch) {
  * lies, raising its own ready flag; or a credit of its own (a done flag). */
 static weft_result_t check_frame(const worker_t *W, int peer, const frame_t *f) {
   const weft_rproxy_t *P = W->P;
-  if (f->kind == ABORT && !f->bytes && !f->off && !f->flag_off)
-    return weft_set_error(WEFT_ERR_ABORTED,
-                          "proxy: rank %d aborted the communicator (its proxy told rank %d)",
-                          (int)P->slots.rank[peer], P->in.link.rank);
+  if (f->kind == NOTICE && f->bytes < WEFT_NOTICE_TEXT && f->off < (uint64_t)P->in.link.nranks)
+    return WEFT_SUCCESS;
   uint64_t idx = f->flag_off / WEFT_DEV_FLAG_STRIDE,
            done0 = WEFT_DEV_DONE_OFF(0, 0) / WEFT_DEV_FLAG_STRIDE, ch;
   int ok = f->flag_off % WEFT_DEV_FLAG_STRIDE == 0;
@@ -173,10 +181,33 @@ static weft_result_t check_frame(const worker_t *W, int peer, const frame_t *f) 
                         (unsigned long long)f->flag_off);
 }
 
+/* Peer's notice in rf and note came: the error to report, from the communicator's words
+ * where it has them. */
+static weft_result_t heard(worker_t *W, int peer, peer_t *q) {
+  const weft_proxy_link_t *l = &W->link;
+  const int from = W->P->slots.rank[peer];
+  weft_notice_t n = {
+      .origin = (int)q->rf.off, .code = weft_net_code((int32_t)q->rf.flag_off), .seq = q->rf.value};
+  memcpy(n.text, q->note, q->rf.bytes);
+  n.text[q->rf.bytes] = 0;
+  weft_net_text(n.text, sizeof n.text);
+  q->heard = 1;
+  atomic_store(&W->pump.heard, 1);
+  if (n.code == WEFT_ERR_ABORTED && !n.seq && !n.text[0])
+    return weft_set_error(WEFT_ERR_ABORTED,
+                          "proxy: rank %d aborted the communicator (its proxy told rank %d)", from,
+                          l->rank);
+  if (l->heard) return l->heard(l->ctx, &n);
+  return weft_set_error(
+      n.code, "proxy: rank %d failed (%s, op %llu; rank %d's proxy told rank %d): %s", n.origin,
+      weft_result_string(n.code), (unsigned long long)n.seq, from, l->rank, n.text);
+}
+
 static weft_result_t recv_frames(worker_t *W, int peer, peer_t *q, int *moved) {
   char *own = W->P->in.region[W->P->slots.self];
   const int from = W->P->slots.rank[peer];
   size_t n;
+  if (q->heard) return WEFT_SUCCESS; /* nothing follows a notice */
   for (;;) {
     if (!q->rbody) {
       if (q->rx_len - q->rx_pos < sizeof q->rf) { /* a partial header moves to the front */
@@ -193,40 +224,47 @@ static weft_result_t recv_frames(worker_t *W, int peer, peer_t *q, int *moved) {
       CHECK(check_frame(W, peer, &q->rf));
       q->rbody = 1, q->rgot = 0;
     }
+    char *dst = q->rf.kind == NOTICE ? q->note : own + q->rf.off;
     uint32_t ahead = q->rx_len - q->rx_pos; /* the payload read ahead, then the stream's */
     if (ahead > q->rf.bytes - q->rgot) ahead = q->rf.bytes - q->rgot;
     if (ahead) {
-      memcpy(own + q->rf.off + q->rgot, q->rx + q->rx_pos, ahead);
+      memcpy(dst + q->rgot, q->rx + q->rx_pos, ahead);
       q->rx_pos += ahead, q->rgot += ahead;
     }
     while (q->rgot < q->rf.bytes) { /* straight into the staging slot */
-      CHECK(weft_proxy_take(&W->link, from, own + q->rf.off + q->rgot, q->rf.bytes - q->rgot, &n));
+      CHECK(weft_proxy_take(&W->link, from, dst + q->rgot, q->rf.bytes - q->rgot, &n));
       if (!n) return WEFT_SUCCESS;
       q->rgot += (uint32_t)n;
       *moved = 1;
     }
+    q->rbody = 0;
+    if (q->rf.kind == NOTICE) return heard(W, peer, q);
     /* the chunk's bytes before its flag (release): the kernel reads them after seeing it */
     __atomic_store_n((uint64_t *)(own + q->rf.flag_off), q->rf.value, __ATOMIC_RELEASE);
-    q->rbody = 0;
     atomic_fetch_add(&W->pump.received, 1);
     *moved = 1;
   }
 }
 
-/* A peer's connection was lost: often the echo of an abort elsewhere. A rank that aborts
- * sends abort frames, then closes (resetting what others still send it), and the ranks told
- * stop and close too, maybe before this one read its own frame, which may still be on the
- * way: an abort frame on any peer's stream within LOST_GRACE_MS is the better report.
- * Returns WEFT_ERR_ABORTED with its message, or rc with the message it came with. */
+/* A peer's connection was lost: often the echo of a failure or an abort elsewhere. A rank
+ * that fails sends notices, then closes (resetting what others still send it), and the ranks
+ * told stop and close too, maybe before this one read its own notice, which may still be on
+ * the way: a notice on any peer's stream within LOST_GRACE_MS is the better report. Each
+ * stream is read until it fails once (a closed one would fail, and log, on every read).
+ * Returns the notice's error with its message, or rc with the message it came with. */
 enum { LOST_GRACE_MS = 100 };
-static weft_result_t lost_or_aborted(worker_t *W, weft_result_t rc, int *moved) {
+static weft_result_t lost_or_told(worker_t *W, weft_result_t rc, int *moved) {
   char why[1024];
+  uint8_t dead[WEFT_DEV_MAX_RANKS] = {0};
   snprintf(why, sizeof why, "%s", weft_thread_error());
   const int64_t end = weft_now_us() + LOST_GRACE_MS * 1000;
   do {
-    for (int p = 0; p < W->P->slots.nslots; p++)
-      if (W->P->in.remote[p] && recv_frames(W, p, &W->peers[p], moved) == WEFT_ERR_ABORTED)
-        return WEFT_ERR_ABORTED;
+    for (int p = 0; p < W->P->slots.nslots; p++) {
+      if (!W->P->in.remote[p] || dead[p]) continue;
+      weft_result_t r = recv_frames(W, p, &W->peers[p], moved);
+      if (W->peers[p].heard) return r;
+      dead[p] = r != WEFT_SUCCESS;
+    }
     sched_yield();
   } while (weft_now_us() < end);
   return weft_set_error(rc, "%s", why);
@@ -238,24 +276,33 @@ static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
   peer_t *q = &W->peers[peer];
   weft_result_t rc = send_frames(W, peer, q, moved);
   if (rc == WEFT_SUCCESS) rc = recv_frames(W, peer, q, moved);
-  if (rc == WEFT_ERR_PEER_LOST) return lost_or_aborted(W, rc, moved);
+  if (rc == WEFT_ERR_PEER_LOST) return lost_or_told(W, rc, moved);
   CHECK(rc);
   *busy = q->nout || q->rbody || q->rx_len > q->rx_pos;
   return WEFT_SUCCESS;
 }
 
-/* Aborted here: an abort frame to every remote rank, after the batch under way to it (else
- * the abort would land inside it), all within BYE_MS. A stream still cut
- * mid-batch, or reset by the close before the peer read it, reads as this rank gone instead. */
+/* Failed or aborted here: notice n (NULL: a bare abort) to every remote rank, after the
+ * batch under way to it (else the notice would land inside it), all within BYE_MS. A stream
+ * still cut mid-batch, or reset by the close before the peer read it, reads as this rank gone
+ * instead. */
 enum { BYE_MS = 200 };
-static void bye(void *self) {
+static void bye(void *self, const weft_notice_t *n) {
   worker_t *W = self;
   const int64_t end = weft_now_us() + BYE_MS * 1000;
+  frame_t f = {.kind = NOTICE, .off = (uint64_t)W->link.rank, .flag_off = WEFT_ERR_ABORTED};
+  const char *text = n ? n->text : "";
+  if (n) {
+    f = (frame_t){.kind = NOTICE,
+                  .off = (uint64_t)n->origin,
+                  .flag_off = (uint64_t)n->code,
+                  .value = n->seq,
+                  .bytes = (uint32_t)strnlen(n->text, sizeof n->text - 1)};
+  }
   for (int peer = 0; peer < W->P->slots.nslots; peer++) {
     peer_t *q = &W->peers[peer];
     if (!W->P->in.remote[peer]) continue;
     const int to = W->P->slots.rank[peer];
-    frame_t f = {.kind = ABORT};
     size_t at = 0, bn = 0, whole = q->nout ? batch_bytes(q, &bn) : 0;
     int moved = 0, mid = q->nout && q->at;
     whole += bn;
@@ -263,8 +310,8 @@ static void bye(void *self) {
     while (rc == WEFT_SUCCESS && mid && q->at < whole && weft_now_us() < end)
       rc = give_batch(W, peer, q, &moved);
     if (mid && q->at < whole) continue;
-    while (rc == WEFT_SUCCESS && at < sizeof f && weft_now_us() < end)
-      rc = weft_proxy_give(&W->link, to, &f, sizeof f, NULL, 0, &at, &moved);
+    while (rc == WEFT_SUCCESS && at < sizeof f + f.bytes && weft_now_us() < end)
+      rc = weft_proxy_give(&W->link, to, &f, sizeof f, text, f.bytes, &at, &moved);
   }
 }
 
@@ -349,9 +396,10 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
 }
 
 weft_result_t weft_rproxy_status(weft_rproxy_t *p) {
-  /* an abort some worker was told of explains the others' lost connections: it goes first */
+  /* a notice some worker heard explains the others' lost connections: it goes first */
   for (int w = 0; w < p->nworkers; w++)
-    if (atomic_load(&p->workers[w].pump.status) == WEFT_ERR_ABORTED)
+    if (atomic_load(&p->workers[w].pump.heard) &&
+        atomic_load(&p->workers[w].pump.status) != WEFT_SUCCESS)
       return weft_pump_status(&p->workers[w].pump);
   for (int w = 0; w < p->nworkers; w++)
     CHECK(weft_pump_status(&p->workers[w].pump));

@@ -541,6 +541,9 @@ static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s, 
       weft_comm_get_async_error(c, &e);
     }
     if (e == WEFT_SUCCESS) FAIL("rank 1 never heard of rank 0's timeout");
+    /* across hosts too, rank 0's notice (over its proxy), not only its close */
+    if (e != WEFT_ERR_TIMEOUT || !strstr(weft_get_last_error(c), "rank 0 timed out"))
+      FAIL("rank 1 was told %s: %s", weft_result_string(e), weft_get_last_error(c));
     printf("rank 1: told after %.2f s: %s\n", now_s() - t0, weft_get_last_error(c));
   }
   weft_comm_destroy(c);

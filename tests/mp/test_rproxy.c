@@ -13,10 +13,13 @@
  * others, whose proxies must fail saying rank 1 aborted (not that it is gone). With
  * "abort-stop", rank 1 stops its proxy at once after the abort (a communicator destroyed right
  * after weft_comm_abort): workers that never saw the abort must still tell the others. With
+ * "fail", rank 1's communicator fails a quarter of the way through (weft_comm_fail): its
+ * proxy passes the notice on, and the others' must report it as the communicator words a
+ * notice, its origin, code, op and words, not a lost rank. With
  * "kill", the last rank is SIGKILLed a quarter of the way through: every survivor's proxy must
  * fail within 5 s (scaled) saying that rank (and its host) is gone, the survivors keeping
  * their connections until all have seen it.
- * usage: test_rproxy NRANKS [K] [LINKS] [abort|abort-stop|kill] */
+ * usage: test_rproxy NRANKS [K] [LINKS] [abort|abort-stop|fail|kill] */
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -65,10 +68,14 @@ static weft_result_t explain_cb(void *ctx, weft_result_t rc, int peer) {
   return weft_fail_peer_gone(ctx, peer, first);
 }
 
-enum { ABORT = 1, ABORT_STOP = 2, KILL = 3 };
+/* As the device engine has its proxy carry its communicator's failure notices. */
+static int told_others_cb(void *ctx, weft_notice_t *n) { return weft_fail_told_others(ctx, n); }
+static weft_result_t heard_cb(void *ctx, const weft_notice_t *n) { return weft_fail_heard(ctx, n); }
+
+enum { ABORT = 1, ABORT_STOP = 2, KILL = 3, FAIL = 4 };
 typedef struct {
   uint64_t K;
-  int links, abort;        /* 0, ABORT, ABORT_STOP or KILL */
+  int links, abort;        /* 0, ABORT, ABORT_STOP, KILL or FAIL */
   atomic_int *noted;       /* kill: survivors that saw it (shared by the ranks) */
   atomic_int *verdicts;    /* kill: survivors whose report was right */
   _Atomic int64_t *t_kill; /* kill: when (launch_now_ms, one clock for all ranks) */
@@ -84,6 +91,23 @@ static int told_of_abort(weft_rproxy_t *px, int rank) {
   const char *msg = weft_get_last_error(NULL);
   if (st != WEFT_ERR_ABORTED || (rank != 1 && !strstr(msg, "rank 1 aborted")))
     return printf("test_rproxy: rank %d: after rank 1's abort the proxy says %d: %s\n", rank,
+                  (int)st, st ? msg : "running") != 0;
+  if (rank == 0) printf("test_rproxy: rank 0 told: %s\n", msg);
+  return 0;
+}
+
+/* After rank 1's communicator failed: every proxy stopped on it, and the others report rank 1's
+ * notice whole (the words that follow carry a byte that is not printable, made '?'). */
+static int told_of_failure(weft_rproxy_t *px, int rank) {
+  int64_t t = launch_now_ms();
+  while (weft_rproxy_status(px) == WEFT_SUCCESS && launch_now_ms() - t < 10000)
+    usleep(1000);
+  weft_result_t st = weft_rproxy_status(px);
+  const char *msg = weft_get_last_error(NULL);
+  if (st != WEFT_ERR_TIMEOUT ||
+      (rank != 1 && !strstr(msg, "rank 1 timed out in op 7 waiting for a peer: rank 1: its "
+                                 "stand-in kernel waited ? too long")))
+    return printf("test_rproxy: rank %d: after rank 1's failure the proxy says %d: %s\n", rank,
                   (int)st, st ? msg : "running") != 0;
   if (rank == 0) printf("test_rproxy: rank 0 told: %s\n", msg);
   return 0;
@@ -139,6 +163,8 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   int32_t kabort = 0;
   weft_proxy_link_t link = proxy_test_link(comm, tcp, &kabort);
   link.explain = explain_cb;
+  link.told_others = told_others_cb;
+  link.heard = heard_cb;
   weft_rproxy_init_t in = {.link = link,
                            .nlinks = a->links,
                            .numa = a->links > 1 ? 0 : -1, /* pinned there: node 0 */
@@ -156,7 +182,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   uint64_t sent[MAXS][NCH] = {{0}}, recvd[MAXS][NCH] = {{0}},
            left = 2 * (uint64_t)(ns - 1) * NCH * K;
   char *own = region[self];
-  int bad = 0;
+  int bad = 0, failed = 0;
   int64_t deadline = launch_now_ms() + (int64_t)(60000 * launch_time_scale());
   uint64_t total = left;
   while (left && !bad && !__atomic_load_n(&kabort, __ATOMIC_ACQUIRE) &&
@@ -169,6 +195,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
       atomic_store(&comm->aborted, 1);
       if (a->abort == ABORT_STOP) break;
     }
+    if (a->abort == FAIL && rank == 1 && left < total * 3 / 4 && !failed)
+      failed = 1,
+      weft_comm_fail(comm, WEFT_ERR_TIMEOUT, "rank 1: its stand-in kernel waited \x01 too long", 7);
     for (int q = 0; q < ns; q++)
       for (int c = 0; c < NCH && q != self && !bad; c++) {
         int ch = CHANS[c], p = sl.rank[q];
@@ -208,6 +237,8 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
     rc = 0; /* stopped below, before its workers may have looked at the abort word */
   } else if (a->abort == KILL) {
     rc = saw_kill(px, a, rank, n);
+  } else if (a->abort == FAIL) {
+    rc = told_of_failure(px, rank);
   } else if (a->abort) {
     rc = told_of_abort(px, rank);
   } else {
@@ -250,11 +281,12 @@ int main(int argc, char **argv) {
                       : !strcmp(argv[4], "abort")      ? ABORT
                       : !strcmp(argv[4], "abort-stop") ? ABORT_STOP
                       : !strcmp(argv[4], "kill")       ? KILL
+                      : !strcmp(argv[4], "fail")       ? FAIL
                                                        : -1};
   if (n < 2 || n > MAXR || a.K < 1 || a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS ||
       a.abort < 0 || (a.abort == KILL && n < 3))
     return printf("usage: test_rproxy NRANKS(2-16; kill: 3-16) [K] [LINKS(1-8)] "
-                  "[abort|abort-stop|kill]\n"),
+                  "[abort|abort-stop|fail|kill]\n"),
            2;
   struct {
     atomic_int noted, verdicts;
