@@ -74,6 +74,7 @@ struct weft_comm {
   atomic_int notified;    /* this rank has told the others about the failure */
   atomic_int fail_origin; /* rank that first saw the failure, when told by a notice; else -1 */
   char relay_text[WEFT_NOTICE_TEXT]; /* a received notice's text, passed on unchanged */
+  uint64_t relay_seq;                /* and its op (0: none came) */
   weft_notice_t told;                /* what this rank told the others (code 0: nothing yet) */
   weft_result_t async_error;
   char error[1024];

@@ -9,12 +9,17 @@
 #include "err.h"
 
 void weft_fail_notify(weft_comm_t c, weft_result_t err, uint64_t seq, const char *text) {
-  if (atomic_exchange(&c->notified, 1)) return;
-  weft_notice_t n = {.code = err, .seq = seq};
-  /* A rank that only relays a notice passes the reporter's words on, not its own quote. */
+  /* notified and told change together: a proxy that asks in between would tell nothing */
   pthread_mutex_lock(&c->mu);
+  if (atomic_exchange(&c->notified, 1)) {
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  /* A rank that only relays a notice passes the reporter's op and words on, not its own. */
   int origin = atomic_load(&c->fail_origin);
-  n.origin = origin >= 0 ? origin : c->rank;
+  weft_notice_t n = {.origin = origin >= 0 ? origin : c->rank,
+                     .code = err,
+                     .seq = c->relay_seq ? c->relay_seq : seq};
   snprintf(n.text, sizeof n.text, "%s", c->relay_text[0] ? c->relay_text : text ? text : "");
   c->told = n;
   pthread_mutex_unlock(&c->mu);
@@ -35,12 +40,13 @@ int weft_fail_told_others(weft_comm_t c, weft_notice_t *n) {
   return told;
 }
 
-/* Says failure rc of notice n (a local finding when n.seq is 0), keeping its origin and text
- * to pass on. */
+/* Says failure rc of notice n (a local finding, or a proxy's bare abort, when n.seq is 0),
+ * keeping its origin, op and text to pass on. */
 static weft_result_t report(weft_comm_t c, weft_result_t rc, weft_notice_t n) {
   pthread_mutex_lock(&c->mu); /* the proxy's workers and the heartbeat thread may all report */
   atomic_store(&c->fail_origin, n.origin);
   snprintf(c->relay_text, sizeof c->relay_text, "%s", n.text);
+  c->relay_seq = n.seq;
   pthread_mutex_unlock(&c->mu);
   if (n.origin == c->rank)
     return weft_set_error(rc, "rank %d: a neighbour reported this rank's own failure", c->rank);
@@ -48,7 +54,9 @@ static weft_result_t report(weft_comm_t c, weft_result_t rc, weft_notice_t n) {
   unsigned long long op = (unsigned long long)n.seq;
   /* Found here (seq 0), with the detector's precise words (a stopped rank): those alone. */
   if (n.seq == 0 && n.text[0]) return weft_set_error(rc, "rank %d: %s", c->rank, n.text);
-  if (n.seq == 0)
+  if (n.seq == 0 && rc == WEFT_ERR_ABORTED) /* a proxy's bare abort */
+    snprintf(what, sizeof what, "rank %d aborted the communicator", n.origin);
+  else if (n.seq == 0)
     snprintf(what, sizeof what, GONE, n.origin, weft_comm_host(c, n.origin));
   else if (rc == WEFT_ERR_PEER_LOST)
     snprintf(what, sizeof what, "rank %d (host %s) is gone (noticed during op %llu)", n.origin,

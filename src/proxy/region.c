@@ -157,7 +157,8 @@ static int watched(const worker_t *W, uint64_t ch) {
  * lies, raising its own ready flag; or a credit of its own (a done flag). */
 static weft_result_t check_frame(const worker_t *W, int peer, const frame_t *f) {
   const weft_rproxy_t *P = W->P;
-  if (f->kind == NOTICE && f->bytes < WEFT_NOTICE_TEXT && f->off < (uint64_t)P->in.link.nranks)
+  if (f->kind == NOTICE && f->bytes < WEFT_NOTICE_TEXT && f->off < (uint64_t)P->in.link.nranks &&
+      f->flag_off >= 1 && f->flag_off <= WEFT_ERR_IN_PROGRESS)
     return WEFT_SUCCESS;
   uint64_t idx = f->flag_off / WEFT_DEV_FLAG_STRIDE,
            done0 = WEFT_DEV_DONE_OFF(0, 0) / WEFT_DEV_FLAG_STRIDE, ch;
@@ -193,11 +194,14 @@ static weft_result_t heard(worker_t *W, int peer, peer_t *q) {
   weft_net_text(n.text, sizeof n.text);
   q->heard = 1;
   atomic_store(&W->pump.heard, 1);
+  /* this rank's own failure, passed back: the communicator has it, in its own words */
+  if (n.origin == l->rank)
+    return weft_set_error(n.code, "proxy: rank %d passed back this rank's own failure", from);
+  if (l->heard) return l->heard(l->ctx, &n); /* a bare abort too: op 0, no text */
   if (n.code == WEFT_ERR_ABORTED && !n.seq && !n.text[0])
     return weft_set_error(WEFT_ERR_ABORTED,
                           "proxy: rank %d aborted the communicator (its proxy told rank %d)", from,
                           l->rank);
-  if (l->heard) return l->heard(l->ctx, &n);
   return weft_set_error(
       n.code, "proxy: rank %d failed (%s, op %llu; rank %d's proxy told rank %d): %s", n.origin,
       weft_result_string(n.code), (unsigned long long)n.seq, from, l->rank, n.text);
@@ -282,14 +286,18 @@ static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
   return WEFT_SUCCESS;
 }
 
-/* Failed or aborted here: notice n (NULL: a bare abort) to every remote rank, after the
- * batch under way to it (else the notice would land inside it), all within BYE_MS. A stream
- * still cut mid-batch, or reset by the close before the peer read it, reads as this rank gone
- * instead. */
+/* Failed or aborted here: notice n (NULL: a bare abort) to every remote rank but its origin
+ * and those it came from, after the batch under way to it (else the notice would land inside
+ * it), the peers in turn, all within BYE_MS (a stopped peer's full socket holds up no other).
+ * A stream still cut mid-batch, or reset by the close before the peer read it, reads as this
+ * rank gone instead. */
 enum { BYE_MS = 200 };
 static void bye(void *self, const weft_notice_t *n) {
   worker_t *W = self;
   const int64_t end = weft_now_us() + BYE_MS * 1000;
+  const int ns = W->P->slots.nslots;
+  size_t at[WEFT_DEV_MAX_RANKS] = {0}, whole[WEFT_DEV_MAX_RANKS] = {0};
+  int mid[WEFT_DEV_MAX_RANKS] = {0}, left[WEFT_DEV_MAX_RANKS] = {0}, nleft = 0;
   frame_t f = {.kind = NOTICE, .off = (uint64_t)W->link.rank, .flag_off = WEFT_ERR_ABORTED};
   const char *text = n ? n->text : "";
   if (n) {
@@ -299,19 +307,28 @@ static void bye(void *self, const weft_notice_t *n) {
                   .value = n->seq,
                   .bytes = (uint32_t)strnlen(n->text, sizeof n->text - 1)};
   }
-  for (int peer = 0; peer < W->P->slots.nslots; peer++) {
-    peer_t *q = &W->peers[peer];
-    if (!W->P->in.remote[peer]) continue;
-    const int to = W->P->slots.rank[peer];
-    size_t at = 0, bn = 0, whole = q->nout ? batch_bytes(q, &bn) : 0;
-    int moved = 0, mid = q->nout && q->at;
-    whole += bn;
-    weft_result_t rc = WEFT_SUCCESS;
-    while (rc == WEFT_SUCCESS && mid && q->at < whole && weft_now_us() < end)
-      rc = give_batch(W, peer, q, &moved);
-    if (mid && q->at < whole) continue;
-    while (rc == WEFT_SUCCESS && at < sizeof f + f.bytes && weft_now_us() < end)
-      rc = weft_proxy_give(&W->link, to, &f, sizeof f, text, f.bytes, &at, &moved);
+  for (int p = 0; p < ns; p++) {
+    const peer_t *q = &W->peers[p];
+    if (!W->P->in.remote[p] || q->heard || (n && W->P->slots.rank[p] == n->origin)) continue;
+    size_t bn = 0;
+    whole[p] = q->nout ? batch_bytes(q, &bn) + bn : 0;
+    mid[p] = q->nout && q->at;
+    left[p] = 1, nleft++;
+  }
+  while (nleft && weft_now_us() < end) {
+    int moved = 0;
+    for (int p = 0; p < ns; p++) {
+      if (!left[p]) continue;
+      peer_t *q = &W->peers[p];
+      weft_result_t rc = WEFT_SUCCESS;
+      if (mid[p] && q->at < whole[p]) /* the batch under way first */
+        rc = give_batch(W, p, q, &moved);
+      else
+        rc = weft_proxy_give(&W->link, W->P->slots.rank[p], &f, sizeof f, text, f.bytes, &at[p],
+                             &moved);
+      if (rc != WEFT_SUCCESS || at[p] == sizeof f + f.bytes) left[p] = 0, nleft--;
+    }
+    if (!moved) sched_yield();
   }
 }
 

@@ -15,7 +15,8 @@
  * after weft_comm_abort): workers that never saw the abort must still tell the others. With
  * "fail", rank 1's communicator fails a quarter of the way through (weft_comm_fail): its
  * proxy passes the notice on, and the others' must report it as the communicator words a
- * notice, its origin, code, op and words, not a lost rank. With
+ * notice, its origin, code, op and words, not a lost rank; each communicator told fails and
+ * has its proxy pass the notice on in turn (with 4 ranks, some hear it second-hand first). With
  * "kill", the last rank is SIGKILLed a quarter of the way through: every survivor's proxy must
  * fail within 5 s (scaled) saying that rank (and its host) is gone, the survivors keeping
  * their connections until all have seen it.
@@ -65,7 +66,14 @@ static weft_result_t explain_cb(void *ctx, weft_result_t rc, int peer) {
   if (rc != WEFT_ERR_PEER_LOST) return rc;
   char first[512];
   snprintf(first, sizeof first, "%s", weft_thread_error());
+  weft_comm_t c = ctx;
+  int none = -1;
+  atomic_compare_exchange_strong(&c->fail_origin, &none, peer);
   return weft_fail_peer_gone(ctx, peer, first);
+}
+/* ... and fails the communicator, which then has its proxy pass the notice on. */
+static void fail_cb(void *ctx, weft_result_t rc, const char *msg) {
+  weft_comm_fail(ctx, rc, msg, 1);
 }
 
 /* As the device engine has its proxy carry its communicator's failure notices. */
@@ -89,7 +97,9 @@ static int told_of_abort(weft_rproxy_t *px, int rank) {
     usleep(1000);
   weft_result_t st = weft_rproxy_status(px);
   const char *msg = weft_get_last_error(NULL);
-  if (st != WEFT_ERR_ABORTED || (rank != 1 && !strstr(msg, "rank 1 aborted")))
+  char want[48];
+  snprintf(want, sizeof want, "rank %d: rank 1 aborted the communicator", rank);
+  if (st != WEFT_ERR_ABORTED || (rank != 1 && strncmp(msg, want, strlen(want))))
     return printf("test_rproxy: rank %d: after rank 1's abort the proxy says %d: %s\n", rank,
                   (int)st, st ? msg : "running") != 0;
   if (rank == 0) printf("test_rproxy: rank 0 told: %s\n", msg);
@@ -97,7 +107,8 @@ static int told_of_abort(weft_rproxy_t *px, int rank) {
 }
 
 /* After rank 1's communicator failed: every proxy stopped on it, and the others report rank 1's
- * notice whole (the words that follow carry a byte that is not printable, made '?'). */
+ * notice whole, its op too, whether from rank 1 or passed on by another (the words carry a
+ * byte that is not printable, made '?'). */
 static int told_of_failure(weft_rproxy_t *px, int rank) {
   int64_t t = launch_now_ms();
   while (weft_rproxy_status(px) == WEFT_SUCCESS && launch_now_ms() - t < 10000)
@@ -105,7 +116,7 @@ static int told_of_failure(weft_rproxy_t *px, int rank) {
   weft_result_t st = weft_rproxy_status(px);
   const char *msg = weft_get_last_error(NULL);
   if (st != WEFT_ERR_TIMEOUT ||
-      (rank != 1 && !strstr(msg, "rank 1 timed out in op 7 waiting for a peer: rank 1: its "
+      (rank != 1 && !strstr(msg, ": rank 1 timed out in op 7 waiting for a peer: rank 1: its "
                                  "stand-in kernel waited ? too long")))
     return printf("test_rproxy: rank %d: after rank 1's failure the proxy says %d: %s\n", rank,
                   (int)st, st ? msg : "running") != 0;
@@ -165,6 +176,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   link.explain = explain_cb;
   link.told_others = told_others_cb;
   link.heard = heard_cb;
+  link.fail = fail_cb;
   weft_rproxy_init_t in = {.link = link,
                            .nlinks = a->links,
                            .numa = a->links > 1 ? 0 : -1, /* pinned there: node 0 */
