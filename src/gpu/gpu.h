@@ -28,7 +28,8 @@ struct weft_dev {
   weft_ipc_t *ipc; /* every rank's staging region, mapped (cuda_ipc) */
   uint64_t *counters;
   int32_t *abort_h, *abort_d;
-  weft_dev_error_t *err_h, *err_d;
+  weft_dev_error_t *err_h, *err_d; /* [0] the kernels' error, [1] their wait note */
+  _Atomic int64_t wait_said_ms;    /* when a wait note was last said (weft_now_ms) */
   uint32_t chunk_bytes, stages;
   uint32_t ll_block;     /* WEFT_LL_BLOCK_BYTES */
   uint64_t oneshot_max;  /* allreduce one-shot up to this (WEFT_ONESHOT_MAX_BYTES) */

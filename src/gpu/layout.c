@@ -1,6 +1,7 @@
 /* The device engine's memory layout: each rank's staging region (flags, staging slots, the
  * low-latency kernels' buffers) that every peer maps, and the rank's private counters; and
  * the pointers into them that every launch passes. */
+#include "err.h"
 #include "gpu.h"
 
 /* Channel counters, the low-latency kernels' sequence numbers, a few bytes for weft_barrier's
@@ -50,6 +51,8 @@ void weft_dev_fill_launch(const struct weft_comm *c, struct weft_dev *d) {
   L->dseq = (uint64_t *)((char *)d->counters + DSEQ_OFF);
   L->abort_flag = P->abort_flag = d->abort_d;
   L->error = P->error = d->err_d;
+  L->waiting = P->waiting = d->err_d + 1;
+  L->report_ns = P->report_ns = (uint64_t)weft_log_wait_report_ms() * 1000000ull;
   L->rank = P->rank = c->rank;
   L->nranks = P->nranks = c->nranks;
   L->timeout_ns = P->timeout_ns = (uint64_t)c->timeout_ms * 1000000ull;

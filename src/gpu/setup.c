@@ -44,10 +44,11 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   CUDA_CHECK(cudaMemset(d->counters, 0, weft_dev_private_bytes()), "weft_comm_init: cudaMemset");
   CUDA_CHECK(cudaHostAlloc((void **)&d->abort_h, 64, cudaHostAllocMapped),
              "weft_comm_init: cudaHostAlloc");
-  CUDA_CHECK(cudaHostAlloc((void **)&d->err_h, sizeof *d->err_h, cudaHostAllocMapped),
+  /* the kernels' error, then their wait note */
+  CUDA_CHECK(cudaHostAlloc((void **)&d->err_h, 2 * sizeof *d->err_h, cudaHostAllocMapped),
              "weft_comm_init: cudaHostAlloc");
   memset(d->abort_h, 0, 64);
-  memset(d->err_h, 0, sizeof *d->err_h);
+  memset(d->err_h, 0, 2 * sizeof *d->err_h);
   CUDA_CHECK(cudaHostGetDevicePointer((void **)&d->abort_d, d->abort_h, 0),
              "weft_comm_init: cudaHostGetDevicePointer");
   CUDA_CHECK(cudaHostGetDevicePointer((void **)&d->err_d, d->err_h, 0),

@@ -4,9 +4,12 @@
  * launch, a group of sends and receives too large for one launch, a group over
  * WEFT_GROUP_MAX_COMMS communicators (one more refused), the device memory report, and
  * failures: a rank that never joins gives WEFT_ERR_TIMEOUT on both sides, and weft_comm_abort ends
- * a waiting kernel at once. usage: test_dev_comm RANKS [--share] */
+ * a waiting kernel at once; a rank 2.5 s late: the kernels waiting for it say so at WARN every
+ * second (WEFT_WAIT_REPORT_S=1, set by main), naming it, then finish.
+ * usage: test_dev_comm RANKS [--share] */
 #include <cuda_runtime_api.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -569,6 +572,54 @@ static int check_failures(int rank, int dev, weft_comm_t world, cudaStream_t s, 
   return 0;
 }
 
+/* Rank 1 comes 2.5 s late to an allreduce of cnt floats: rank 0's kernel waits, and the
+ * heartbeat thread says so on stderr (read back from a file) naming rank 1; all finish. */
+static int check_late(int rank, int dev, weft_comm_t world, cudaStream_t s, size_t cnt) {
+  weft_config_t cfg = WEFT_CONFIG_INIT;
+  cfg.device = dev;
+  cfg.timeout_ms = 20000;
+  weft_comm_t c;
+  float *d;
+  char path[64];
+  int saved = -1;
+  if (cudaMalloc((void **)&d, cnt * sizeof *d) != cudaSuccess) FAIL("cudaMalloc");
+  if (weft_comm_split(world, 0, rank, &c, &cfg)) FAIL("split failed");
+  snprintf(path, sizeof path, "/tmp/test_dev_comm_late.%d", (int)getpid());
+  if (rank == 0) { /* weft logs to stderr: to a file for this case */
+    fflush(stderr);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    saved = dup(2);
+    if (fd < 0 || saved < 0 || dup2(fd, 2) < 0) FAIL("stderr to %s", path);
+    close(fd);
+  }
+  if (rank == 1) usleep(2500000);
+  weft_result_t rc = weft_allreduce(d, d, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
+  if (rc == WEFT_SUCCESS) rc = settle(c, s);
+  if (rank == 0) {
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+  }
+  if (rc != WEFT_SUCCESS) FAIL("late peer: %s", weft_get_last_error(c));
+  if (rank == 0) {
+    char buf[8192] = "", *line;
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    unlink(path);
+    buf[got] = 0;
+    line = strstr(buf, "has waited");
+    if (!line || !strstr(line, "for rank 1")) FAIL("no wait report naming rank 1: %s", buf);
+    char *end = strchr(line, '\n');
+    if (end) *end = 0;
+    printf("rank 0: %zu floats, rank 1 late: ...%s\n", cnt, line);
+  }
+  weft_barrier(world, NULL);
+  weft_comm_destroy(c);
+  cudaFree(d);
+  return 0;
+}
+
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   (void)arg;
   signal(SIGSEGV, on_fault);
@@ -647,11 +698,14 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   if (check_failures(rank, dev, world, s, (size_t)3 << 18, NULL)) return 1;
   if (check_failures(rank, dev, world, s, (size_t)3 << 20, NULL)) return 1;
   if (check_failures(rank, dev, world, s, (size_t)3 << 20, "ring")) return 1;
+  if (check_late(rank, dev, world, s, 1000)) return 1;
+  if (check_late(rank, dev, world, s, (size_t)3 << 20)) return 1;
   weft_comm_destroy(world);
   printf("rank %d: ok\n", rank);
   return 0;
 }
 
 int main(int argc, char **argv) {
+  setenv("WEFT_WAIT_REPORT_S", "1", 1); /* read once per process, before any rank starts */
   return gpu_test_main(argc, argv, "test_dev_comm", rank_main, &share);
 }

@@ -151,6 +151,9 @@ typedef struct {
    * the count it awaited and the last it read (0, 0, 0 where not known): a flag short of the
    * operation's first step says the peer did none of it */
   uint64_t where, want, seen;
+  /* A wait note (weft_dev_launch_t.waiting): how long the wait had lasted when a waiting block
+   * last wrote it, written after the fields above; the host zeroes it once it said so. */
+  uint64_t waited_ns;
 } weft_dev_error_t;
 
 /* weft_dev_error_t.where of a wait on the in-place rounds' progress (weft_dev_launch_t.progress):
@@ -178,10 +181,13 @@ typedef struct {
   uint64_t *dseq;     /* private: per direct channel, direct operations so far */
   volatile int32_t *abort_flag; /* host-mapped; nonzero: give up */
   weft_dev_error_t *error;      /* host-mapped */
-  int32_t rank, nranks;         /* the communicator's (slots.self is this rank's slot) */
+  /* host-mapped: a wait past report_ns (WEFT_WAIT_REPORT_S; 0: never) notes itself here, again
+   * and again, for the host to say at WARN */
+  weft_dev_error_t *waiting;
+  int32_t rank, nranks; /* the communicator's (slots.self is this rank's slot) */
   uint32_t chunk_bytes, stages;
   uint32_t rounds, pad_; /* WEFT_P2P_ROUNDS: a channel's share in this many rounds (or more) */
-  uint64_t timeout_ns;
+  uint64_t timeout_ns, report_ns;
   int32_t nitems;
   int32_t coll_channels; /* collective channels with staging; send/recv sets follow them */
   weft_dev_item_t items[WEFT_DEV_MAX_ITEMS];
@@ -206,9 +212,9 @@ typedef struct {
   uint64_t ll128_off;   /* where the LL128 buffers start in each region */
   uint32_t ll128_lines; /* lines of each LL128 slot */
   volatile int32_t *abort_flag;
-  weft_dev_error_t *error;
-  uint64_t ll_off; /* where the LL buffers start in each region */
-  uint64_t timeout_ns;
+  weft_dev_error_t *error, *waiting; /* waiting: as weft_dev_launch_t's */
+  uint64_t ll_off;                   /* where the LL buffers start in each region */
+  uint64_t timeout_ns, report_ns;
   const void *send;
   void *recv;
   uint64_t count;       /* elements of each peer's payload */

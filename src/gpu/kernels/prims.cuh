@@ -36,6 +36,22 @@ __device__ inline uint64_t global_ns() {
   return t;
 }
 
+/* A wait past its report time says what it waits for, in host memory the heartbeat thread
+ * reads (weft_dev_launch_t.waiting): the fields, then how long so far. Blocks may overwrite
+ * each other's notes: the host reports whichever it finds. */
+__device__ inline void note_wait(weft_dev_error_t *w, int peer, int ch, uint32_t kind,
+                                 uint64_t where, uint64_t want, uint64_t seen, uint64_t waited) {
+  volatile weft_dev_error_t *v = w;
+  v->peer = peer;
+  v->channel = ch;
+  v->kind = kind;
+  v->where = where;
+  v->want = want;
+  v->seen = seen;
+  __threadfence_system();
+  v->waited_ns = waited;
+}
+
 /* One block's view of its channel. Peers are slots (weft_dev_slots_t): on up to
  * WEFT_DEV_MAX_RANKS ranks a rank's number is its slot, so the all-peer algorithms pass ranks;
  * the ring ones ask slot() for their neighbours'. */
@@ -62,6 +78,13 @@ struct Chan {
                                              L->chunk_bytes, seq);
   }
 
+  /* Where flag p lies for the host: a flag of the region, or (in-place rounds) this block's
+   * own sender's count in private memory: WEFT_DEV_WHERE_PROGRESS */
+  __device__ uint64_t where_of(const uint64_t *p, int peer) const {
+    const char *q = (const char *)p, *r = L->inbox[peer];
+    return q >= r && q < r + WEFT_DEV_STAGE_OFF ? (uint64_t)(q - r) : WEFT_DEV_WHERE_PROGRESS;
+  }
+
   /* Thread 0 waits for *p >= target; everyone learns the outcome. */
   __device__ bool wait_geq(const uint64_t *p, uint64_t target, int peer) const {
     if (threadIdx.x == 0 && !*bail) {
@@ -75,16 +98,14 @@ struct Chan {
           code = WEFT_DEV_ERR_ABORTED;
         else if (now - start > L->timeout_ns)
           code = WEFT_DEV_ERR_TIMEOUT;
+        else if (L->report_ns && now - start > L->report_ns)
+          note_wait(L->waiting, peer, ch, kind, where_of(p, peer), target, seen, now - start);
         if (code != WEFT_DEV_ERR_NONE) {
           if (code == WEFT_DEV_ERR_TIMEOUT && L->error->code == 0) {
             L->error->peer = peer;
             L->error->channel = ch;
             L->error->kind = kind;
-            /* a flag of the region, or (in-place rounds) this block's own sender's count in
-             * private memory: WEFT_DEV_WHERE_PROGRESS */
-            const char *q = (const char *)p, *r = L->inbox[peer];
-            L->error->where =
-                q >= r && q < r + WEFT_DEV_STAGE_OFF ? (uint64_t)(q - r) : WEFT_DEV_WHERE_PROGRESS;
+            L->error->where = where_of(p, peer);
             L->error->want = target;
             L->error->seen = seen;
             __threadfence_system();
@@ -307,7 +328,11 @@ __device__ inline bool ll_give_up(const weft_dev_ll_t &P, uint64_t *start, int s
                                   uint32_t kind) {
   uint64_t now = global_ns();
   if (!*start) *start = now;
-  if (!*P.abort_flag && now - *start <= P.timeout_ns) return false;
+  if (!*P.abort_flag && now - *start <= P.timeout_ns) {
+    if (P.report_ns && now - *start > P.report_ns)
+      note_wait(P.waiting, src, ch, kind, 0, 0, 0, now - *start);
+    return false;
+  }
   if (!*P.abort_flag && P.error->code == 0) {
     P.error->peer = src;
     P.error->channel = ch;
