@@ -89,37 +89,20 @@ typedef struct {
   _Atomic int64_t *t_kill; /* kill: when (launch_now_ms, one clock for all ranks) */
 } arg_t;
 
-/* After rank 1's abort: every proxy stopped on it, rank 1's and the others', and the others
- * were told rank 1 aborted (not that it is gone). Returns nonzero on a failure. */
-static int told_of_abort(weft_rproxy_t *px, int rank) {
+/* After rank 1 aborted (code WEFT_ERR_ABORTED) or its communicator failed: every proxy
+ * stopped on it, and the others' report holds want (not that rank 1 is gone; a failure's
+ * notice whole, its op too, whether from rank 1 or passed on by another). Returns nonzero on
+ * a failure. */
+static int told_of(weft_rproxy_t *px, int rank, weft_result_t code, const char *want) {
   int64_t t = launch_now_ms();
   while (weft_rproxy_status(px) == WEFT_SUCCESS && launch_now_ms() - t < 10000)
     usleep(1000);
   weft_result_t st = weft_rproxy_status(px);
   const char *msg = weft_get_last_error(NULL);
-  char want[48];
-  snprintf(want, sizeof want, "rank %d: rank 1 aborted the communicator", rank);
-  if (st != WEFT_ERR_ABORTED || (rank != 1 && strncmp(msg, want, strlen(want))))
-    return printf("test_rproxy: rank %d: after rank 1's abort the proxy says %d: %s\n", rank,
-                  (int)st, st ? msg : "running") != 0;
-  if (rank == 0) printf("test_rproxy: rank 0 told: %s\n", msg);
-  return 0;
-}
-
-/* After rank 1's communicator failed: every proxy stopped on it, and the others report rank 1's
- * notice whole, its op too, whether from rank 1 or passed on by another (the words carry a
- * byte that is not printable, made '?'). */
-static int told_of_failure(weft_rproxy_t *px, int rank) {
-  int64_t t = launch_now_ms();
-  while (weft_rproxy_status(px) == WEFT_SUCCESS && launch_now_ms() - t < 10000)
-    usleep(1000);
-  weft_result_t st = weft_rproxy_status(px);
-  const char *msg = weft_get_last_error(NULL);
-  if (st != WEFT_ERR_TIMEOUT ||
-      (rank != 1 && !strstr(msg, ": rank 1 timed out in op 7 waiting for a peer: rank 1: its "
-                                 "stand-in kernel waited ? too long")))
-    return printf("test_rproxy: rank %d: after rank 1's failure the proxy says %d: %s\n", rank,
-                  (int)st, st ? msg : "running") != 0;
+  if (st != code || (rank != 1 && !strstr(msg, want)))
+    return printf("test_rproxy: rank %d: after rank 1's %s the proxy says %d: %s\n", rank,
+                  code == WEFT_ERR_ABORTED ? "abort" : "failure", (int)st,
+                  st ? msg : "running") != 0;
   if (rank == 0) printf("test_rproxy: rank 0 told: %s\n", msg);
   return 0;
 }
@@ -250,9 +233,14 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   } else if (a->abort == KILL) {
     rc = saw_kill(px, a, rank, n);
   } else if (a->abort == FAIL) {
-    rc = told_of_failure(px, rank);
+    /* the words carry a byte that is not printable, made '?' */
+    rc = told_of(px, rank, WEFT_ERR_TIMEOUT,
+                 ": rank 1 timed out in op 7 waiting for a peer: rank 1: its stand-in kernel "
+                 "waited ? too long");
   } else if (a->abort) {
-    rc = told_of_abort(px, rank);
+    char want[48];
+    snprintf(want, sizeof want, "rank %d: rank 1 aborted the communicator", rank);
+    rc = told_of(px, rank, WEFT_ERR_ABORTED, want);
   } else {
     /* the last credits reach the peers before anyone stops (the ring is not the stream) */
     rc = bad || left;
