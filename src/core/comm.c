@@ -215,7 +215,7 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
       rc = weft_engines[e]->setup(c, config);
       if (rc == WEFT_SUCCESS) c->engine = weft_engines[e];
     }
-  if (rc == WEFT_SUCCESS && c->nlocal > 1) {
+  if (rc == WEFT_SUCCESS && (c->nlocal > 1 || c->engine->watch_always)) {
     int e = pthread_create(&c->hb_thread, NULL, heartbeat_main, c);
     if (e == 0)
       c->hb_started = 1;

@@ -18,6 +18,10 @@ typedef struct weft_task weft_task_t;
 typedef struct weft_engine {
   size_t size;
   const char *name;
+  /* The heartbeat thread runs for its communicators even with one rank on the host: watch
+   * is what finds their failures and long waits (a device kernel's, which no host thread
+   * waits on). */
+  int watch_always;
   /* Whether it serves communicators made with config (NULL: the defaults). The first engine
    * of weft_engines that does serves the communicator. */
   int (*serves)(const weft_config_t *config);

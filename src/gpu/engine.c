@@ -68,6 +68,7 @@ const weft_engine_t weft_engine_gpu = {
     .submit = gpu_submit,
     .submit_group = gpu_submit_group,
     .watch = weft_dev_watch,
+    .watch_always = 1,
     .cancel = weft_dev_abort,
     .memory = weft_dev_memory,
     .barrier_byte = gpu_barrier_byte,

@@ -41,22 +41,31 @@ static void say_wait(volatile const weft_dev_error_t *e, char *what, size_t wn, 
              (unsigned long long)e->seen, (unsigned long long)e->want);
 }
 
-/* A wait note becomes a WARN once per WEFT_WAIT_REPORT_S while kernels keep writing it. */
+/* A wait note becomes a WARN once per WEFT_WAIT_REPORT_S while kernels keep writing it. It is
+ * cleared at every look, so that one left by a wait that has ended is never said later;
+ * kernels still waiting write it again within the 100 ms between looks. */
 static void poll_wait(weft_comm_t c, struct weft_dev *d) {
   volatile weft_dev_error_t *w = d->err_h + 1;
   const uint64_t waited = w->waited_ns;
+  if (!waited) return;
+  weft_dev_error_t seen = {.peer = w->peer,
+                           .channel = w->channel,
+                           .kind = w->kind,
+                           .where = w->where,
+                           .want = w->want,
+                           .seen = w->seen};
+  w->waited_ns = 0;
   const int64_t period = weft_log_wait_report_ms(), now = weft_now_ms();
   int64_t said = atomic_load(&d->wait_said_ms);
-  if (!waited || period <= 0 || now - said < period ||
+  if (d->err_h[0].code != WEFT_DEV_ERR_NONE || period <= 0 || now - said < period ||
       !atomic_compare_exchange_strong(&d->wait_said_ms, &said, now))
-    return;
+    return; /* a failure is said instead; or said lately */
   char what[256], flag[96];
-  say_wait(w, what, sizeof what, flag, sizeof flag);
-  w->waited_ns = 0; /* kernels still waiting write it again */
+  say_wait(&seen, what, sizeof what, flag, sizeof flag);
   weft_log(WEFT_LOG_WARN | WEFT_LOG_FORCE, WEFT_SUB_COLL, __FILE__, __LINE__,
            "rank %d: %s has waited %.1f s for rank %d%s; it gives up at %.0f s (the "
            "communicator's timeout): that rank is late, hung, or called a different operation",
-           c->rank, what, (double)waited / 1e9, rank_of_slot(d, w->peer), flag,
+           c->rank, what, (double)waited / 1e9, rank_of_slot(d, seen.peer), flag,
            (double)c->timeout_ms / 1e3);
 }
 

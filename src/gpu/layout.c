@@ -52,7 +52,10 @@ void weft_dev_fill_launch(const struct weft_comm *c, struct weft_dev *d) {
   L->abort_flag = P->abort_flag = d->abort_d;
   L->error = P->error = d->err_d;
   L->waiting = P->waiting = d->err_d + 1;
-  L->report_ns = P->report_ns = (uint64_t)weft_log_wait_report_ms() * 1000000ull;
+  /* a report due at or past the timeout would never come (and its ns could overflow) */
+  int64_t report_ms = weft_log_wait_report_ms();
+  if (report_ms >= c->timeout_ms) report_ms = 0;
+  L->report_ns = P->report_ns = (uint64_t)report_ms * 1000000ull;
   L->rank = P->rank = c->rank;
   L->nranks = P->nranks = c->nranks;
   L->timeout_ns = P->timeout_ns = (uint64_t)c->timeout_ms * 1000000ull;

@@ -600,20 +600,21 @@ static int check_late(int rank, int dev, weft_comm_t world, cudaStream_t s, size
     dup2(saved, 2);
     close(saved);
   }
-  if (rc != WEFT_SUCCESS) FAIL("late peer: %s", weft_get_last_error(c));
-  if (rank == 0) {
-    char buf[8192] = "", *line;
+  if (rank == 0) { /* what it logged, shown where the case fails */
+    static char buf[1 << 16];
     FILE *f = fopen(path, "r");
     size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
     if (f) fclose(f);
     unlink(path);
     buf[got] = 0;
-    line = strstr(buf, "has waited");
-    if (!line || !strstr(line, "for rank 1")) FAIL("no wait report naming rank 1: %s", buf);
-    char *end = strchr(line, '\n');
+    char *line = strstr(buf, "has waited"), *end = line ? strchr(line, '\n') : NULL;
     if (end) *end = 0;
+    if (rc != WEFT_SUCCESS || !line || !strstr(line, "for rank 1"))
+      FAIL("late peer: %s; no wait report naming rank 1 in: %s",
+           rc ? weft_get_last_error(c) : "finished", buf);
     printf("rank 0: %zu floats, rank 1 late: ...%s\n", cnt, line);
   }
+  if (rc != WEFT_SUCCESS) FAIL("late peer: %s", weft_get_last_error(c));
   weft_barrier(world, NULL);
   weft_comm_destroy(c);
   cudaFree(d);
@@ -706,6 +707,14 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
 }
 
 int main(int argc, char **argv) {
-  setenv("WEFT_WAIT_REPORT_S", "1", 1); /* read once per process, before any rank starts */
+  /* read once per process, before any rank starts; the reports are COLL's, on stderr */
+  setenv("WEFT_WAIT_REPORT_S", "1", 1);
+  unsetenv("WEFT_DEBUG_FILE");
+  const char *sub = getenv("WEFT_DEBUG_SUBSYS");
+  if (sub) {
+    char all[256];
+    snprintf(all, sizeof all, "%s,COLL", sub);
+    setenv("WEFT_DEBUG_SUBSYS", all, 1);
+  }
   return gpu_test_main(argc, argv, "test_dev_comm", rank_main, &share);
 }

@@ -37,10 +37,14 @@ __device__ inline uint64_t global_ns() {
 }
 
 /* A wait past its report time says what it waits for, in host memory the heartbeat thread
- * reads (weft_dev_launch_t.waiting): the fields, then how long so far. Blocks may overwrite
- * each other's notes: the host reports whichever it finds. */
-__device__ inline void note_wait(weft_dev_error_t *w, int peer, int ch, uint32_t kind,
-                                 uint64_t where, uint64_t want, uint64_t seen, uint64_t waited) {
+ * reads every 100 ms (weft_dev_launch_t.waiting): the fields, then how long so far. Only in
+ * the first WEFT_NOTE_NS of each report period, so that waiting blocks do not keep writing host
+ * memory. Blocks may overwrite each other's notes: the host reports whichever it finds. */
+#define WEFT_NOTE_NS 250000000ull
+__device__ inline void note_wait(weft_dev_error_t *w, uint64_t report_ns, int peer, int ch,
+                                 uint32_t kind, uint64_t where, uint64_t want, uint64_t seen,
+                                 uint64_t waited) {
+  if (waited % report_ns >= WEFT_NOTE_NS) return;
   volatile weft_dev_error_t *v = w;
   v->peer = peer;
   v->channel = ch;
@@ -99,7 +103,8 @@ struct Chan {
         else if (now - start > L->timeout_ns)
           code = WEFT_DEV_ERR_TIMEOUT;
         else if (L->report_ns && now - start > L->report_ns)
-          note_wait(L->waiting, peer, ch, kind, where_of(p, peer), target, seen, now - start);
+          note_wait(L->waiting, L->report_ns, peer, ch, kind, where_of(p, peer), target, seen,
+                    now - start);
         if (code != WEFT_DEV_ERR_NONE) {
           if (code == WEFT_DEV_ERR_TIMEOUT && L->error->code == 0) {
             L->error->peer = peer;
@@ -330,7 +335,7 @@ __device__ inline bool ll_give_up(const weft_dev_ll_t &P, uint64_t *start, int s
   if (!*start) *start = now;
   if (!*P.abort_flag && now - *start <= P.timeout_ns) {
     if (P.report_ns && now - *start > P.report_ns)
-      note_wait(P.waiting, src, ch, kind, 0, 0, 0, now - *start);
+      note_wait(P.waiting, P.report_ns, src, ch, kind, 0, 0, 0, now - *start);
     return false;
   }
   if (!*P.abort_flag && P.error->code == 0) {
