@@ -128,7 +128,8 @@ weft_result_t weft_fail_check(weft_comm_t c);
  * the ring (the heartbeat thread watching a device communicator). */
 weft_result_t weft_fail_check_local(weft_comm_t c);
 /* A data connection to peer was lost and no notice explains it: the peer is dead, said as
- * weft_fail_check says it of a dead rank (detail, the transport's words, is logged at INFO). */
+ * weft_fail_check says it of a dead rank (detail, the transport's words, is logged at INFO),
+ * and the notice this rank sends names peer as its origin (unless one came first). */
 weft_result_t weft_fail_peer_gone(weft_comm_t c, int peer, const char *detail);
 /* A step with peer failed with rc: the root cause instead when there is one (what and seq
  * name the op). A peer's closed socket is often the echo of a failure it already announced,

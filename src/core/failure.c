@@ -94,6 +94,9 @@ weft_result_t weft_fail_check(weft_comm_t c) { return check(c, 1); }
 weft_result_t weft_fail_check_local(weft_comm_t c) { return check(c, 0); }
 
 weft_result_t weft_fail_peer_gone(weft_comm_t c, int peer, const char *detail) {
+  /* the notice the others get (over the ring, or relayed by a proxy) names the lost peer */
+  int none = -1;
+  atomic_compare_exchange_strong(&c->fail_origin, &none, peer);
   WEFT_INFO(WEFT_SUB_NET, "rank %d: rank %d lost: %s", c->rank, peer, detail);
   return weft_set_error(WEFT_ERR_PEER_LOST, "rank %d: " GONE, c->rank, peer,
                         weft_comm_host(c, peer));

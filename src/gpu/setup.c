@@ -85,9 +85,6 @@ static weft_result_t proxy_explain(void *ctx, weft_result_t rc, int peer) {
   if (rc != WEFT_ERR_PEER_LOST) return rc;
   char first[512];
   snprintf(first, sizeof first, "%s", weft_thread_error());
-  /* the notice the others get (relayed by the proxy, too) names the lost peer */
-  int none = -1;
-  atomic_compare_exchange_strong(&c->fail_origin, &none, peer);
   return weft_fail_peer_gone(c, peer, first);
 }
 /* Across hosts the proxy's streams carry the communicator's failure notices both ways. */

@@ -390,12 +390,7 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
       weft_result_t rc = run_sends(x, x->active[a], &moved);
       if (rc == WEFT_SUCCESS) rc = run_recvs(x, x->active[a], &moved);
       if (rc == WEFT_SUCCESS) continue;
-      rc = weft_fail_root_cause(c, rc, x->active[a], what, seq);
-      /* The notice the others get names the peer that was lost, not this rank. */
-      int none = -1;
-      if (rc == WEFT_ERR_PEER_LOST)
-        atomic_compare_exchange_strong(&c->fail_origin, &none, x->active[a]);
-      return rc;
+      return weft_fail_root_cause(c, rc, x->active[a], what, seq);
     }
     if (x->local_pos < x->nlocal) run_locals(x, &moved);
     if (moved) {

@@ -66,9 +66,6 @@ static weft_result_t explain_cb(void *ctx, weft_result_t rc, int peer) {
   if (rc != WEFT_ERR_PEER_LOST) return rc;
   char first[512];
   snprintf(first, sizeof first, "%s", weft_thread_error());
-  weft_comm_t c = ctx;
-  int none = -1;
-  atomic_compare_exchange_strong(&c->fail_origin, &none, peer);
   return weft_fail_peer_gone(ctx, peer, first);
 }
 /* ... and fails the communicator, which then has its proxy pass the notice on. */
