@@ -15,17 +15,17 @@ static weft_result_t check_ptr(struct weft_comm *c, const char *what, const void
 static weft_result_t gpu_setup(struct weft_comm *c, const weft_config_t *config) {
   CHECK(weft_dev_setup(c, config->device));
   struct weft_dev *d = dev_of(c);
-  d->view =
-      (weft_dev_view_t){.device = d->device,
-                        .host_staged = weft_ipc_host_staged(d->ipc) || weft_ipc_spans_hosts(d->ipc),
-                        .gpu_shared = weft_ipc_gpu_shared(d->ipc),
-                        .ring_only = !d->plan.slots.identity,
-                        .abort_flag = d->abort_d,
-                        .error = d->err_d,
-                        .timeout_ns = d->launch.timeout_ns,
-                        .moe_window_bytes = d->moe_window_bytes,
-                        .check_ptr = check_ptr,
-                        .window_peer = weft_window_peer};
+  d->view = (weft_dev_view_t){.device = d->device,
+                              .host_staged = weft_regions_host_staged(d->regions) ||
+                                             weft_regions_spans_hosts(d->regions),
+                              .gpu_shared = weft_regions_gpu_shared(d->regions),
+                              .ring_only = !d->plan.slots.identity,
+                              .abort_flag = d->abort_d,
+                              .error = d->err_d,
+                              .timeout_ns = d->launch.timeout_ns,
+                              .moe_window_bytes = d->moe_window_bytes,
+                              .check_ptr = check_ptr,
+                              .window_peer = weft_window_peer};
   return WEFT_SUCCESS;
 }
 
@@ -33,7 +33,8 @@ static weft_dev_view_t *gpu_device_view(struct weft_comm *c) { return &dev_of(c)
 
 static const char *gpu_peer_path(const struct weft_comm *c, int peer) {
   int s = weft_dev_slot_of(&dev_of(c)->plan.slots, peer);
-  return s >= 0 ? weft_ipc_pair(dev_of(c)->ipc, s) : "ring"; /* through the ring's neighbours */
+  /* a rank past the slots is reached through the ring's neighbours */
+  return s >= 0 ? weft_regions_pair(dev_of(c)->regions, s) : "ring";
 }
 
 static weft_result_t gpu_submit(struct weft_comm *c, weft_task_t *tasks, int ntasks,

@@ -11,8 +11,8 @@
 #include "dev.h"
 #include "dev_plan.h"
 #include "dev_view.h"
-#include "ipc.h"
 #include "op.h"
+#include "regions.h"
 #include "sharers.h"
 
 /* In CUDA code: a failed call returns WEFT_ERR_SYSTEM with what and CUDA's reason. */
@@ -25,7 +25,7 @@
 
 struct weft_dev {
   int device;
-  weft_ipc_t *ipc; /* every rank's staging region, mapped (cuda_ipc) */
+  weft_regions_t *regions; /* every rank's staging region, reached by a device transport */
   uint64_t *counters;
   int32_t *abort_h, *abort_d;
   weft_dev_error_t *err_h, *err_d; /* [0] the kernels' error, [1] their wait note */

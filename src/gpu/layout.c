@@ -42,8 +42,8 @@ void weft_dev_fill_launch(const struct weft_comm *c, struct weft_dev *d) {
   weft_dev_launch_t *L = &d->launch;
   weft_dev_ll_t *P = &d->ll;
   for (int s = 0; s < d->plan.slots.nslots; s++) {
-    L->region[s] = P->region[s] = weft_ipc_region(d->ipc, s);
-    L->inbox[s] = weft_ipc_inbox(d->ipc, s);
+    L->region[s] = P->region[s] = weft_regions_region(d->regions, s);
+    L->inbox[s] = weft_regions_inbox(d->regions, s);
   }
   L->slots = d->plan.slots;
   L->counters = d->counters;

@@ -1,5 +1,5 @@
 /* Device communicators' setup and teardown: every rank binds its GPU, reads the parameters,
- * agrees with the others, and maps every peer's staging region (cuda_ipc); destroy waits for
+ * agrees with the others, and sets up the staging regions (regions.h); destroy waits for
  * the kernels that may still write into the regions before they go. */
 #include <ctype.h>
 #include <stdio.h>
@@ -13,7 +13,7 @@
 #include "topo.h"
 #include "window.h"
 
-_Static_assert((int)WEFT_DEV_MAX_RANKS <= (int)WEFT_IPC_MAX_RANKS,
+_Static_assert((int)WEFT_DEV_MAX_RANKS <= (int)WEFT_REGIONS_MAX_SLOTS,
                "the mapping must hold every slot");
 
 /* Runs with c's device current, restoring the caller's afterwards. */
@@ -64,7 +64,7 @@ static void dev_release(weft_comm_t c, struct weft_dev *d) {
   weft_rproxy_stop(d->rproxy); /* before the regions it writes go, and its connections */
   for (int i = 0; i < d->nlinks; i++)
     c->tr[d->link_tr]->teardown(d->links[i]);
-  weft_ipc_unmap(d->ipc);
+  weft_regions_unmap(d->regions);
   weft_sharers_leave(d->sharers);
   if (d->counters) cudaFree(d->counters);
   if (d->abort_h) cudaFreeHost(d->abort_h);
@@ -133,8 +133,8 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
    * from an agreed step: what follows is collective) */
   uint8_t *reach = d->reach;
   for (int s = 0; s < sl->nslots; s++) {
-    remote[s] = (uint8_t)weft_ipc_remote(d->ipc, s);
-    region[s] = weft_ipc_host_region(d->ipc, s);
+    remote[s] = (uint8_t)weft_regions_remote(d->regions, s);
+    region[s] = weft_regions_host_region(d->regions, s);
     reach[sl->rank[s]] = remote[s];
   }
   int nlinks = (int)weft_param_get_int(WEFT_PARAM_PROXY_THREADS);
@@ -165,7 +165,7 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                            .slots = sl,
                            .remote = remote,
                            .region = region,
-                           .region_bytes = weft_ipc_bytes(d->ipc),
+                           .region_bytes = weft_regions_bytes(d->regions),
                            .chunk_bytes = d->chunk_bytes,
                            .stages = d->stages,
                            .coll_channels = d->plan.max_channels};
@@ -177,14 +177,14 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
   return WEFT_SUCCESS;
 }
 
-/* One INFO line: how this rank's kernels reach each rank they reach (weft_ipc_pair). */
+/* One INFO line: how this rank's kernels reach each rank they reach (weft_regions_pair). */
 static void log_pairs(const struct weft_comm *c, const struct weft_dev *d) {
   const weft_dev_slots_t *sl = &d->plan.slots;
   char line[512];
   int n = 0;
   for (int s = 0; s < sl->nslots && n < (int)sizeof line; s++)
     n += snprintf(line + n, sizeof line - (size_t)n, "%s%d %s", s ? ", " : "", (int)sl->rank[s],
-                  weft_ipc_pair(d->ipc, s));
+                  weft_regions_pair(d->regions, s));
   WEFT_INFO(WEFT_SUB_INIT, "rank %d: reaches rank %s%s", c->rank, line,
             sl->identity ? ""
                          : " (its ring neighbours: the communicator has more ranks than "
@@ -218,9 +218,10 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
                        weft_dev_region_bytes(d, c->nranks, 0),
                        weft_dev_region_bytes(&h, c->nranks, 0)};
     const weft_dev_slots_t *sl = &d->plan.slots;
-    rc = weft_ipc_map(c->boot, c->nranks, sl->rank, sl->nslots, sl->self, device, bytes,
-                      weft_param_get_int(WEFT_PARAM_P2P_DISABLE) != 0, c->local_rank, &d->ipc);
-    if (rc == WEFT_SUCCESS && weft_ipc_host_staged(d->ipc)) weft_dev_host_sizing(d);
+    rc = weft_regions_map(c->boot, c->nranks, sl->rank, sl->nslots, sl->self, device, bytes,
+                          weft_param_get_int(WEFT_PARAM_P2P_DISABLE) != 0, c->local_rank,
+                          &d->regions);
+    if (rc == WEFT_SUCCESS && weft_regions_host_staged(d->regions)) weft_dev_host_sizing(d);
   }
   weft_dev_leave(device, saved);
   if (rc != WEFT_SUCCESS) {
@@ -228,9 +229,9 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
     return rc;
   }
   /* The 128-byte kernel trusts a warp's 128-byte store to land whole: NVLink between two GPUs
-   * does that; PCIe, host memory and ranks on one GPU (weft_ipc_nvlink is 0 for all) are not known
-   * to. The region was sized without its buffers there. */
-  if ((d->ll128_max[0] || d->ll128_max[1]) && !weft_ipc_nvlink(d->ipc)) {
+   * does that; PCIe, host memory and ranks on one GPU (weft_regions_nvlink is 0 for all) are not
+   * known to. The region was sized without its buffers there. */
+  if ((d->ll128_max[0] || d->ll128_max[1]) && !weft_regions_nvlink(d->regions)) {
     WEFT_INFO(WEFT_SUB_INIT,
               "rank %d: the 128-byte low-latency kernel is off: some pair of ranks is not on two "
               "GPUs joined by NVLink",
@@ -242,7 +243,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   d->ce_min =
       (uint64_t)weft_dev_ce_min(weft_param_get_str(WEFT_PARAM_CE_MIN_BYTES), c->nranks, shared);
   weft_dev_budget_log(c, d);
-  if (shared && weft_ipc_gpu_shared(d->ipc)) {
+  if (shared && weft_regions_gpu_shared(d->regions)) {
     if (c->rank == 0 && !weft_dev_mps(device))
       WEFT_WARN(WEFT_SUB_INIT,
                 "several ranks of this communicator share a GPU without MPS: CUDA time-slices "
@@ -268,8 +269,8 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   c->engine_state = d;
   WEFT_INFO(WEFT_SUB_INIT,
             "rank %d: device %d, %zu bytes of staging in %s memory, chunk %u x %u stages", c->rank,
-            device, weft_ipc_bytes(d->ipc), weft_ipc_host_staged(d->ipc) ? "host" : "device",
-            d->chunk_bytes, d->stages);
+            device, weft_regions_bytes(d->regions),
+            weft_regions_host_staged(d->regions) ? "host" : "device", d->chunk_bytes, d->stages);
   log_pairs(c, d);
   return WEFT_SUCCESS;
 }
@@ -289,8 +290,8 @@ void weft_dev_free(weft_comm_t c) {
   pthread_mutex_unlock(&c->mu);
   /* (across hosts every rank meets there: ranks alone on their host opened no handle, and
    * the proxy's barriers below must pair up alike on every rank) */
-  int opened = weft_ipc_drain(d->ipc);
-  if ((opened || weft_ipc_spans_hosts(d->ipc)) && healthy && c->boot)
+  int opened = weft_regions_drain(d->regions);
+  if ((opened || weft_regions_spans_hosts(d->regions)) && healthy && c->boot)
     weft_bootstrap_barrier(c->boot);
   /* Across hosts a peer's kernels may still wait for chunks our proxy has yet to carry: it
    * runs on until every rank's kernels are done, and every proxy stops before any socket
@@ -308,5 +309,6 @@ void weft_dev_free(weft_comm_t c) {
 
 size_t weft_dev_memory(const struct weft_comm *c) {
   const struct weft_dev *d = dev_of(c);
-  return (weft_ipc_host_staged(d->ipc) ? 0 : weft_ipc_bytes(d->ipc)) + weft_dev_private_bytes();
+  return (weft_regions_host_staged(d->regions) ? 0 : weft_regions_bytes(d->regions)) +
+         weft_dev_private_bytes();
 }

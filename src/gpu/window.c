@@ -87,13 +87,13 @@ static void unmap_window(struct weft_window *w) {
 }
 
 /* Maps every peer's buffer; 0 (with the error set) where one does not open. */
-static int map_window(weft_comm_t c, const weft_ipc_t *ipc, const wcard_t *cards,
+static int map_window(weft_comm_t c, const weft_regions_t *rg, const wcard_t *cards,
                       struct weft_window *w) {
   /* a rank is its slot here: windows exist only up to WEFT_DEV_MAX_RANKS (slots.h) */
   for (int p = 0; p < c->nranks; p++) {
     if (p == c->rank) {
       w->peer[p] = w->buf;
-    } else if (weft_ipc_local_device(ipc, p) >=
+    } else if (weft_regions_local_device(rg, p) >=
                0) { /* same process: its pointer, peer access is on */
       w->peer[p] = (char *)(uintptr_t)(cards[p].base + cards[p].offset);
     } else {
@@ -117,11 +117,11 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
   if (win) *win = NULL;
   if (!c || !win)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_register: NULL argument");
-  const weft_ipc_t *ipc = c->engine == &weft_engine_gpu ? dev_of(c)->ipc : NULL;
-  if (!ipc)
+  const weft_regions_t *rg = c->engine == &weft_engine_gpu ? dev_of(c)->regions : NULL;
+  if (!rg)
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
                           "weft_window_register: windows need a device communicator");
-  if (weft_ipc_host_staged(ipc) || weft_ipc_spans_hosts(ipc))
+  if (weft_regions_host_staged(rg) || weft_regions_spans_hosts(rg))
     return weft_set_error(WEFT_ERR_UNSUPPORTED,
                           "weft_window_register: this communicator stages through host memory "
                           "(its GPUs cannot map each other, or it spans hosts), so it has no "
@@ -135,9 +135,9 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_window_register: buffer %p of %zu bytes", buf,
                           bytes);
   int saved = -1;
-  if (cudaGetDevice(&saved) != cudaSuccess || cudaSetDevice(weft_ipc_device(ipc)) != cudaSuccess)
+  if (cudaGetDevice(&saved) != cudaSuccess || cudaSetDevice(weft_regions_device(rg)) != cudaSuccess)
     return weft_set_error(WEFT_ERR_SYSTEM, "weft_window_register: cannot make GPU %d current",
-                          weft_ipc_device(ipc));
+                          weft_regions_device(rg));
   weft_result_t rc = WEFT_SUCCESS;
   struct weft_window *w = NULL;
   wcard_t *cards = calloc((size_t)c->nranks, sizeof *cards);
@@ -151,12 +151,12 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
   weft_result_t mine = WEFT_SUCCESS;
   char why[256] = "";
   if (cudaPointerGetAttributes(&a, buf) != cudaSuccess || a.type != cudaMemoryTypeDevice ||
-      a.device != weft_ipc_device(ipc)) {
+      a.device != weft_regions_device(rg)) {
     cudaGetLastError();
     mine = weft_set_error(WEFT_ERR_INVALID_ARG,
                           "weft_window_register: %p is not device memory of this communicator's "
                           "GPU %d",
-                          buf, weft_ipc_device(ipc));
+                          buf, weft_regions_device(rg));
   } else if ((mine = alloc_range(buf, &base, &size)) == WEFT_SUCCESS &&
              (char *)buf + bytes > base + size) {
     mine = weft_set_error(WEFT_ERR_INVALID_ARG,
@@ -199,7 +199,7 @@ weft_result_t weft_window_register(weft_comm_t c, void *buf, size_t bytes, weft_
   w->pages = 1;
   for (int p = 0; p < c->nranks; p++)
     w->pages &= cards[p].alloc % WEFT_WINDOW_PAGE == 0;
-  ok[c->rank] = map_window(c, ipc, cards, w);
+  ok[c->rank] = map_window(c, rg, cards, w);
   if (!ok[c->rank]) snprintf(why, sizeof why, "%s", weft_thread_error());
   CHECK_GOTO(weft_bootstrap_allgather(c->boot, ok, sizeof *ok), rc, out);
   for (int p = 0; p < c->nranks; p++)
