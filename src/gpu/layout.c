@@ -27,10 +27,18 @@ static size_t ll128_offset(const struct weft_dev *d, int nranks) {
   return (end + WEFT_DEV_LL128_LINE_BYTES - 1) / WEFT_DEV_LL128_LINE_BYTES *
          WEFT_DEV_LL128_LINE_BYTES;
 }
+/* Across hosts the small kernel's posted counts (WEFT_DEV_LL_POST_OFF) lie where the 128-byte
+ * kernel's buffers would, since it never runs there. */
+static size_t ll_post_offset(const struct weft_dev *d, int nranks) {
+  return ll128_offset(d, nranks);
+}
 /* with_ll128: the 128-byte kernel's buffers too */
 size_t weft_dev_region_bytes(const struct weft_dev *d, int nranks, int with_ll128) {
-  /* across hosts no low-latency kernel runs: their buffers would only pin host memory */
+  /* no low-latency kernel (past 8 ranks): their buffers would only take memory */
   if (!d->ll_max && !with_ll128) return ll_offset(d);
+  if (d->net)
+    return ll_post_offset(d, nranks) +
+           WEFT_DEV_LL_POST_OFF(WEFT_DEV_LL_CHANNELS, 0, 0, nranks > 1 ? nranks : 2);
   return ll128_offset(d, nranks) + (with_ll128 ? weft_dev_ll128_bytes(nranks) : 0);
 }
 
@@ -67,4 +75,17 @@ void weft_dev_fill_launch(const struct weft_comm *c, struct weft_dev *d) {
   P->ll_off = ll_offset(d);
   P->ll128_off = ll128_offset(d, c->nranks);
   P->ll128_lines = weft_dev_ll128_lines(c->nranks);
+  /* the small kernel across hosts reads each rank's lines from its inbox, and posts its own
+   * for the proxy of each remote rank */
+  P->remote = 0, P->post_off = 0;
+  for (int s = 0; s < d->plan.slots.nslots; s++) {
+    P->inbox[s] = L->inbox[s];
+    if (d->net && d->ll_max && weft_regions_remote(d->regions, s)) P->remote |= 1u << s;
+  }
+  if (P->remote) P->post_off = ll_post_offset(d, c->nranks);
 }
+/* Where the proxy follows the small kernel's posts (0: it does not run across hosts). */
+uint64_t weft_dev_ll_post_off(const struct weft_comm *c, const struct weft_dev *d) {
+  return d->ll.remote ? ll_post_offset(d, c->nranks) : 0;
+}
+uint64_t weft_dev_ll_off_bytes(const struct weft_dev *d) { return ll_offset(d); }

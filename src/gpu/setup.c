@@ -168,7 +168,10 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                            .region_bytes = weft_regions_bytes(d->regions),
                            .chunk_bytes = d->chunk_bytes,
                            .stages = d->stages,
-                           .coll_channels = d->plan.max_channels};
+                           .coll_channels = d->plan.max_channels,
+                           .ll_off = weft_dev_ll_off_bytes(d),
+                           .ll_post_off = weft_dev_ll_post_off(c, d),
+                           .ll_channels = d->ll_channels};
   CHECK(weft_rproxy_start(&in, &d->rproxy));
   WEFT_INFO(WEFT_SUB_INIT,
             "rank %d: %d of %d ranks on other hosts, reached by the proxy over tcp (%d threads, "

@@ -1,6 +1,7 @@
 /* The region proxy (region.h). Each frame names where it lands in the receiving rank's own
- * region: a chunk (bytes at a staging slot, then the ready flag it raises) or a flag alone (a
- * done credit); or it is a failure notice, the last frame on a stream (the sender's
+ * region: a chunk (bytes at a staging slot, then the ready flag it raises), a flag alone (a
+ * done credit) or a block of the small kernel's lines (their flags inside); or it is a failure
+ * notice, the last frame on a stream (the sender's
  * communicator failed or was aborted). A chunk carries the length its
  * kernel wrote beside the flag, not the whole slot. Chunks go in order per channel; credits go
  * first. The pending credits and one chunk leave as one batch (one send), and the receiver reads
@@ -25,6 +26,7 @@ enum {
   CHUNK = 1,
   FLAG = 2,
   NOTICE = 3,
+  LINES = 4, /* flag_off: channel * 2 + parity; value: the operation's seq */
   MAX_WATCH = WEFT_DEV_COLL_CHANNELS + WEFT_DEV_P2P_CHANNELS
 };
 /* A batch: a credit per watched channel at most, then one chunk. Read-ahead: a few frame
@@ -49,8 +51,10 @@ typedef struct {
   int rbody; /* the payload of rf is coming in */
   frame_t rf;
   uint32_t rgot;
-  char note[WEFT_NOTICE_TEXT]; /* a notice's text, coming in */
-  int heard;                   /* its notice came: the stream ends there */
+  char note[WEFT_NOTICE_TEXT];                   /* a notice's text, coming in */
+  int heard;                                     /* its notice came: the stream ends there */
+  uint64_t lines_sent[WEFT_DEV_LL_CHANNELS][2];  /* per channel and parity: the seq carried */
+  uint64_t lines_in[WEFT_DEV_LL_SLOT_BYTES / 8]; /* a block of lines, coming in */
 } peer_t;
 
 /* One thread and its connections: the channels it carries, and its state with each peer. */
@@ -59,6 +63,8 @@ typedef struct {
   weft_proxy_link_t link; /* the proxy's, on this worker's connections */
   int watch[MAX_WATCH], nwatch;
   uint8_t mine[WEFT_DEV_MAX_CHANNELS]; /* the channels dealt to this worker */
+  int llw[WEFT_DEV_LL_CHANNELS], nllw; /* ... and the small kernel's */
+  uint8_t llmine[WEFT_DEV_LL_CHANNELS];
   peer_t *peers;
   weft_pump_t pump;
 } worker_t;
@@ -85,6 +91,35 @@ static uint64_t load(const char *region, uint64_t off) {
   return __atomic_load_n((const uint64_t *)(region + off), __ATOMIC_ACQUIRE);
 }
 
+/* The small kernel's place for rank `from` in rank to's region: among to's n - 1 others. */
+static int ll_idx(int from, int to) { return from < to ? from : from - 1; }
+
+/* The next block of the small kernel's lines this rank posted in peer's mirror, if any: a
+ * frame of them (channels and parities in turn). */
+static int next_lines(worker_t *W, int peer, peer_t *q) {
+  const weft_rproxy_t *P = W->P;
+  const char *m = P->in.region[peer];
+  const int n = P->in.link.nranks, idx = ll_idx(P->in.link.rank, P->slots.rank[peer]);
+  for (int j = 0; j < W->nllw; j++) {
+    int ch = W->llw[j];
+    for (int par = 0; par < 2; par++) {
+      uint64_t po = P->in.ll_post_off + WEFT_DEV_LL_POST_OFF(ch, par, idx, n), v = load(m, po);
+      if (v <= q->lines_sent[ch][par]) continue;
+      /* read after the seq (acquire), written before it */
+      uint64_t lines = __atomic_load_n((const uint64_t *)(m + po + 8), __ATOMIC_RELAXED);
+      if (!lines || lines > WEFT_DEV_LL_SLOT_BYTES / 16) lines = WEFT_DEV_LL_SLOT_BYTES / 16;
+      q->lines_sent[ch][par] = v;
+      q->out[q->nout++] = (frame_t){.off = P->in.ll_off + WEFT_DEV_LL_OFF(ch, par, idx, n),
+                                    .flag_off = (uint64_t)ch * 2 + (uint64_t)par,
+                                    .value = v,
+                                    .bytes = (uint32_t)(lines * 16),
+                                    .kind = LINES};
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* The next batch for peer, from the flags this rank's kernels raised in its mirror and not yet
  * carried: every new credit, then one chunk (channels in turn). Returns its frames. */
 static int next_batch(worker_t *W, int peer, peer_t *q) {
@@ -99,6 +134,7 @@ static int next_batch(worker_t *W, int peer, peer_t *q) {
       q->out[q->nout++] = (frame_t){.flag_off = off, .value = v, .kind = FLAG};
     }
   }
+  if (W->nllw && next_lines(W, peer, q)) return q->nout; /* small operations go first */
   for (int j = 0; j < W->nwatch; j++) {
     int i = (q->scan + j) % W->nwatch, ch = W->watch[i];
     uint64_t off = WEFT_DEV_READY_OFF(ch, me), s = q->ready_sent[i];
@@ -124,7 +160,7 @@ static int next_batch(worker_t *W, int peer, peer_t *q) {
 /* The batch's headers, then its chunk (if any) straight from the mirror's slot: one message. */
 static size_t batch_bytes(const peer_t *q, size_t *body) {
   const frame_t *last = &q->out[q->nout - 1];
-  *body = last->kind == CHUNK ? last->bytes : 0;
+  *body = last->kind == CHUNK || last->kind == LINES ? last->bytes : 0;
   return sizeof(frame_t) * (size_t)q->nout;
 }
 
@@ -153,6 +189,18 @@ static int watched(const worker_t *W, uint64_t ch) {
   return ch < WEFT_DEV_MAX_CHANNELS && W->mine[ch];
 }
 
+/* A block of lines: exactly where the peer's lines on a channel of this worker lie in this
+ * rank's region, whole lines, at most a slot. */
+static int lines_fit(const worker_t *W, int peer, const frame_t *f) {
+  const weft_rproxy_t *P = W->P;
+  uint64_t ch = f->flag_off / 2, par = f->flag_off % 2;
+  int idx = ll_idx(P->slots.rank[peer], P->in.link.rank);
+  return P->in.ll_post_off && ch < WEFT_DEV_LL_CHANNELS && W->llmine[ch] && f->value >= 1 &&
+         (f->value & 1) == par && f->bytes >= 16 && f->bytes <= WEFT_DEV_LL_SLOT_BYTES &&
+         f->bytes % 16 == 0 &&
+         f->off == P->in.ll_off + WEFT_DEV_LL_OFF(ch, par, idx, P->in.link.nranks);
+}
+
 /* Whether f is what peer may send: a chunk exactly where its next chunk on a watched channel
  * lies, raising its own ready flag; or a credit of its own (a done flag). */
 static weft_result_t check_frame(const worker_t *W, int peer, const frame_t *f) {
@@ -160,9 +208,10 @@ static weft_result_t check_frame(const worker_t *W, int peer, const frame_t *f) 
   if (f->kind == NOTICE && f->bytes < WEFT_NOTICE_TEXT && f->off < (uint64_t)P->in.link.nranks &&
       f->flag_off >= 1 && f->flag_off <= WEFT_ERR_IN_PROGRESS)
     return WEFT_SUCCESS;
+  if (f->kind == LINES && lines_fit(W, peer, f)) return WEFT_SUCCESS;
   uint64_t idx = f->flag_off / WEFT_DEV_FLAG_STRIDE,
            done0 = WEFT_DEV_DONE_OFF(0, 0) / WEFT_DEV_FLAG_STRIDE, ch;
-  int ok = f->flag_off % WEFT_DEV_FLAG_STRIDE == 0;
+  int ok = f->flag_off % WEFT_DEV_FLAG_STRIDE == 0 && f->kind != LINES;
   if (f->kind == CHUNK) {
     ch = idx / WEFT_DEV_MAX_RANKS;
     ok = ok && idx < done0 && idx % WEFT_DEV_MAX_RANKS == (uint64_t)peer && watched(W, ch) &&
@@ -228,7 +277,9 @@ static weft_result_t recv_frames(worker_t *W, int peer, peer_t *q, int *moved) {
       CHECK(check_frame(W, peer, &q->rf));
       q->rbody = 1, q->rgot = 0;
     }
-    char *dst = q->rf.kind == NOTICE ? q->note : own + q->rf.off;
+    char *dst = q->rf.kind == NOTICE  ? q->note
+                : q->rf.kind == LINES ? (char *)q->lines_in
+                                      : own + q->rf.off;
     uint32_t ahead = q->rx_len - q->rx_pos; /* the payload read ahead, then the stream's */
     if (ahead > q->rf.bytes - q->rgot) ahead = q->rf.bytes - q->rgot;
     if (ahead) {
@@ -243,6 +294,14 @@ static weft_result_t recv_frames(worker_t *W, int peer, peer_t *q, int *moved) {
     }
     q->rbody = 0;
     if (q->rf.kind == NOTICE) return heard(W, peer, q);
+    if (q->rf.kind == LINES) { /* whole 8-byte words: the kernel polls each for its flag */
+      uint64_t *to = (uint64_t *)(own + q->rf.off);
+      for (uint32_t i = 0; i < q->rf.bytes / 8; i++)
+        __atomic_store_n(&to[i], q->lines_in[i], __ATOMIC_RELAXED);
+      atomic_fetch_add(&W->pump.received, 1);
+      *moved = 1;
+      continue;
+    }
     /* the chunk's bytes before its flag (release): the kernel reads them after seeing it */
     __atomic_store_n((uint64_t *)(own + q->rf.flag_off), q->rf.value, __ATOMIC_RELEASE);
     atomic_fetch_add(&W->pump.received, 1);
@@ -358,6 +417,16 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
   uint64_t chans = (uint64_t)in->coll_channels + WEFT_DEV_P2P_CHANNELS;
   uint64_t need =
       WEFT_DEV_STAGE_OFF + chans * (uint64_t)sl->nsrc * in->stages * (uint64_t)in->chunk_bytes;
+  if (in->ll_post_off) {
+    int n = in->link.nranks;
+    uint64_t lines_end = in->ll_off + WEFT_DEV_LL_OFF(in->ll_channels, 0, 0, n),
+             posts_end = in->ll_post_off + WEFT_DEV_LL_POST_OFF(in->ll_channels, 0, 0, n);
+    if (!sl->identity || in->ll_channels < 1 || in->ll_channels > WEFT_DEV_LL_CHANNELS ||
+        in->ll_off < need || in->ll_post_off % 8 || in->ll_off % 16)
+      return weft_set_error(WEFT_ERR_INVALID_ARG, "proxy: invalid low-latency layout");
+    if (lines_end > need) need = lines_end;
+    if (posts_end > need) need = posts_end;
+  }
   if (need > in->region_bytes)
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "proxy: regions of %zu bytes cannot hold the staging (%llu bytes)",
@@ -385,6 +454,10 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
     for (int i = w; i < nall; i += nlinks) {
       W->watch[W->nwatch++] = all[i];
       W->mine[all[i]] = 1;
+    }
+    for (int ch = w; in->ll_post_off && ch < in->ll_channels; ch += nlinks) {
+      W->llw[W->nllw++] = ch;
+      W->llmine[ch] = 1;
     }
     W->peers = calloc((size_t)sl->nslots, sizeof *W->peers);
     if (!W->peers) {

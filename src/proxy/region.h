@@ -35,6 +35,13 @@ typedef struct {
   size_t region_bytes;
   uint32_t chunk_bytes, stages;
   int coll_channels; /* collective channels with staging (the send/recv sets follow them) */
+  /* The small low-latency kernel (dev.h's weft_dev_ll_t; every rank in the slot of its number):
+   * where its buffers and its posted counts start in a region, and the channels it runs on.
+   * ll_post_off 0: it does not run across hosts. A block's lines go as one frame once its
+   * count is posted, and land in the receiver's region 8 bytes at a time (each 8 bytes carry
+   * their own flag, so they need no order, only whole words). */
+  uint64_t ll_off, ll_post_off;
+  int ll_channels;
 } weft_rproxy_init_t;
 
 typedef struct weft_rproxy weft_rproxy_t;

@@ -7,7 +7,12 @@
  * and chunk where the peer's table says. Every rank sends K chunks to every peer on
  * collective and send/recv channels, each of its own length (written beside the flag, as the
  * kernels do; the slot is filled whole) and every byte and every credit is checked, and that
- * no more than the length travelled. With LINKS > 1 the proxy runs that many workers, each on
+ * no more than the length travelled. Up to 8 ranks the stand-in also runs the small low-latency
+ * kernel's protocol (ll.cu) on LLCH channels: each operation writes a block of lines (8 bytes
+ * of data, each 4 with a copy of the operation's seq) into every peer's region, posts their
+ * count and seq beside them, and polls its own region for every peer's block, which it checks
+ * word by word, that none came past its count, and that its parity buffer is reused only as
+ * the kernel would. With LINKS > 1 the proxy runs that many workers, each on
  * connections of its own (weft_comm_transport_again), the channels dealt among them. With
  * "abort", rank 1 aborts its communicator a quarter of the way through: its proxy tells the
  * others, whose proxies must fail saying rank 1 aborted (not that it is gone). With
@@ -38,7 +43,8 @@
 #include "region.h"
 #include "slots.h"
 
-enum { COLL = 3, STAGES = 4, CHUNK = 8192, MAXR = 16, MAXS = WEFT_DEV_MAX_RANKS };
+enum { COLL = 3, STAGES = 4, CHUNK = 8192, MAXR = 16, MAXS = WEFT_DEV_MAX_RANKS, LLCH = 3 };
+enum { SLOT_LINES = WEFT_DEV_LL_SLOT_BYTES / 16 };
 static const int CHANS[] = {0, 1, 2, WEFT_DEV_COLL_CHANNELS, WEFT_DEV_COLL_CHANNELS + 5};
 enum { NCH = sizeof CHANS / sizeof CHANS[0] };
 
@@ -60,6 +66,79 @@ static uint32_t len_of(int src, int dst, int ch, uint64_t seq) {
   uint32_t h = (uint32_t)(src * 7919 + dst * 104729 + ch * 31 + seq * 2654435761u);
   return h % 4 == 0 ? CHUNK : 1 + (h >> 3) % CHUNK;
 }
+/* The small kernel's lines: how many op seq of src carries on ch, and the word i of each. */
+static uint32_t lines_of(int src, int ch, uint64_t seq) {
+  uint32_t h = (uint32_t)(src * 131 + ch * 17 + seq * 2654435761u);
+  return h % 3 == 0 ? SLOT_LINES : 1 + (h >> 4) % SLOT_LINES;
+}
+static uint64_t line_word(int src, int dst, int ch, uint64_t seq, uint32_t i, int half) {
+  uint32_t data = (uint32_t)(src * 0x9e3779b9u + dst * 7 + ch * 31 + seq * 104729 + i * 2 + half);
+  return (uint64_t)data | (uint64_t)(uint32_t)seq << 32;
+}
+static int ll_idx(int from, int to) { return from < to ? from : from - 1; }
+
+/* One step of the small kernel's stand-in on channel ch: post op llop + 1 to every peer if not
+ * yet, then take each peer's block of it where whole; the op ends when every peer's came.
+ * Returns 1 when the op ended, -1 on a wrong word (said), else 0. */
+typedef struct {
+  uint64_t op;       /* ops done */
+  int posted;        /* op + 1 posted */
+  uint8_t got[MAXR]; /* op + 1's block came from that rank */
+} llch_t;
+static int ll_step(llch_t *s, int ch, int rank, int n, char *const *region, uint64_t ll_off,
+                   uint64_t post_off) {
+  const uint64_t seq = s->op + 1;
+  const int par = (int)(seq & 1);
+  char *own = region[rank];
+  if (!s->posted) {
+    for (int p = 0; p < n; p++) {
+      if (p == rank) continue;
+      uint64_t *dst =
+          (uint64_t *)(region[p] + ll_off + WEFT_DEV_LL_OFF(ch, par, ll_idx(rank, p), n));
+      uint32_t lines = lines_of(rank, ch, seq);
+      for (uint32_t i = 0; i < 2 * lines; i++)
+        __atomic_store_n(&dst[i], line_word(rank, p, ch, seq, i / 2, i % 2), __ATOMIC_RELAXED);
+      uint64_t po = post_off + WEFT_DEV_LL_POST_OFF(ch, par, ll_idx(rank, p), n);
+      __atomic_store_n((uint64_t *)(region[p] + po + 8), lines, __ATOMIC_RELAXED);
+      st(region[p], po, seq);
+    }
+    s->posted = 1;
+  }
+  int all = 1;
+  for (int p = 0; p < n; p++) {
+    if (p == rank || s->got[p]) continue;
+    const uint64_t *w =
+        (const uint64_t *)(own + ll_off + WEFT_DEV_LL_OFF(ch, par, ll_idx(p, rank), n));
+    uint32_t lines = lines_of(p, ch, seq), i;
+    for (i = 0; i < 2 * lines; i++)
+      if (__atomic_load_n(&w[i], __ATOMIC_RELAXED) >> 32 != (uint32_t)seq) break;
+    if (i < 2 * lines) {
+      all = 0;
+      continue;
+    }
+    for (i = 0; i < 2 * lines; i++) {
+      uint64_t v = __atomic_load_n(&w[i], __ATOMIC_RELAXED);
+      if (v != line_word(p, rank, ch, seq, i / 2, i % 2))
+        return printf("test_rproxy: rank %d: op %llu of the small kernel from rank %d on channel "
+                      "%d: word %u is %#llx, want %#llx\n",
+                      rank, (unsigned long long)seq, p, ch, i, (unsigned long long)v,
+                      (unsigned long long)line_word(p, rank, ch, seq, i / 2, i % 2)),
+               -1;
+    }
+    if (lines < SLOT_LINES &&
+        __atomic_load_n(&w[2 * lines], __ATOMIC_RELAXED) >> 32 == (uint32_t)seq)
+      return printf("test_rproxy: rank %d: op %llu from rank %d on channel %d: lines past its "
+                    "%u came too\n",
+                    rank, (unsigned long long)seq, p, ch, lines),
+             -1;
+    s->got[p] = 1;
+  }
+  if (!all) return 0;
+  memset(s->got, 0, sizeof s->got);
+  s->op++, s->posted = 0;
+  return 1;
+}
+
 /* As the device engine explains (src/gpu/setup.c): no transport checks, whose state is the
  * heartbeat thread's, since several workers may explain at once. */
 static weft_result_t explain_cb(void *ctx, weft_result_t rc, int peer) {
@@ -144,6 +223,10 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
       return printf("test_rproxy: rank %d: links: %s\n", rank, weft_get_last_error(NULL)), 1;
   size_t bytes =
       WEFT_DEV_STAGE_OFF + (size_t)(COLL + WEFT_DEV_P2P_CHANNELS) * sl.nsrc * STAGES * CHUNK;
+  /* the small kernel's lines and posts after the staging, up to 8 ranks (slots are ranks) */
+  const int ll = sl.identity;
+  const uint64_t ll_off = bytes, post_off = ll_off + WEFT_DEV_LL_OFF(LLCH, 0, 0, n);
+  if (ll) bytes = post_off + WEFT_DEV_LL_POST_OFF(LLCH, 0, 0, n);
   char *region[MAXS];
   uint8_t remote[MAXS];
   for (int s = 0; s < ns; s++) {
@@ -167,12 +250,16 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
                            .region_bytes = bytes,
                            .chunk_bytes = CHUNK,
                            .stages = STAGES,
-                           .coll_channels = COLL};
+                           .coll_channels = COLL,
+                           .ll_off = ll ? ll_off : 0,
+                           .ll_post_off = ll ? post_off : 0,
+                           .ll_channels = ll ? LLCH : 0};
   weft_rproxy_t *px = NULL;
   if (weft_rproxy_start(&in, &px) != WEFT_SUCCESS)
     return printf("test_rproxy: rank %d: %s\n", rank, weft_get_last_error(NULL)), 1;
   uint64_t sent[MAXS][NCH] = {{0}}, recvd[MAXS][NCH] = {{0}},
-           left = 2 * (uint64_t)(ns - 1) * NCH * K;
+           left = 2 * (uint64_t)(ns - 1) * NCH * K + (ll ? LLCH * K : 0);
+  llch_t llc[LLCH] = {{0}};
   char *own = region[self];
   int bad = 0, failed = 0;
   int64_t deadline = launch_now_ms() + (int64_t)(60000 * launch_time_scale());
@@ -190,6 +277,11 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
     if (a->abort == FAIL && rank == 1 && left < total * 3 / 4 && !failed)
       failed = 1,
       weft_comm_fail(comm, WEFT_ERR_TIMEOUT, "rank 1: its stand-in kernel waited \x01 too long", 7);
+    for (int c = 0; c < LLCH && ll && !bad; c++) {
+      int r = llc[c].op < K ? ll_step(&llc[c], c, rank, n, region, ll_off, post_off) : 0;
+      bad = r < 0;
+      left -= r > 0;
+    }
     for (int q = 0; q < ns; q++)
       for (int c = 0; c < NCH && q != self && !bad; c++) {
         int ch = CHANS[c], p = sl.rank[q];
@@ -260,10 +352,11 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
     comm->tr[tcp]->teardown(states[w]);
   if (rank == 0 && !rc && !a->abort)
     printf("test_rproxy: %d ranks, %llu chunks of up to %d bytes to each of %d peers on %d "
-           "channels, %d proxy threads: every byte and credit arrived (rank 0's proxy: %llu "
+           "channels%s, %d proxy threads: every byte and credit arrived (rank 0's proxy: %llu "
            "frames out, %llu in)\n",
-           n, (unsigned long long)K, CHUNK, ns - 1, NCH, a->links, (unsigned long long)s,
-           (unsigned long long)r);
+           n, (unsigned long long)K, CHUNK, ns - 1, NCH,
+           ll ? " and as many small-kernel operations on 3 more" : "", a->links,
+           (unsigned long long)s, (unsigned long long)r);
   weft_comm_destroy(comm);
   for (int s = 0; s < ns; s++)
     free(region[s]);

@@ -207,6 +207,15 @@ typedef struct {
  * alternate between operations. */
 typedef struct {
   char *region[WEFT_DEV_MAX_RANKS];
+  /* where the lines of rank p land (weft_dev_launch_t.inbox): region[rank], or for p on
+   * another host the host memory its proxy fills */
+  char *inbox[WEFT_DEV_MAX_RANKS];
+  /* bit p: rank p is on another host, and a proxy carries what is written into its region
+   * (a mirror here): after a block's lines it posts their count at post_off
+   * (WEFT_DEV_LL_POST_OFF), for the proxy to follow */
+  uint32_t remote;
+  uint32_t pad_;
+  uint64_t post_off;
   uint64_t *seq;        /* private: per LL channel, operations so far */
   uint64_t *seq128;     /* private: per LL128 channel, likewise (every launch runs all of them) */
   uint64_t ll128_off;   /* where the LL128 buffers start in each region */
@@ -251,6 +260,12 @@ typedef struct {
 
 #define WEFT_DEV_LL_OFF(ch, parity, slot, nranks)                                                  \
   ((((uint64_t)(ch)*2 + (parity)) * (uint64_t)((nranks)-1) + (slot)) * WEFT_DEV_LL_SLOT_BYTES)
+
+/* Across hosts, what a block of the small kernel wrote into a remote rank's region (a mirror):
+ * word 0 the operation's seq (written last), word 1 its lines, per channel, parity and sender,
+ * one flag line each, from weft_dev_ll_t.post_off. The proxy sends the lines once seq moves. */
+#define WEFT_DEV_LL_POST_OFF(ch, parity, slot, nranks)                                             \
+  ((((uint64_t)(ch)*2 + (parity)) * (uint64_t)((nranks)-1) + (slot)) * WEFT_DEV_FLAG_STRIDE)
 
 #ifdef __cplusplus
 extern "C" {

@@ -49,6 +49,23 @@ __device__ inline bool poll_line(const weft_dev_ll_t &P, const uint4 *line, uint
   return true;
 }
 
+/* Across hosts: once the block's lines are all written (the barrier, then a system fence,
+ * which orders what the barrier made visible), their count and then the operation's seq go
+ * beside them in each remote rank's mirror, where its proxy looks. */
+__device__ inline void post_lines(const weft_dev_ll_t &P, int ch, int parity, uint64_t lines) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  __threadfence_system();
+  const int n = P.nranks, me = P.rank;
+  for (int p = 0; p < n; p++) {
+    if (p == me || !(P.remote >> p & 1)) continue;
+    uint64_t *w = (uint64_t *)(P.region[p] + P.post_off +
+                               WEFT_DEV_LL_POST_OFF(ch, parity, me < p ? me : me - 1, n));
+    st_relaxed_sys(w + 1, lines);
+    st_release_sys(w, P.seq[ch] + 1);
+  }
+}
+
 /* The receiving half with two ranks: a thread's lines (up to LL_BATCH of them) are read
  * from the one peer together, so their latencies overlap, then each is polled on until it
  * carries seq, combined with ours in rank order, and stored. */
@@ -57,7 +74,7 @@ __device__ inline void recv_pair(const weft_dev_ll_t &P, const char *mine, char 
                                  uint64_t total, uint64_t len, uint64_t lines, uint32_t seq,
                                  int parity, int ch, bool reduces, volatile int *bail) {
   const int me = P.rank, src = 1 - me;
-  const uint4 *base = (const uint4 *)(P.region[me] + P.ll_off + WEFT_DEV_LL_OFF(ch, parity, 0, 2));
+  const uint4 *base = (const uint4 *)(P.inbox[src] + P.ll_off + WEFT_DEV_LL_OFF(ch, parity, 0, 2));
   const uint64_t step = blockDim.x;
   for (uint64_t i0 = threadIdx.x; i0 < lines && !*bail; i0 += LL_BATCH * step) {
     uint4 l[LL_BATCH];
@@ -118,6 +135,8 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS)
       st_line(dst, (uint32_t)v, (uint32_t)(v >> 32), seq);
     }
   }
+  if (P.remote) /* every line of the block written, then the count for each remote rank's proxy */
+    post_lines(P, ch, parity, lines);
   const uint64_t own = per_peer ? (uint64_t)me * total : 0; /* our part of the input */
   if (n == 2) { /* one source: a thread's lines are loaded together, then checked */
     recv_pair(P, in + own, out, total, len, lines, seq, parity, ch, reduces, &bail);
@@ -136,7 +155,7 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS)
         continue;
       }
       const uint4 *line =
-          (const uint4 *)(P.region[me] + P.ll_off +
+          (const uint4 *)(P.inbox[src] + P.ll_off +
                           WEFT_DEV_LL_OFF(ch, parity, src < me ? src : src - 1, n)) +
           i;
       uint4 l;
