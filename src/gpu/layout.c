@@ -27,10 +27,12 @@ static size_t ll128_offset(const struct weft_dev *d, int nranks) {
   return (end + WEFT_DEV_LL128_LINE_BYTES - 1) / WEFT_DEV_LL128_LINE_BYTES *
          WEFT_DEV_LL128_LINE_BYTES;
 }
-/* Across hosts the small kernel's posted counts (WEFT_DEV_LL_POST_OFF) lie where the 128-byte
- * kernel's buffers would, since it never runs there. */
+/* Across hosts the small kernel runs on its ll_channels blocks alone (agreed), whose buffers
+ * are all there is of it; its posted counts (WEFT_DEV_LL_POST_OFF) follow them, and the
+ * 128-byte kernel's buffers never exist. */
 static size_t ll_post_offset(const struct weft_dev *d, int nranks) {
-  return ll128_offset(d, nranks);
+  size_t end = ll_offset(d) + WEFT_DEV_LL_OFF(d->ll_channels, 0, 0, nranks > 1 ? nranks : 2);
+  return (end + WEFT_DEV_FLAG_STRIDE - 1) / WEFT_DEV_FLAG_STRIDE * WEFT_DEV_FLAG_STRIDE;
 }
 /* with_ll128: the 128-byte kernel's buffers too */
 size_t weft_dev_region_bytes(const struct weft_dev *d, int nranks, int with_ll128) {
@@ -38,7 +40,7 @@ size_t weft_dev_region_bytes(const struct weft_dev *d, int nranks, int with_ll12
   if (!d->ll_max && !with_ll128) return ll_offset(d);
   if (d->net)
     return ll_post_offset(d, nranks) +
-           WEFT_DEV_LL_POST_OFF(WEFT_DEV_LL_CHANNELS, 0, 0, nranks > 1 ? nranks : 2);
+           WEFT_DEV_LL_POST_OFF(d->ll_channels, 0, 0, nranks > 1 ? nranks : 2);
   return ll128_offset(d, nranks) + (with_ll128 ? weft_dev_ll128_bytes(nranks) : 0);
 }
 

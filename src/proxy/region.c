@@ -294,10 +294,12 @@ static weft_result_t recv_frames(worker_t *W, int peer, peer_t *q, int *moved) {
     }
     q->rbody = 0;
     if (q->rf.kind == NOTICE) return heard(W, peer, q);
-    if (q->rf.kind == LINES) { /* whole 8-byte words: the kernel polls each for its flag */
+    /* whole 8-byte words, each released: the kernel polls each for its flag (and a host
+     * stand-in that acquires one may reuse what this thread sent before) */
+    if (q->rf.kind == LINES) {
       uint64_t *to = (uint64_t *)(own + q->rf.off);
       for (uint32_t i = 0; i < q->rf.bytes / 8; i++)
-        __atomic_store_n(&to[i], q->lines_in[i], __ATOMIC_RELAXED);
+        __atomic_store_n(&to[i], q->lines_in[i], __ATOMIC_RELEASE);
       atomic_fetch_add(&W->pump.received, 1);
       *moved = 1;
       continue;

@@ -111,7 +111,7 @@ static int ll_step(llch_t *s, int ch, int rank, int n, char *const *region, uint
         (const uint64_t *)(own + ll_off + WEFT_DEV_LL_OFF(ch, par, ll_idx(p, rank), n));
     uint32_t lines = lines_of(p, ch, seq), i;
     for (i = 0; i < 2 * lines; i++)
-      if (__atomic_load_n(&w[i], __ATOMIC_RELAXED) >> 32 != (uint32_t)seq) break;
+      if (__atomic_load_n(&w[i], __ATOMIC_ACQUIRE) >> 32 != (uint32_t)seq) break;
     if (i < 2 * lines) {
       all = 0;
       continue;

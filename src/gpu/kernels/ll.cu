@@ -52,7 +52,8 @@ __device__ inline bool poll_line(const weft_dev_ll_t &P, const uint4 *line, uint
 /* Across hosts: once the block's lines are all written (the barrier, then a system fence,
  * which orders what the barrier made visible), their count and then the operation's seq go
  * beside them in each remote rank's mirror, where its proxy looks. */
-__device__ inline void post_lines(const weft_dev_ll_t &P, int ch, int parity, uint64_t lines) {
+__device__ inline void post_lines(const weft_dev_ll_t &P, int ch, int parity, uint64_t lines,
+                                  uint64_t op) {
   __syncthreads();
   if (threadIdx.x != 0) return;
   __threadfence_system();
@@ -62,7 +63,7 @@ __device__ inline void post_lines(const weft_dev_ll_t &P, int ch, int parity, ui
     uint64_t *w = (uint64_t *)(P.region[p] + P.post_off +
                                WEFT_DEV_LL_POST_OFF(ch, parity, me < p ? me : me - 1, n));
     st_relaxed_sys(w + 1, lines);
-    st_release_sys(w, P.seq[ch] + 1);
+    st_release_sys(w, op);
   }
 }
 
@@ -110,7 +111,8 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS)
     ll_kernel(const __grid_constant__ weft_dev_ll_t P) {
   volatile __shared__ int bail;
   const int ch = blockIdx.x, n = P.nranks, me = P.rank, kind = P.kind;
-  const uint32_t seq = (uint32_t)(P.seq[ch] + 1);
+  const uint64_t op = P.seq[ch] + 1; /* never wraps: across hosts the proxy follows it */
+  const uint32_t seq = (uint32_t)op;
   const int parity = seq & 1;
   const uint64_t payload = P.block_bytes, es = (uint64_t)dtype_size(P.dtype);
   const uint64_t total = P.count * es, first = (uint64_t)ch * payload;
@@ -136,12 +138,12 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS)
     }
   }
   if (P.remote) /* every line of the block written, then the count for each remote rank's proxy */
-    post_lines(P, ch, parity, lines);
+    post_lines(P, ch, parity, lines, op);
   const uint64_t own = per_peer ? (uint64_t)me * total : 0; /* our part of the input */
   if (n == 2) { /* one source: a thread's lines are loaded together, then checked */
     recv_pair(P, in + own, out, total, len, lines, seq, parity, ch, reduces, &bail);
     __syncthreads();
-    if (threadIdx.x == 0 && !bail) P.seq[ch] = seq;
+    if (threadIdx.x == 0 && !bail) P.seq[ch] = op;
     return;
   }
   for (uint64_t i = threadIdx.x; i < lines && !bail; i += blockDim.x) {
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(WEFT_DEV_THREADS)
     if (reduces) store_bytes(out + i * 8, reduce_pkt(P.dtype, P.op, vals, n, n), nb);
   }
   __syncthreads();
-  if (threadIdx.x == 0 && !bail) P.seq[ch] = seq;
+  if (threadIdx.x == 0 && !bail) P.seq[ch] = op;
 }
 
 } // namespace weft
