@@ -3,7 +3,9 @@
 # between hosts goes through the region proxy over tcp, and ranks of one fake host use p2p):
 # under MPS the oracle matrix on 2 hosts x 1 rank, 2 x 2, 2 + 1 and 2 x 5 (past 8 ranks: rings
 # alone), test_dev_comm (graph replays,
-# several communicators, a group over 64, abort and a rank that never joins) on 2 hosts; then
+# several communicators, a group over 64, abort and a rank that never joins) on 2 hosts; the
+# matrix and test_dev_comm again with the small low-latency kernel across hosts
+# (WEFT_PROXY_LL_BYTES); then
 # (BENCH=1) collbench on 2 fake hosts against NCCL's socket transport in the same run, with the
 # defaults (BENCH_ALL=1: also with 2026-12-06's sizes (64 KiB, 2 stages, 2 threads), 2 threads,
 # 4 stages, and WEFT_PROXY_SPIN_US=0), and
@@ -45,6 +47,11 @@ T=150 one mps_3 $t/test_collectives_gpu 3 --share --hosts=2 # ranks 0 and 2 on o
 # a rank, so that 10 ranks' spinning workers fit the cores
 WEFT_PROXY_THREADS=1 T=240 one mps_10_ring $t/test_collectives_gpu 10 --share --hosts=2
 WEFT_TEST_HOSTS=2 T=150 one mps_dev_comm_2x1 "$t/test_dev_comm" 2 --share
+# the small low-latency kernel through the proxy (off by default): the matrix and graph replays
+WEFT_PROXY_LL_BYTES=16384 T=150 one mps_2x1_ll $t/test_collectives_gpu 2 --share --hosts=2
+WEFT_PROXY_LL_BYTES=65536 T=150 one mps_2x2_ll $t/test_collectives_gpu 4 --share --hosts=2
+WEFT_PROXY_LL_BYTES=16384 WEFT_TEST_HOSTS=2 T=150 one mps_dev_comm_2x1_ll "$t/test_dev_comm" 2 \
+  --share
 if [ "${BENCH:-0}" = 1 ]; then
   bench gpu_2hosts X=1
   [ "${BENCH_ALL:-0}" = 1 ] && bench before WEFT_PROXY_CHUNK_BYTES=65536 WEFT_PROXY_STAGES=2 \

@@ -151,7 +151,8 @@ static const char *const dev_agreed[] = {
     "WEFT_LL_MAX_BYTES",      "WEFT_LL128_MAX_BYTES",   "WEFT_CE_MIN_BYTES",
     "WEFT_DIRECT_MIN_BYTES",  "WEFT_DIRECT_CHANNELS",   "WEFT_DIRECT_READ_MAX_BYTES",
     "WEFT_MOE_WINDOW_BYTES",  "WEFT_SHARED_SM_PERCENT", "WEFT_PROXY_THREADS",
-    "WEFT_PROXY_CHUNK_BYTES", "WEFT_PROXY_CHANNELS",    "WEFT_PROXY_STAGES"};
+    "WEFT_PROXY_CHUNK_BYTES", "WEFT_PROXY_CHANNELS",    "WEFT_PROXY_STAGES",
+    "WEFT_PROXY_LL_BYTES"};
 enum { NDEV = sizeof dev_agreed / sizeof dev_agreed[0] };
 
 static void agreed_list_is_the_device_engines(void **st) {
