@@ -94,5 +94,8 @@ weft_result_t weft_dev_all_have(const weft_dev_setup_t *in, int rank, int32_t mi
  * set once the pinning took (for teardown). Named for errors by what and rank r. */
 weft_result_t weft_dev_register_host(char *seg, size_t bytes, const char *what, int r,
                                      char *registered, char **dev);
+/* Undoes that and the mapping of *seg (bytes; NULL: nothing), *dev (its device address, if
+ * any) cleared. */
+void weft_dev_free_host(char **seg, size_t bytes, char *registered, char **dev);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "dev_transport.h"
@@ -45,6 +46,16 @@ weft_result_t weft_dev_register_host(char *seg, size_t bytes, const char *what, 
     return weft_set_error(WEFT_ERR_SYSTEM, "%s: device address of rank %d's region: %s", what, r,
                           cudaGetErrorString(e));
   return WEFT_SUCCESS;
+}
+
+void weft_dev_free_host(char **seg, size_t bytes, char *registered, char **dev) {
+  if (*registered) cudaHostUnregister(*seg);
+  if (*seg) {
+    munmap(*seg, bytes);
+    if (dev) *dev = NULL;
+  }
+  *seg = NULL;
+  *registered = 0;
 }
 
 /* Where every rank is: its GPU (by PCI bus id), process and host. */

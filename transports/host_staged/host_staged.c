@@ -14,15 +14,8 @@
 static int host_reaches(int same_host) { return same_host; }
 
 static void host_teardown(weft_regions_t *m) {
-  for (int s = 0; s < m->nslots; s++) {
-    if (m->registered[s]) cudaHostUnregister(m->seg[s]);
-    if (m->seg[s]) {
-      munmap(m->seg[s], m->bytes);
-      m->region[s] = NULL;
-    }
-    m->seg[s] = NULL;
-    m->registered[s] = 0;
-  }
+  for (int s = 0; s < m->nslots; s++)
+    weft_dev_free_host(&m->seg[s], m->bytes, &m->registered[s], &m->region[s]);
   if (m->linked) shm_unlink(m->name);
   m->linked = 0;
   m->host = 0;

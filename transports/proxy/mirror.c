@@ -36,19 +36,9 @@ static weft_result_t mirrors(weft_regions_t *m, const uint8_t *take) {
 }
 
 static void proxy_teardown(weft_regions_t *m) {
-  for (int s = 0; s < m->nslots; s++) {
-    if (m->mirror_registered[s]) cudaHostUnregister(m->mirror[s]);
-    if (m->mirror[s]) {
-      munmap(m->mirror[s], m->bytes);
-      m->region[s] = NULL;
-    }
-    m->mirror[s] = NULL;
-    m->mirror_registered[s] = 0;
-  }
-  if (m->inbox_registered) cudaHostUnregister(m->inbox_seg);
-  if (m->inbox_seg) munmap(m->inbox_seg, m->bytes);
-  m->inbox_seg = m->inbox = NULL;
-  m->inbox_registered = 0;
+  for (int s = 0; s < m->nslots; s++)
+    weft_dev_free_host(&m->mirror[s], m->bytes, &m->mirror_registered[s], &m->region[s]);
+  weft_dev_free_host(&m->inbox_seg, m->bytes, &m->inbox_registered, &m->inbox);
 }
 
 static weft_result_t proxy_setup(weft_regions_t *m, const weft_dev_setup_t *in, uint8_t *take) {
