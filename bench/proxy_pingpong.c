@@ -2,8 +2,10 @@
  * hosts on this machine, against the tcp transport it runs on, with host threads standing in
  * for the kernels (their protocol: chunk, length and ready flag into the peer's mirror; done
  * credit once read). Rank 1 echoes each message; rank 0 checks every echoed byte. Without the
- * GPU's side, so the proxy's own cost shows (docs/hosts.md).
- * usage: proxy_pingpong [LINKS (1)] [BYTES (8)] [ITERS (20000)] */
+ * GPU's side, so the proxy's own cost shows (docs/hosts.md). With "lines", messages go as the
+ * small low-latency kernel's do across hosts instead: 8 bytes a line with two copies of the
+ * operation's seq, their count and seq posted beside them, the lines polled where they land.
+ * usage: proxy_pingpong [LINKS (1)] [BYTES (8)] [ITERS (20000)] [lines] */
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,9 +23,10 @@
 enum { COLL = 16, STAGES = 8, CHUNK = 262144, WARMUP = 100, CH = WEFT_DEV_COLL_CHANNELS };
 
 typedef struct {
-  int links, iters;
+  int links, iters, lines;
   uint32_t bytes;
 } args_t;
+enum { MAX_LINE_BYTES = WEFT_DEV_LL_SLOT_BYTES / 2 }; /* a block's payload at most */
 
 static double now_us(void) {
   struct timespec t;
@@ -57,6 +60,34 @@ static double raw_one_way(const weft_transport_t *tr, void *ts, int rank, int it
     }
   }
   return (now_us() - t0) / iters / 2;
+}
+
+/* One message as the small kernel's lines: op seq's bytes (8 a line, each 4 with seq beside
+ * them) into the mirror to, then their count and seq for the proxy. */
+static void put_lines(char *to, uint64_t ll, uint64_t post, const uint64_t *data, uint32_t lines,
+                      uint64_t seq) {
+  uint64_t *w = (uint64_t *)(to + ll + WEFT_DEV_LL_OFF(0, seq & 1, 0, 2));
+  for (uint32_t i = 0; i < lines; i++) {
+    __atomic_store_n(&w[2 * i], (data[i] & 0xffffffffu) | (seq << 32), __ATOMIC_RELAXED);
+    __atomic_store_n(&w[2 * i + 1], (data[i] >> 32) | (seq << 32), __ATOMIC_RELAXED);
+  }
+  uint64_t po = post + WEFT_DEV_LL_POST_OFF(0, seq & 1, 0, 2);
+  __atomic_store_n((uint64_t *)(to + po + 8), lines, __ATOMIC_RELAXED);
+  st(to, po, seq);
+}
+/* Polls op seq's lines where they land in own (a proxy failure: -1), into data. */
+static int take_lines(weft_rproxy_t *px, const char *own, uint64_t ll, uint64_t *data,
+                      uint32_t lines, uint64_t seq) {
+  const uint64_t *w = (const uint64_t *)(own + ll + WEFT_DEV_LL_OFF(0, seq & 1, 0, 2));
+  for (uint32_t i = 0; i < 2 * lines; i++)
+    for (uint32_t spins = 1; __atomic_load_n(&w[i], __ATOMIC_ACQUIRE) >> 32 != (uint32_t)seq;
+         spins++) {
+      if ((spins & 255) == 0) sched_yield();
+      if ((spins & 4095) == 0 && weft_rproxy_status(px) != WEFT_SUCCESS) return -1;
+    }
+  for (uint32_t i = 0; i < lines; i++)
+    data[i] = (w[2 * i] & 0xffffffffu) | (w[2 * i + 1] & 0xffffffffu) << 32;
+  return 0;
 }
 
 /* Waits for the flag at off of region r to reach v, or the proxy to fail; yields now and then,
@@ -98,6 +129,8 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   }
   size_t rb =
       WEFT_DEV_STAGE_OFF + (size_t)(COLL + WEFT_DEV_P2P_CHANNELS) * sl.nsrc * STAGES * CHUNK;
+  const uint64_t ll = rb, post = ll + WEFT_DEV_LL_OFF(1, 0, 0, 2);
+  rb = post + WEFT_DEV_LL_POST_OFF(1, 0, 0, 2);
   uint8_t remote[2] = {sl.self != 0, sl.self != 1};
   for (int s = 0; s < 2; s++)
     if (!(region[s] = calloc(1, rb))) {
@@ -121,7 +154,10 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
                            .region_bytes = rb,
                            .chunk_bytes = CHUNK,
                            .stages = STAGES,
-                           .coll_channels = COLL};
+                           .coll_channels = COLL,
+                           .ll_off = ll,
+                           .ll_post_off = post,
+                           .ll_channels = 1};
   if (weft_rproxy_start(&in, &px) != WEFT_SUCCESS) {
     printf("proxy_pingpong: proxy: %s\n", weft_get_last_error(NULL));
     goto out;
@@ -130,12 +166,27 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   char *own = region[sl.self];
   const uint64_t ready = WEFT_DEV_READY_OFF(CH, sl.flag_out[q]),
                  done = WEFT_DEV_DONE_OFF(CH, sl.flag_out[q]);
-  uint64_t sent = 0, got = 0;
+  uint64_t sent = 0, got = 0, data[MAX_LINE_BYTES / 8];
+  const uint32_t lines = (a->bytes + 7) / 8;
   double t0 = 0;
   int bad = 0;
   for (int i = 0; i < a->iters + WARMUP && !bad; i++) {
     if (i == WARMUP) t0 = now_us();
-    for (int leg = 0; leg < 2 && !bad; leg++) {
+    /* lines: each message is an operation of its own (rank 0's, then rank 1's echo) */
+    for (int leg = 0; leg < 2 && !bad && a->lines; leg++) {
+      uint64_t seq = 2 * (uint64_t)i + (uint64_t)leg + 1;
+      if ((leg == 0) == (rank == 0)) {
+        for (uint32_t l = 0; l < lines && rank == 0; l++)
+          data[l] = (uint64_t)i * 0x9e3779b97f4a7c15ull + l;
+        put_lines(region[q], ll, post, data, lines, seq); /* rank 1: what came, as it came */
+      } else {
+        bad |= take_lines(px, own, ll, data, lines, seq);
+        for (uint32_t l = 0; rank == 0 && l < lines && !bad; l++)
+          if (data[l] != (uint64_t)i * 0x9e3779b97f4a7c15ull + l)
+            bad = printf("proxy_pingpong: message %d came back with line %u wrong\n", i, l) > 0;
+      }
+    }
+    for (int leg = 0; leg < 2 && !bad && !a->lines; leg++) {
       if ((leg == 0) == (rank == 0)) { /* send: a free slot, the chunk, its length, then ready */
         bad |=
             wait_for(px, own, WEFT_DEV_DONE_OFF(CH, q), sent + 1 > STAGES ? sent + 1 - STAGES : 0);
@@ -169,8 +220,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   rc = bad;
   if (rank == 0 && !rc)
     printf("proxy_pingpong: %d iterations: tcp transport %.2f us one way (8 bytes); region proxy "
-           "%.2f us one way (%u bytes, %d worker threads)\n",
-           a->iters, raw, proxy, a->bytes, a->links);
+           "%.2f us one way (%u bytes%s, %d worker threads)\n",
+           a->iters, raw, proxy, a->bytes, a->lines ? " as the small kernel's lines" : "",
+           a->links);
   if (weft_bootstrap_barrier(comm->boot) != WEFT_SUCCESS) rc = 1; /* last credits in */
 out:
   weft_rproxy_stop(px);
@@ -185,11 +237,13 @@ out:
 int main(int argc, char **argv) {
   args_t a = {.links = argc > 1 ? atoi(argv[1]) : 1,
               .bytes = argc > 2 ? (uint32_t)atoi(argv[2]) : 8,
-              .iters = argc > 3 ? atoi(argv[3]) : 20000};
+              .iters = argc > 3 ? atoi(argv[3]) : 20000,
+              .lines = argc > 4 && !strcmp(argv[4], "lines")};
   if (a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS || a.bytes < 1 || a.bytes > CHUNK ||
-      a.iters < 1)
-    return printf("usage: proxy_pingpong [LINKS (1-%d)] [BYTES (1-%d)] [ITERS]\n",
-                  WEFT_RPROXY_MAX_LINKS, CHUNK),
+      a.iters < 1 || (argc > 4 && !a.lines) || (a.lines && a.bytes > MAX_LINE_BYTES))
+    return printf("usage: proxy_pingpong [LINKS (1-%d)] [BYTES (1-%d; lines: 1-%d)] [ITERS] "
+                  "[lines]\n",
+                  WEFT_RPROXY_MAX_LINKS, CHUNK, MAX_LINE_BYTES),
            2;
   setenv("WEFT_TEST_HOSTS", "2", 0); /* each rank a fake host: launch_local */
   return launch_local(2, rank_main, &a, 300) != 0;
