@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bounded libFuzzer runs (clang, ASan+UBSan) of the parsers of bytes that come from the
-# network (TCP data frames, bootstrap-ring notices, the rendezvous root's reply) and of the
+# network (TCP data frames, bootstrap-ring notices, the rendezvous root's reply, the region
+# proxy's frames) and of the
 # public API on host buffers (fuzz_api: arguments, buffers and results of every call). build-fuzz
 # is made afresh each run; new inputs go to a scratch copy of the corpus; a fuzzer that exits
 # non-zero (crash, leak, sanitizer report, hang) fails the script, its input left in build-fuzz/.
@@ -8,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}
-targets="tcp_stream notice rendezvous api"
+targets="tcp_stream notice rendezvous api rproxy"
 rm -rf build-fuzz
 # fuzzer-no-link gives libweft's parsers the coverage counters that guide libFuzzer (without
 # it only the target's own file is instrumented)
