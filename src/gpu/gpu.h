@@ -112,10 +112,6 @@ void weft_dev_ll_limits(struct weft_dev *d);
 /* layout.c: each rank's staging region (without the low-latency buffers where d->ll_max is 0:
  * across hosts) and private counters. */
 size_t weft_dev_region_bytes(const struct weft_dev *d, int nranks, int with_ll128);
-/* Across hosts, for the proxy: where the small kernel's buffers start in a region, and where
- * its posted counts do (0 where it does not run across hosts; after weft_dev_fill_launch). */
-uint64_t weft_dev_ll_off_bytes(const struct weft_dev *d);
-uint64_t weft_dev_ll_post_off(const struct weft_comm *c, const struct weft_dev *d);
 size_t weft_dev_private_bytes(void);
 /* What every launch of c passes, filled once at setup. */
 void weft_dev_fill_launch(const struct weft_comm *c, struct weft_dev *d);

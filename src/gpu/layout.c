@@ -86,8 +86,3 @@ void weft_dev_fill_launch(const struct weft_comm *c, struct weft_dev *d) {
   }
   if (P->remote) P->post_off = ll_post_offset(d, c->nranks);
 }
-/* Where the proxy follows the small kernel's posts (0: it does not run across hosts). */
-uint64_t weft_dev_ll_post_off(const struct weft_comm *c, const struct weft_dev *d) {
-  return d->ll.remote ? ll_post_offset(d, c->nranks) : 0;
-}
-uint64_t weft_dev_ll_off_bytes(const struct weft_dev *d) { return ll_offset(d); }

@@ -174,10 +174,9 @@ void weft_dev_host_sizing(struct weft_dev *d) {
  * low-latency kernel runs up to WEFT_PROXY_LL_BYTES per peer (off by default: not yet run on
  * a GPU) on at most NET_LL_CHANNELS blocks, each block's lines one frame of the proxy's (a
  * count it posts beside them says when); the 128-byte one stays off (no proxy follows its
- * flags). Defaults from one H100 split into 2 fake
- * hosts (device run 13): 256 KiB chunks, 8 stages and 4 threads took allreduce of 256 MiB from 52.2
- * ms (64 KiB, 2, 2) to 20.9, and alltoall from 25.4 to 11.3; 4 stages alone did little (59.2 ms),
- * 256 KiB with them 33.7. */
+ * flags). Defaults from one H100 split into 2 fake hosts (device run 13): 256 KiB chunks, 8
+ * stages and 4 threads took allreduce of 256 MiB from 52.2 ms (64 KiB, 2, 2) to 20.9, and
+ * alltoall from 25.4 to 11.3; 4 stages alone did little (59.2 ms), 256 KiB with them 33.7. */
 enum { NET_LL_CHANNELS = 4 };
 weft_result_t weft_dev_net_sizing(struct weft_dev *d) {
   int64_t chunk = weft_param_get_int(WEFT_PARAM_PROXY_CHUNK_BYTES),

@@ -169,8 +169,9 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                            .chunk_bytes = d->chunk_bytes,
                            .stages = d->stages,
                            .coll_channels = d->plan.max_channels,
-                           .ll_off = weft_dev_ll_off_bytes(d),
-                           .ll_post_off = weft_dev_ll_post_off(c, d),
+                           /* the launch's: post_off 0 where the small kernel stays home */
+                           .ll_off = d->ll.ll_off,
+                           .ll_post_off = d->ll.post_off,
                            .ll_channels = d->ll_channels};
   CHECK(weft_rproxy_start(&in, &d->rproxy));
   WEFT_INFO(WEFT_SUB_INIT,
