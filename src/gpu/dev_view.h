@@ -23,7 +23,9 @@ typedef struct weft_dev_view {
                           neighbours alone (src/gpu/slots.h) */
   int32_t *abort_flag; /* device word every kernel wait reads: nonzero gives up */
   weft_dev_error_t *error;   /* where a kernel reports what failed (errors.c reads it) */
+  weft_dev_error_t *waiting; /* where a long wait notes itself (errors.c says it at WARN) */
   uint64_t timeout_ns;       /* a kernel's wait gives up after this */
+  uint64_t report_ns;        /* ... and notes itself after this (0: never) */
   uint64_t moe_window_bytes; /* WEFT_MOE_WINDOW_BYTES, agreed at init */
   /* the MoE layers' own: the window they share in normal mode (src/moe/direct.c) */
   struct weft_moe_window *moe_win;

@@ -22,7 +22,9 @@ static weft_result_t gpu_setup(struct weft_comm *c, const weft_config_t *config)
                               .ring_only = !d->plan.slots.identity,
                               .abort_flag = d->abort_d,
                               .error = d->err_d,
+                              .waiting = d->launch.waiting,
                               .timeout_ns = d->launch.timeout_ns,
+                              .report_ns = d->launch.report_ns,
                               .moe_window_bytes = d->moe_window_bytes,
                               .check_ptr = check_ptr,
                               .window_peer = weft_window_peer};

@@ -9,13 +9,16 @@
 #include "gpu.h"
 #include "op.h"
 
-/* The flag at offset off of a region (kernels/dev.h): what its count counts. */
+/* The flag at offset off of a region (kernels/dev.h), or of an MoE window: what its count
+ * counts. */
 static const char *flag_name(uint64_t off) {
-  return off == WEFT_DEV_WHERE_PROGRESS  ? "own sender block's round"
-         : off < WEFT_DEV_DONE_OFF(0, 0) ? "sent-chunk"
-         : off < WEFT_DEV_DIN_OFF(0, 0)  ? "freed-slot"
-         : off < WEFT_DEV_DOUT_OFF(0, 0) ? "entered-operation"
-                                         : "finished-operation";
+  return off == WEFT_DEV_WHERE_PROGRESS      ? "own sender block's round"
+         : off == WEFT_DEV_WHERE_MOE_RECORDS ? "records' round"
+         : off == WEFT_DEV_WHERE_MOE_ACKS    ? "acknowledged round"
+         : off < WEFT_DEV_DONE_OFF(0, 0)     ? "sent-chunk"
+         : off < WEFT_DEV_DIN_OFF(0, 0)      ? "freed-slot"
+         : off < WEFT_DEV_DOUT_OFF(0, 0)     ? "entered-operation"
+                                             : "finished-operation";
 }
 
 /* The rank a kernel named by its slot (the rank itself up to WEFT_DEV_MAX_RANKS ranks). */
@@ -33,8 +36,11 @@ static void say_wait(volatile const weft_dev_error_t *e, char *what, size_t wn, 
   const char *hint = op.windows ? " (on windows: did every rank pass window buffers, at the same "
                                   "offsets?)"
                                 : "";
-  snprintf(what, wn, "the %sdevice kernel of the %s%s (channel %d)",
-           weft_dev_proto_prefix(op.proto), weft_dev_op_name(op), hint, e->channel);
+  if (op.moe) /* one lone block waits, on no channel */
+    snprintf(what, wn, "the device kernel of the %s", weft_dev_op_name(op));
+  else
+    snprintf(what, wn, "the %sdevice kernel of the %s%s (channel %d)",
+             weft_dev_proto_prefix(op.proto), weft_dev_op_name(op), hint, e->channel);
   flag[0] = 0;
   if (e->want)
     snprintf(flag, fn, " (its %s count stood at %llu, %llu awaited)", flag_name(e->where),

@@ -134,7 +134,9 @@ static weft_moe_k_direct_t params(weft_moe_handle_t h) {
                            .tok_of = p->tok_of,
                            .abort_flag = d->abort_flag,
                            .error = d->error,
-                           .timeout_ns = d->timeout_ns};
+                           .waiting = d->waiting,
+                           .timeout_ns = d->timeout_ns,
+                           .report_ns = d->report_ns};
   for (int r = 0; r < m->nranks; r++)
     a.win[r] = d->window_peer(w->win, r);
   return a;

@@ -30,8 +30,10 @@ __device__ inline uint64_t *flag(const P &a, int owner, uint64_t off, uint64_t s
 }
 
 __device__ bool wait(const P &a, uint64_t off, uint64_t stride, uint64_t target, int phase) {
+  const bool acks = off == a.g.dack || off == a.g.cack;
   return moe_wait_all(a.win[a.rank], a.nranks, off, stride, target, phase,
-                      moe_waiter{a.abort_flag, a.error, a.timeout_ns});
+                      acks ? WEFT_DEV_WHERE_MOE_ACKS : WEFT_DEV_WHERE_MOE_RECORDS,
+                      moe_waiter{a.abort_flag, a.error, a.waiting, a.timeout_ns, a.report_ns});
 }
 
 /* A warp: the first entry from source s whose token is t or later (its entries are in token

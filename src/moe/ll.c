@@ -173,7 +173,9 @@ static weft_moe_k_ll_t params(weft_moe_t m, int i) {
                        .counts_out = s->counts_out,
                        .abort_flag = d->abort_flag,
                        .error = d->error,
-                       .timeout_ns = d->timeout_ns};
+                       .waiting = d->waiting,
+                       .timeout_ns = d->timeout_ns,
+                       .report_ns = d->report_ns};
   for (int r = 0; r < m->nranks; r++)
     a.win[r] = d->window_peer(ll->win, r);
   return a;

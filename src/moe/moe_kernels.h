@@ -186,8 +186,8 @@ typedef struct {
   int32_t code;      /* this rank refuses the call (a MOE code), else 0 */
   int64_t a, b, c;
   volatile int32_t *abort_flag;
-  weft_dev_error_t *error;
-  uint64_t timeout_ns;
+  weft_dev_error_t *error, *waiting; /* as weft_dev_view_t's */
+  uint64_t timeout_ns, report_ns;
 } weft_moe_k_ll_t;
 
 /* After a layout's route: the handle's own verdict from route's bad choice (bad_code for an
@@ -236,8 +236,8 @@ typedef struct {
   float *out_s;      /* fp8 dispatch: the rows' scales (WEFT_MOE_FP8_BLOCKS(hidden) a row) */
   int32_t fp8;       /* dispatch: each token quantized once, its scales then bytes in a slot */
   volatile int32_t *abort_flag;
-  weft_dev_error_t *error;
-  uint64_t timeout_ns;
+  weft_dev_error_t *error, *waiting; /* as weft_dev_view_t's */
+  uint64_t timeout_ns, report_ns;
 } weft_moe_k_direct_t;
 
 /* Every round's kernels of a dispatch or a combine (ceil(max_tokens / chunk) rounds). */

@@ -14,30 +14,38 @@
 
 namespace {
 
-/* Where a wait reports to: the communicator's abort flag and error, and its timeout. */
+/* Where a wait reports to: the communicator's abort flag and error, its timeout, and where a
+ * long wait notes itself (after report_ns; 0: never). */
 struct moe_waiter {
   volatile int32_t *abort_flag;
-  weft_dev_error_t *error;
-  uint64_t timeout_ns;
+  weft_dev_error_t *error, *waiting;
+  uint64_t timeout_ns, report_ns;
 };
 
 /* Thread 0 of a lone block: waits until the flag at mine + off + r * stride reaches target
  * for every rank r; false (the comm's error written, its kernels told to stop) when the
- * communicator aborts or the timeout passes. phase: 1 dispatch, 2 combine. */
+ * communicator aborts or the timeout passes. phase: 1 dispatch, 2 combine; where: what the
+ * flags count (WEFT_DEV_WHERE_MOE_*), for the host's words. */
 __device__ bool moe_wait_all(const char *mine, int nranks, uint64_t off, uint64_t stride,
-                             uint64_t target, int phase, const moe_waiter &w) {
+                             uint64_t target, int phase, uint64_t where, const moe_waiter &w) {
+  const uint32_t kind = WEFT_DEV_MOE_KIND | (uint32_t)phase;
   uint64_t start = 0; /* one clock for all the peers: the timeout bounds the whole wait */
   for (int r = 0; r < nranks; r++) {
     const uint64_t *f = (const uint64_t *)(mine + off + (uint64_t)r * stride);
-    for (uint32_t spins = 0; weft::ld_acquire_sys(f) < target; spins++) {
+    uint64_t seen;
+    for (uint32_t spins = 0; (seen = weft::ld_acquire_sys(f)) < target; spins++) {
       if ((spins & 255) != 255) continue;
       uint64_t t = weft::global_ns();
       if (!start) start = t;
       bool aborted = *w.abort_flag != 0;
-      if (!aborted && t - start <= w.timeout_ns) continue;
+      if (!aborted && t - start <= w.timeout_ns) {
+        if (w.report_ns && t - start > w.report_ns)
+          weft::note_wait(w.waiting, w.report_ns, r, -1, kind, where, target, seen, t - start);
+        continue;
+      }
       if (!aborted && w.error->code == 0) {
-        w.error->peer = r, w.error->channel = -1;
-        w.error->kind = WEFT_DEV_MOE_KIND | (uint32_t)phase;
+        w.error->peer = r, w.error->channel = -1, w.error->kind = kind;
+        w.error->where = where, w.error->want = target, w.error->seen = seen;
         __threadfence_system();
         w.error->code = WEFT_DEV_ERR_TIMEOUT;
       }

@@ -1,14 +1,17 @@
 /* What the multi-rank GPU tests share: a synchronised host-to-device copy, a monotonic
- * clock, a rank's GPU and stream, and their main (usage: NAME RANKS [--share], ranks as child
- * processes on the GPUs in turn, or all on GPU 0 with --share). */
+ * clock, a rank's GPU and stream, weft's log caught in a file, and their main (usage: NAME
+ * RANKS [--share], ranks as child processes on the GPUs in turn, or all on GPU 0 with
+ * --share). */
 #ifndef WEFT_TEST_GPU_TEST_H
 #define WEFT_TEST_GPU_TEST_H
 
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "launch.h"
 
@@ -34,6 +37,60 @@ static inline int gpu_rank_setup(int rank, int share, int *dev, cudaStream_t *s)
   *dev = share ? 0 : rank % ngpu;
   if (cudaSetDevice(*dev) != cudaSuccess) return -1;
   return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking) == cudaSuccess ? 0 : -1;
+}
+
+/* Wait reports after 1 s, said on stderr whatever WEFT_DEBUG_SUBSYS asks (they are COLL's):
+ * for tests that catch them. Read once per process, so before any rank starts. */
+static inline void gpu_test_wait_reports(void) {
+  setenv("WEFT_WAIT_REPORT_S", "1", 1);
+  unsetenv("WEFT_DEBUG_FILE");
+  const char *sub = getenv("WEFT_DEBUG_SUBSYS");
+  if (sub) {
+    char all[256];
+    snprintf(all, sizeof all, "%s,COLL", sub);
+    setenv("WEFT_DEBUG_SUBSYS", all, 1);
+  }
+}
+
+/* weft logs to stderr: log_catch sends it to a file of this process's until log_release,
+ * which puts stderr back and returns what was logged (at most 64 KiB; "" when the file could
+ * not be made or read). */
+typedef struct {
+  char path[64];
+  int saved;
+  char text[1 << 16];
+} log_catch_t;
+
+static inline int log_catch(log_catch_t *l) {
+  snprintf(l->path, sizeof l->path, "/tmp/weft-gpu-test-log.%d", (int)getpid());
+  fflush(stderr);
+  int fd = open(l->path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  l->saved = dup(2);
+  if (fd < 0 || l->saved < 0 || dup2(fd, 2) < 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  return 0;
+}
+
+static inline const char *log_release(log_catch_t *l) {
+  fflush(stderr);
+  dup2(l->saved, 2);
+  close(l->saved);
+  FILE *f = fopen(l->path, "r");
+  size_t got = f ? fread(l->text, 1, sizeof l->text - 1, f) : 0;
+  if (f) fclose(f);
+  unlink(l->path);
+  l->text[got] = 0;
+  return l->text;
+}
+
+/* The line of text holding needle, cut at its end (text is changed), or NULL. */
+static inline const char *log_line(char *text, const char *needle) {
+  char *line = strstr(text, needle), *end = line ? strchr(line, '\n') : NULL;
+  if (end) *end = 0;
+  return line;
 }
 
 /* Parses RANKS [--share] into *share and runs fn on that many ranks. */

@@ -9,7 +9,6 @@
  * usage: test_dev_comm RANKS [--share] */
 #include <cuda_runtime_api.h>
 #include <execinfo.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -580,38 +579,19 @@ static int check_late(int rank, int dev, weft_comm_t world, cudaStream_t s, size
   cfg.timeout_ms = 20000;
   weft_comm_t c;
   float *d;
-  char path[64];
-  int saved = -1;
+  static log_catch_t log;
   if (cudaMalloc((void **)&d, cnt * sizeof *d) != cudaSuccess) FAIL("cudaMalloc");
   if (weft_comm_split(world, 0, rank, &c, &cfg)) FAIL("split failed");
-  snprintf(path, sizeof path, "/tmp/test_dev_comm_late.%d", (int)getpid());
-  if (rank == 0) { /* weft logs to stderr: to a file for this case */
-    fflush(stderr);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    saved = dup(2);
-    if (fd < 0 || saved < 0 || dup2(fd, 2) < 0) FAIL("stderr to %s", path);
-    close(fd);
-  }
+  if (rank == 0 && log_catch(&log)) FAIL("stderr to %s", log.path);
   if (rank == 1) usleep(2500000);
   weft_result_t rc = weft_allreduce(d, d, cnt, WEFT_F32, WEFT_SUM, c, (weft_stream_t)s);
   if (rc == WEFT_SUCCESS) rc = settle(c, s);
-  if (rank == 0) {
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-  }
   if (rank == 0) { /* what it logged, shown where the case fails */
-    static char buf[1 << 16];
-    FILE *f = fopen(path, "r");
-    size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f) fclose(f);
-    unlink(path);
-    buf[got] = 0;
-    char *line = strstr(buf, "has waited"), *end = line ? strchr(line, '\n') : NULL;
-    if (end) *end = 0;
+    char *text = (char *)log_release(&log);
+    const char *line = log_line(text, "has waited");
     if (rc != WEFT_SUCCESS || !line || !strstr(line, "for rank 1"))
       FAIL("late peer: %s; no wait report naming rank 1 in: %s",
-           rc ? weft_get_last_error(c) : "finished", buf);
+           rc ? weft_get_last_error(c) : "finished", text);
     printf("rank 0: %zu floats, rank 1 late: ...%s\n", cnt, line);
   }
   if (rc != WEFT_SUCCESS) FAIL("late peer: %s", weft_get_last_error(c));
@@ -707,14 +687,6 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
 }
 
 int main(int argc, char **argv) {
-  /* read once per process, before any rank starts; the reports are COLL's, on stderr */
-  setenv("WEFT_WAIT_REPORT_S", "1", 1);
-  unsetenv("WEFT_DEBUG_FILE");
-  const char *sub = getenv("WEFT_DEBUG_SUBSYS");
-  if (sub) {
-    char all[256];
-    snprintf(all, sizeof all, "%s,COLL", sub);
-    setenv("WEFT_DEBUG_SUBSYS", all, 1);
-  }
+  gpu_test_wait_reports();
   return gpu_test_main(argc, argv, "test_dev_comm", rank_main, &share);
 }

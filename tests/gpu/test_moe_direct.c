@@ -4,7 +4,8 @@
  * shapes with uneven token counts, a rank without tokens, dropped choices and every payload
  * type, two layers sharing the window with their calls interleaved; the staged path itself is
  * checked against a model by test_moe. A rank whose kernels start late makes its peers' waits
- * end at the timeout, the error naming the MoE dispatch. */
+ * say so at WARN after 1 s and end at the timeout, the report and the error naming the MoE
+ * dispatch. */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -188,7 +189,8 @@ static void CUDART_CB late(void *arg) { usleep((useconds_t)(uintptr_t)arg); }
 
 /* The last rank's stream sleeps 4 s before its dispatch (its host agreed with the peers):
  * their kernels wait for its record until the timeout (rank 0's the shortest, so that its
- * own report is the one it keeps), and the communicator's error names the MoE dispatch. */
+ * own report is the one it keeps), saying so after 1 s (WEFT_WAIT_REPORT_S, set by main), and
+ * the communicator's error names the MoE dispatch. */
 static int run_late(int rank, int n, int dev, weft_comm_t world, cudaStream_t st) {
   weft_config_t cfg = WEFT_CONFIG_INIT;
   cfg.device = dev, cfg.timeout_ms = rank == 0 ? 2000 : 5000;
@@ -213,19 +215,28 @@ static int run_late(int rank, int n, int dev, weft_comm_t world, cudaStream_t st
     FAIL("late: layout");
   if (rank == n - 1 && cudaLaunchHostFunc(st, late, (void *)(uintptr_t)4000000))
     FAIL("late: the host function");
+  static log_catch_t log;
+  if (rank == 0 && log_catch(&log)) FAIL("late: stderr to %s", log.path);
   double t0 = now_s();
-  if (weft_moe_dispatch(h, d_x, d_w, d_rx, d_rw, (weft_stream_t)st))
-    FAIL("late: dispatch: %s", weft_get_last_error(c));
+  weft_result_t rc = weft_moe_dispatch(h, d_x, d_w, d_rx, d_rw, (weft_stream_t)st);
   if (rank == 0) {
     weft_result_t e = WEFT_SUCCESS;
-    while (weft_comm_get_async_error(c, &e) == WEFT_SUCCESS && e == WEFT_SUCCESS &&
+    while (!rc && weft_comm_get_async_error(c, &e) == WEFT_SUCCESS && e == WEFT_SUCCESS &&
            now_s() - t0 < 10)
       usleep(50000);
-    const char *msg = weft_get_last_error(c);
-    printf("rank 0: a late rank, after %.2f s: %s\n", now_s() - t0, msg);
-    if (e != WEFT_ERR_TIMEOUT || !strstr(msg, "MoE dispatch") || now_s() - t0 < 1.5)
+    double dt = now_s() - t0;
+    char *text = (char *)log_release(&log);
+    const char *msg = weft_get_last_error(c), *line = log_line(text, "has waited");
+    printf("rank 0: a late rank, after %.2f s: %s\n", dt, msg);
+    if (rc || e != WEFT_ERR_TIMEOUT || !strstr(msg, "MoE dispatch") || dt < 1.5)
       FAIL("late: the comm's error: %s: %s", weft_result_string(e), msg);
+    char who[32];
+    snprintf(who, sizeof who, "for rank %d", n - 1);
+    if (!line || !strstr(line, "MoE dispatch") || !strstr(line, who))
+      FAIL("late: no wait report naming the MoE dispatch and rank %d in: %s", n - 1, text);
+    printf("rank 0: ...%s\n", line);
   }
+  if (rc) FAIL("late: dispatch: %s", weft_get_last_error(c));
   cudaStreamSynchronize(st);
   weft_moe_handle_destroy(h);
   weft_moe_destroy(moe);
@@ -303,5 +314,6 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
 }
 
 int main(int argc, char **argv) {
+  gpu_test_wait_reports();
   return gpu_test_main(argc, argv, "test_moe_direct", rank_main, &share);
 }

@@ -398,8 +398,9 @@ static weft_result_t verdict(weft_comm_t c, double wait) {
 }
 
 /* A rank that never dispatches, on a communicator of its own (it fails): its peers' waits
- * end at the timeout (rank 0's the shortest, so that its own report is the one it keeps),
- * weft_moe_finish says so, and the communicator's error names the MoE dispatch. */
+ * say so after 1 s (WEFT_WAIT_REPORT_S, set by main), end at the timeout (rank 0's the
+ * shortest, so that its own report is the one it keeps), weft_moe_finish says so, and the
+ * communicator's error names the MoE dispatch. */
 static int run_silent(int rank, int n, int dev, weft_comm_t world, cudaStream_t st) {
   weft_config_t cfg = WEFT_CONFIG_INIT;
   cfg.device = dev, cfg.timeout_ms = rank == 0 ? 2000 : 5000;
@@ -414,15 +415,27 @@ static int run_silent(int rank, int n, int dev, weft_comm_t world, cudaStream_t 
       weft_moe_layout(moe, b.ids, 8, &h, (weft_stream_t)st))
     FAIL("silent: setup");
   if (rank != n - 1) {
+    static log_catch_t log;
+    if (rank == 0 && log_catch(&log)) FAIL("silent: stderr to %s", log.path);
     double t0 = now_s();
-    if (weft_moe_dispatch(h, b.x, b.w, b.rx, b.rw, (weft_stream_t)st) ||
-        expect(rank, weft_moe_finish(h), WEFT_ERR_TIMEOUT, "waited in vain", "silent: finish"))
-      FAIL("silent: a peer's dispatch");
-    weft_result_t e = verdict(c, 10);
+    int bad =
+        weft_moe_dispatch(h, b.x, b.w, b.rx, b.rw, (weft_stream_t)st) ||
+        expect(rank, weft_moe_finish(h), WEFT_ERR_TIMEOUT, "waited in vain", "silent: finish");
+    weft_result_t e = bad ? WEFT_SUCCESS : verdict(c, 10);
+    char *text = rank == 0 ? (char *)log_release(&log) : NULL;
+    if (bad) FAIL("silent: a peer's dispatch");
     const char *msg = weft_get_last_error(c);
     printf("rank %d: a silent rank, after %.2f s: %s\n", rank, now_s() - t0, msg);
     if (e == WEFT_SUCCESS || (rank == 0 && (e != WEFT_ERR_TIMEOUT || !strstr(msg, "MoE dispatch"))))
       FAIL("silent: the comm's error: %s: %s", weft_result_string(e), msg);
+    if (rank == 0) {
+      char who[32];
+      snprintf(who, sizeof who, "for rank %d", n - 1);
+      const char *line = log_line(text, "has waited");
+      if (!line || !strstr(line, "MoE dispatch") || !strstr(line, who))
+        FAIL("silent: no wait report naming the MoE dispatch and rank %d in: %s", n - 1, text);
+      printf("rank 0: ...%s\n", line);
+    }
   } else if (verdict(c, 20) == WEFT_SUCCESS) { /* the peers' notices */
     FAIL("silent: the silent rank's comm never learnt of the failure");
   }
@@ -456,5 +469,6 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
 }
 
 int main(int argc, char **argv) {
+  gpu_test_wait_reports();
   return gpu_test_main(argc, argv, "test_moe_ll", rank_main, &share);
 }

@@ -159,6 +159,10 @@ typedef struct {
 /* weft_dev_error_t.where of a wait on the in-place rounds' progress (weft_dev_launch_t.progress):
  * the block waited for its own rank's sender block, not for a flag of the region. */
 #define WEFT_DEV_WHERE_PROGRESS UINT64_MAX
+/* ... of an MoE kernel's wait (src/moe/win.cuh) on a peer's record of the running round, or on
+ * its acks of the last one. */
+#define WEFT_DEV_WHERE_MOE_RECORDS (UINT64_MAX - 1)
+#define WEFT_DEV_WHERE_MOE_ACKS    (UINT64_MAX - 2)
 
 /* MISMATCH: a peer's buffer of a direct operation lies in another window or at another offset,
  * or holds another size, than ours (it was neither read nor written). */
