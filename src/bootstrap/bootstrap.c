@@ -1,7 +1,8 @@
 /* Root rendezvous: every rank connects to the root with a hello {id magic, version, type,
  * rank, nranks, its listening address}; the root answers each with the table of all
  * addresses and a fresh random magic for the communicator's own traffic. Then each rank
- * connects to the next one, making a ring for allgather and barrier. */
+ * connects to the next one, making a ring (the failure channel, and an allgather's first
+ * step), and to rank + 2^k for the allgather's later steps. */
 #include "bootstrap.h"
 
 #include <errno.h>
@@ -33,10 +34,11 @@ typedef struct {
   uint64_t comm_magic;
 } root_reply_t;
 
+/* Ring and skip connections: step is 0 on the ring, k on the skip connection of step k. */
 typedef struct {
   uint64_t magic;
   uint32_t version, type;
-  int32_t rank, reserved;
+  int32_t rank, step;
 } ring_hello_t;
 
 uint64_t weft_random_u64(void) {
@@ -64,7 +66,8 @@ static int root_accept(void *ctx, const void *hello, int fd) {
   root_hello_t h;
   memcpy(&h, hello, sizeof h);
   if (h.version != WEFT_WIRE_VERSION || h.type != WEFT_MSG_ROOT_HELLO || h.nranks <= 0 ||
-      h.nranks > (1 << 20) || h.rank < 0 || h.rank >= h.nranks || !weft_sockaddr_valid(&h.addr))
+      h.nranks > WEFT_BOOT_MAX_RANKS || h.rank < 0 || h.rank >= h.nranks ||
+      !weft_sockaddr_valid(&h.addr))
     return -1;
   if (R->nranks == 0) {
     R->fd_of_rank = malloc((size_t)h.nranks * sizeof *R->fd_of_rank);
@@ -166,19 +169,58 @@ weft_result_t weft_bootstrap_root_start(int listen_fd, uint64_t id_magic, int64_
   return WEFT_SUCCESS;
 }
 
+/* The allgather's steps for n ranks: ceil(log2 n). */
+static int steps_for(int n) {
+  int k = 0;
+  while (k < WEFT_BOOT_MAX_STEPS && (1 << k) < n)
+    k++;
+  return k;
+}
+
 typedef struct {
-  int prev;
-  uint64_t magic;
+  weft_bootstrap_t *b;
+  int want; /* connections still to come: the ring's and the skips' */
 } ring_ctx_t;
 
+/* Keeps a connection from rank - 1 (the ring) or from rank - 2^k (step k's), once each. */
 static int ring_accept(void *ctx, const void *hello, int fd) {
-  (void)fd;
-  const ring_ctx_t *c = ctx;
+  ring_ctx_t *c = ctx;
+  weft_bootstrap_t *b = c->b;
   ring_hello_t h;
   memcpy(&h, hello, sizeof h);
-  return (h.version == WEFT_WIRE_VERSION && h.type == WEFT_MSG_RING_HELLO && h.rank == c->prev)
-             ? 0
-             : -1;
+  int n = b->nranks;
+  if (h.version != WEFT_WIRE_VERSION || h.step < 0 || h.step >= steps_for(n) ||
+      h.type != (h.step ? WEFT_MSG_SKIP_HELLO : WEFT_MSG_RING_HELLO) ||
+      h.rank != (int32_t)(((int64_t)b->rank - ((int64_t)1 << h.step) % n + n) % n))
+    return -1;
+  int *slot = h.step ? &b->skip_in[h.step] : &b->prev_fd;
+  if (*slot >= 0) return -1;
+  *slot = fd;
+  return 0;
+}
+
+/* Connects to rank + 2^step and says who it is (step 0: the ring's next); what is wl's text,
+ * WHAT_BYTES long. */
+enum { WHAT_BYTES = 256 };
+static weft_result_t connect_step(weft_bootstrap_t *b, const weft_sockaddr_t *table, int step,
+                                  int64_t deadline, weft_waitlog_t *wl, char *what, int *fd) {
+  int n = b->nranks, to = (int)(((int64_t)b->rank + ((int64_t)1 << step)) % n);
+  char name[64];
+  snprintf(what, WHAT_BYTES, "rank %d of %d: connecting to rank %d at %s (init, bootstrap %s)",
+           b->rank, n, to, weft_sockaddr_str(&table[to], 1, name, sizeof name),
+           step ? "allgather's skip connections" : "ring");
+  weft_waitlog_enter(wl);
+  weft_result_t rc = weft_sock_connect(&table[to], deadline, b->abort_flag, fd);
+  weft_waitlog_leave(wl);
+  if (rc != WEFT_SUCCESS)
+    return weft_set_error(rc, "rank %d: cannot reach rank %d for the bootstrap %s: %s", b->rank, to,
+                          step ? "allgather" : "ring", weft_thread_error());
+  ring_hello_t rh = {.magic = b->magic,
+                     .version = WEFT_WIRE_VERSION,
+                     .type = step ? WEFT_MSG_SKIP_HELLO : WEFT_MSG_RING_HELLO,
+                     .rank = b->rank,
+                     .step = step};
+  return weft_sock_send_all(*fd, &rh, sizeof rh, deadline, b->abort_flag);
 }
 
 weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks,
@@ -188,6 +230,8 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
   int listen_fd = -1, root_fd = -1;
   weft_sockaddr_t *table = NULL;
   int64_t deadline = weft_deadline(timeout_ms);
+  if (nranks < 1 || nranks > WEFT_BOOT_MAX_RANKS || rank < 0 || rank >= nranks)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "bootstrap: rank %d of %d ranks", rank, nranks);
   weft_bootstrap_t *b = calloc(1, sizeof *b);
   if (!b) return weft_set_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
   *b = (weft_bootstrap_t){.rank = rank,
@@ -197,6 +241,8 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
                           .next_fd = -1,
                           .prev_fd = -1,
                           .listen_fd = -1};
+  for (int k = 0; k < WEFT_BOOT_MAX_STEPS; k++)
+    b->skip_out[k] = b->skip_in[k] = -1;
   if (id->version != WEFT_WIRE_VERSION)
     ERR_GOTO(rc, fail, WEFT_ERR_INVALID_ARG,
              "unique id has version %u, this weft speaks %u (mixed weft versions?)", id->version,
@@ -204,7 +250,7 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
   if (!weft_sockaddr_valid(&id->root))
     ERR_GOTO(rc, fail, WEFT_ERR_INVALID_ARG, "unique id: the root address is not IPv4 or IPv6");
   weft_sockaddr_t mine;
-  char root_name[80], what[256];
+  char root_name[80], what[WHAT_BYTES];
   weft_sockaddr_str(&id->root, 1, root_name, sizeof root_name);
   snprintf(what, sizeof what,
            "rank %d of %d: connecting to the rendezvous root at %s (init; not listening yet: "
@@ -257,27 +303,19 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
   root_fd = -1;
   b->magic = rep.comm_magic;
   if (nranks > 1) {
-    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-    char next_name[64];
-    snprintf(what, sizeof what, "rank %d of %d: connecting to rank %d at %s (init, bootstrap ring)",
-             rank, nranks, next, weft_sockaddr_str(&table[next], 1, next_name, sizeof next_name));
+    /* every connection first, then every accept: a peer's come into the backlog meanwhile */
+    int steps = steps_for(nranks);
+    CHECK_GOTO(connect_step(b, table, 0, deadline, &wl, what, &b->next_fd), rc, fail);
+    for (int k = 1; k < steps; k++)
+      CHECK_GOTO(connect_step(b, table, k, deadline, &wl, what, &b->skip_out[k]), rc, fail);
+    ring_ctx_t ctx = {.b = b, .want = steps};
+    char more[48] = "";
+    if (steps > 1) snprintf(more, sizeof more, " and %d more for the allgather", steps - 1);
+    snprintf(what, sizeof what, "rank %d of %d: waiting for rank %d%s to connect (init, bootstrap)",
+             rank, nranks, (rank + nranks - 1) % nranks, more);
     weft_waitlog_enter(&wl);
-    rc = weft_sock_connect(&table[next], deadline, abort_flag, &b->next_fd);
-    weft_waitlog_leave(&wl);
-    if (rc != WEFT_SUCCESS)
-      ERR_GOTO(rc, fail, rc, "rank %d: cannot reach rank %d for the bootstrap ring: %s", rank, next,
-               weft_thread_error());
-    ring_hello_t rh = {
-        .magic = b->magic, .version = WEFT_WIRE_VERSION, .type = WEFT_MSG_RING_HELLO, .rank = rank};
-    CHECK_GOTO(weft_sock_send_all(b->next_fd, &rh, sizeof rh, deadline, abort_flag), rc, fail);
-    ring_ctx_t ctx = {.prev = prev, .magic = b->magic};
-    int one = 1;
-    snprintf(what, sizeof what,
-             "rank %d of %d: waiting for rank %d to connect (init, bootstrap ring)", rank, nranks,
-             prev);
-    weft_waitlog_enter(&wl);
-    rc = weft_sock_accept_hellos(listen_fd, &one, sizeof(ring_hello_t), b->magic, ring_accept, &ctx,
-                                 &b->prev_fd, deadline, abort_flag);
+    rc = weft_sock_accept_hellos(listen_fd, &ctx.want, sizeof(ring_hello_t), b->magic, ring_accept,
+                                 &ctx, NULL, deadline, abort_flag);
     weft_waitlog_leave(&wl);
     if (rc != WEFT_SUCCESS) goto fail;
   }
@@ -295,40 +333,64 @@ fail:
 
 typedef struct {
   const weft_bootstrap_t *b;
-  int step;
+  int step, steps;
   size_t size;
 } allgather_wait_t;
 
 static void allgather_waits_for(const void *ctx, char *buf, size_t len) {
   const allgather_wait_t *w = ctx;
-  int n = w->b->nranks, r = w->b->rank, prev = (r + n - 1) % n, next = (r + 1) % n;
+  int n = w->b->nranks, r = w->b->rank, d = 1 << w->step;
+  int from = (r - d % n + n) % n, to = (r + d) % n;
   char also[32] = "";
-  if (next != prev) snprintf(also, sizeof also, " (and rank %d to read)", next);
+  if (to != from) snprintf(also, sizeof also, " (and rank %d to read)", to);
   snprintf(buf, len,
            "rank %d of %d: waiting for rank %d%s in a bootstrap allgather of %zu bytes a rank, "
            "step %d of %d (communicator setup, split or teardown)",
-           r, n, prev, also, w->size, w->step + 1, n - 1);
+           r, n, from, also, w->size, w->step + 1, w->steps);
 }
 
+/* Swaps the size-byte blocks at a and b. */
+static void swap_blocks(char *a, char *b, size_t size) {
+  char t[256];
+  for (size_t at = 0; at < size; at += sizeof t) {
+    size_t k = size - at < sizeof t ? size - at : sizeof t;
+    memcpy(t, a + at, k);
+    memcpy(a + at, b + at, k);
+    memcpy(b + at, t, k);
+  }
+}
+
+/* Bruck's allgather, in place: block j of data holds rank (r - j)'s while it runs, so that a
+ * step sends the blocks gathered so far in one piece and appends as many from rank - 2^k;
+ * putting every block at its rank at the end is an involution (j <-> r - j), done by swaps. */
 weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t size) {
   int n = b->nranks, r = b->rank;
   atomic_store(&b->held[0], 0); /* what was left for a collective is read now */
   atomic_store(&b->held[1], 0);
+  if (n == 1 || size == 0) return WEFT_SUCCESS;
   int64_t deadline = weft_deadline(b->timeout_ms);
   char *d = data;
-  allgather_wait_t aw = {.b = b, .size = size};
+  if (r) memcpy(d, d + (size_t)r * size, size);
+  allgather_wait_t aw = {.b = b, .steps = steps_for(n), .size = size};
   weft_waitlog_t wl;
   weft_waitlog_init(&wl, WEFT_SUB_BOOT, deadline, NULL, allgather_waits_for, &aw);
-  for (int s = 0; s < n - 1; s++) {
-    int sb = ((r - s) % n + n) % n, rb = ((r - s - 1) % n + n) % n;
-    aw.step = s;
+  for (int k = 0; k < aw.steps; k++) {
+    size_t have = (size_t)1 << k, m = have < (size_t)n - have ? have : (size_t)n - have;
+    aw.step = k;
+    int out = k ? b->skip_out[k] : b->next_fd, in = k ? b->skip_in[k] : b->prev_fd;
+    char *at = d + have * size; /* after every block held */
     weft_waitlog_enter(&wl);
-    weft_result_t rc = weft_sock_sendrecv(b->next_fd, d + (size_t)sb * size, size, b->prev_fd,
-                                          d + (size_t)rb * size, size, deadline, b->abort_flag);
+    weft_result_t rc =
+        weft_sock_sendrecv(out, d, m * size, in, at, m * size, deadline, b->abort_flag);
     weft_waitlog_leave(&wl);
     if (rc != WEFT_SUCCESS)
-      return weft_set_error(rc, "bootstrap allgather (rank %d, step %d of %d): %s", r, s + 1, n - 1,
+      return weft_set_error(rc, "bootstrap allgather (rank %d, step %d of %d, from rank %d): %s", r,
+                            k + 1, aw.steps, (int)((r - (int64_t)have % n + n) % n),
                             weft_thread_error());
+  }
+  for (int j = 0; j < n; j++) {
+    int at = (r - j + n) % n;
+    if (j < at) swap_blocks(d + (size_t)j * size, d + (size_t)at * size, size);
   }
   return WEFT_SUCCESS;
 }
@@ -346,6 +408,10 @@ void weft_bootstrap_free(weft_bootstrap_t *b) {
   if (b->next_fd >= 0) close(b->next_fd);
   if (b->prev_fd >= 0) close(b->prev_fd);
   if (b->listen_fd >= 0) close(b->listen_fd);
+  for (int k = 0; k < WEFT_BOOT_MAX_STEPS; k++) {
+    if (b->skip_out[k] >= 0) close(b->skip_out[k]);
+    if (b->skip_in[k] >= 0) close(b->skip_in[k]);
+  }
   free(b->table);
   pthread_mutex_destroy(&b->send_mu);
   free(b);

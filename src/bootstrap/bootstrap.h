@@ -12,8 +12,13 @@
 #include "weft.h"
 
 /* 2: addresses are weft_sockaddr_t (IPv4 or IPv6), 32 bytes, in hellos and the table;
- * 3: the tcp transport's setup exchange carries each rank's address or why it has none */
-#define WEFT_WIRE_VERSION 4u
+ * 3: the tcp transport's setup exchange carries each rank's address or why it has none;
+ * 5: the bootstrap's allgather runs in log2(nranks) steps over skip connections */
+#define WEFT_WIRE_VERSION 5u
+
+/* The root takes at most 2^20 ranks, so an allgather takes at most 20 steps. */
+#define WEFT_BOOT_MAX_RANKS (1 << 20)
+#define WEFT_BOOT_MAX_STEPS 20
 
 enum weft_msg_type {
   WEFT_MSG_ROOT_HELLO = 0x10,
@@ -23,7 +28,8 @@ enum weft_msg_type {
   WEFT_MSG_NOTICE = 0x14,       /* a rank failed: forwarded around the ring */
   WEFT_MSG_BYE = 0x15,          /* the sender destroys its communicator: its close is no failure */
   WEFT_MSG_SUBSET_HELLO = 0x16, /* a member of a subset exchange reaches its lowest rank */
-  WEFT_MSG_SUBSET_DATA = 0x17   /* the lowest rank's answer */
+  WEFT_MSG_SUBSET_DATA = 0x17,  /* the lowest rank's answer */
+  WEFT_MSG_SKIP_HELLO = 0x18    /* a connection for an allgather step of 2^k ranks */
 };
 
 /* A failure notice: origin is the rank that first saw the failure; text is its error
@@ -54,6 +60,9 @@ typedef struct weft_bootstrap {
   int64_t timeout_ms;
   const atomic_int *abort_flag;
   int next_fd, prev_fd;
+  /* the allgather's step k >= 1 sends to rank + 2^k on skip_out[k] and reads rank - 2^k's on
+   * skip_in[k] (step 0 is the ring's); -1 past the steps nranks needs */
+  int skip_out[WEFT_BOOT_MAX_STEPS], skip_in[WEFT_BOOT_MAX_STEPS];
   weft_sockaddr_t my_addr; /* how the others reach this rank (port 0) */
   /* kept from init for exchanges among a subset of the ranks (weft_comm_shrink), which the
    * ring cannot serve when a rank outside the subset is dead: this rank's listening socket
@@ -75,7 +84,9 @@ weft_result_t weft_bootstrap_root_start(int listen_fd, uint64_t id_magic, int64_
 weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks,
                                   int64_t timeout_ms, const atomic_int *abort_flag,
                                   weft_bootstrap_t **out);
-/* data holds nranks blocks of size bytes; this rank's block must be filled in. */
+/* data holds nranks blocks of size bytes; this rank's block must be filled in. In
+ * ceil(log2 nranks) steps (Bruck's): step k sends the 2^k blocks gathered so far to rank + 2^k,
+ * so the ring's neighbours alone would cost nranks - 1. */
 weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t size);
 weft_result_t weft_bootstrap_barrier(weft_bootstrap_t *b);
 /* Collective, a barrier that carries outcomes (agree.c): every rank passes its own (mine, with

@@ -192,6 +192,9 @@ static weft_result_t comm_create(weft_comm_t *comm, int nranks, const weft_id_bo
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_init: rank %d of %d ranks is invalid",
                           rank, nranks);
+  if (nranks > WEFT_BOOT_MAX_RANKS)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_init: %d ranks; weft takes at most %d",
+                          nranks, WEFT_BOOT_MAX_RANKS);
   if (config && config->size != sizeof(weft_config_t))
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "weft_comm_init: config->size is %zu, expected %zu (start from "
@@ -271,7 +274,7 @@ weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config)
       return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_ROOT=%s: expected host:port", root);
     snprintf(host, sizeof host, "%.*s", (int)(colon - root), root);
   }
-  if (parse_int(n_s, 1, 1 << 20, &n) != 0 || parse_int(rank_s, 0, n - 1, &rank) != 0)
+  if (parse_int(n_s, 1, WEFT_BOOT_MAX_RANKS, &n) != 0 || parse_int(rank_s, 0, n - 1, &rank) != 0)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "rank '%s' of '%s' ranks is invalid", rank_s, n_s);
   weft_id_body_t id = {.version = WEFT_WIRE_VERSION};
   CHECK(weft_sock_resolve(host, (uint16_t)port, &id.root));

@@ -1,7 +1,8 @@
 /* The bootstrap ring's failure channel beside its collectives (src/bootstrap/bootstrap.c):
  * bytes that begin no message are a neighbour's next allgather, begun while this rank still
  * waits in an operation. The notice check must leave them for that allgather, stop polling
- * that side until it runs, and still read a notice from the other side. */
+ * that side until it runs, and still read a notice from the other side. And the allgather's
+ * log2 steps over the ring and skip connections, for every rank count up to 40. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -157,8 +159,94 @@ static void data_arriving_during_a_check_is_left(void **st) {
   assert_int_equal(taken, 0);
 }
 
+/* Ranks as threads, wired as init wires them: rank r's step k sends on a socket whose other
+ * end is rank r + 2^k's step-k input (step 0: the ring). */
+typedef struct {
+  weft_bootstrap_t b;
+  char *data;
+  size_t size;
+  weft_result_t rc;
+} ag_rank_t;
+
+static void *ag_main(void *arg) {
+  ag_rank_t *a = arg;
+  a->rc = weft_bootstrap_allgather(&a->b, a->data, a->size);
+  return NULL;
+}
+
+static unsigned char ag_byte(int rank, size_t i) { return (unsigned char)(rank * 131 + i * 7 + 1); }
+
+static void allgather_any_rank_count(void **st) {
+  (void)st;
+  static const size_t sizes[] = {1, 3, 300, 4096}; /* 300: swaps past their 256-byte buffer */
+  atomic_int no_abort = 0;
+  for (int n = 1; n <= 40; n++) {
+    int steps = 0;
+    while ((1 << steps) < n)
+      steps++;
+    ag_rank_t *r = calloc((size_t)n, sizeof *r);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    assert_non_null(r);
+    assert_non_null(th);
+    for (int i = 0; i < n; i++) {
+      r[i].b = (weft_bootstrap_t){.rank = i,
+                                  .nranks = n,
+                                  .magic = MAGIC,
+                                  .timeout_ms = 20000,
+                                  .abort_flag = &no_abort,
+                                  .next_fd = -1,
+                                  .prev_fd = -1};
+      for (int k = 0; k < WEFT_BOOT_MAX_STEPS; k++)
+        r[i].b.skip_out[k] = r[i].b.skip_in[k] = -1;
+    }
+    for (int i = 0; i < n && n > 1; i++)
+      for (int k = 0; k < steps; k++) {
+        int sv[2], to = (i + (1 << k)) % n;
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        weft_sock_nonblock(sv[0]);
+        weft_sock_nonblock(sv[1]);
+        *(k ? &r[i].b.skip_out[k] : &r[i].b.next_fd) = sv[0];
+        *(k ? &r[to].b.skip_in[k] : &r[to].b.prev_fd) = sv[1];
+      }
+    for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
+      size_t size = sizes[z];
+      for (int i = 0; i < n; i++) {
+        r[i].size = size;
+        r[i].data = malloc((size_t)n * size);
+        assert_non_null(r[i].data);
+        memset(r[i].data, 0xee, (size_t)n * size);
+        for (size_t b = 0; b < size; b++)
+          r[i].data[(size_t)i * size + b] = (char)ag_byte(i, b);
+        assert_int_equal(pthread_create(&th[i], NULL, ag_main, &r[i]), 0);
+      }
+      for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+      for (int i = 0; i < n; i++) {
+        assert_int_equal(r[i].rc, WEFT_SUCCESS);
+        for (int q = 0; q < n; q++)
+          for (size_t b = 0; b < size; b++)
+            if ((unsigned char)r[i].data[(size_t)q * size + b] != ag_byte(q, b))
+              fail_msg("%d ranks, %zu bytes: rank %d holds a wrong byte %zu of rank %d's block", n,
+                       size, i, b, q);
+        free(r[i].data);
+      }
+    }
+    for (int i = 0; i < n; i++) {
+      if (r[i].b.next_fd >= 0) close(r[i].b.next_fd);
+      if (r[i].b.prev_fd >= 0) close(r[i].b.prev_fd);
+      for (int k = 0; k < WEFT_BOOT_MAX_STEPS; k++) {
+        if (r[i].b.skip_out[k] >= 0) close(r[i].b.skip_out[k]);
+        if (r[i].b.skip_in[k] >= 0) close(r[i].b.skip_in[k]);
+      }
+    }
+    free(r);
+    free(th);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(allgather_any_rank_count),
       cmocka_unit_test(split_bytes_wait_for_the_allgather),
       cmocka_unit_test(a_notice_in_pieces_is_not_held),
       cmocka_unit_test(data_arriving_during_a_check_is_left),
