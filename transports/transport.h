@@ -26,6 +26,9 @@ typedef struct {
   uint64_t magic;
   const atomic_int *abort_flag;
   int wake_fd; /* eventfd that weft_comm_abort writes, for transports that poll */
+  /* connect every pair served at setup; else a transport may connect a pair on its first use
+   * (tcp does: sockets and buffers then follow the pairs that talk) */
+  int eager;
 } weft_transport_init_t;
 
 /* The tuner's alpha-beta-gamma costs of a link (each transport says how its were measured). */

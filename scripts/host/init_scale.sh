@@ -23,6 +23,8 @@
 #        MIN_AVAIL_MIB=3072       the driver SIGKILLs the ranks when MemAvailable falls below it
 #                                 (before the kernel's OOM killer picks anything else)
 #        TIMEOUT_S=240            per N; the whole run is also under `timeout`
+#        HOSTS=K                  fake K hosts (WEFT_HOSTID), each a block of consecutive ranks:
+#                                 pairs on different ones use tcp
 #        WEFT_SHM_RING_BYTES, WEFT_* pass through to the ranks.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -162,6 +164,12 @@ static int rank_main(shared_t *S, int rank, int n) {
     nanosleep(&ts, NULL);
   }
   if (atomic_load(&S->id_state) != 1) return 1;
+  const char *hosts = getenv("HOSTS"); /* fake hosts: blocks of consecutive ranks */
+  if (hosts && atoi(hosts) > 0) {
+    char h[48];
+    snprintf(h, sizeof h, "init-scale-host-%d", (int)((int64_t)rank * atoi(hosts) / n));
+    setenv("WEFT_HOSTID", h, 1);
+  }
   weft_comm_t c;
   me->t_start = now_us();
   weft_result_t rc = weft_comm_init(&c, n, S->id, rank, NULL);

@@ -90,7 +90,7 @@ static void comm_free(weft_comm_t c) {
   free(c);
 }
 
-static weft_transport_init_t transport_init(weft_comm_t c, const uint8_t *use) {
+static weft_transport_init_t transport_init(weft_comm_t c, const uint8_t *use, int eager) {
   return (weft_transport_init_t){.boot = c->boot,
                                  .rank = c->rank,
                                  .nranks = c->nranks,
@@ -100,7 +100,8 @@ static weft_transport_init_t transport_init(weft_comm_t c, const uint8_t *use) {
                                  .magic = c->magic,
                                  .abort_flag = &c->aborted,
                                  .wake_fd = c->wake_fd,
-                                 .use = use};
+                                 .use = use,
+                                 .eager = eager};
 }
 
 int weft_comm_transport_index(const struct weft_comm *c, const char *name) {
@@ -110,7 +111,8 @@ int weft_comm_transport_index(const struct weft_comm *c, const char *name) {
 }
 
 weft_result_t weft_comm_transport_again(weft_comm_t c, int t, const uint8_t *use, void **state) {
-  weft_transport_init_t in = transport_init(c, use);
+  /* a proxy's heartbeat and failure frames need every stream from the start */
+  weft_transport_init_t in = transport_init(c, use, 1);
   return c->tr[t]->setup(&in, state);
 }
 
@@ -121,7 +123,7 @@ static weft_result_t setup_transports(weft_comm_t c, const int *host_of) {
   if (!use) return weft_set_error(WEFT_ERR_NO_MEMORY, "comm init: out of memory");
   weft_result_t rc = weft_transport_select(
       c->rank, c->nranks, host_of, weft_param_get_str(WEFT_PARAM_TRANSPORT), c->peer_tr, used);
-  weft_transport_init_t in = transport_init(c, use);
+  weft_transport_init_t in = transport_init(c, use, 0);
   for (int t = 0; t < weft_ntransports && rc == WEFT_SUCCESS; t++) {
     if (!used[t]) continue;
     for (int p = 0; p < c->nranks; p++)

@@ -15,50 +15,9 @@
 #include "err.h"
 #include "param.h"
 #include "socket.h"
-#include "topo.h"
-#include "transport.h"
-#include "waitlog.h"
+#include "tcp_conn.h"
 
-enum { MAX_SOCKS = 8 };
-
-typedef struct {
-  int fds[MAX_SOCKS];
-  int nsock;
-  uint64_t sframe, rframe; /* frames sent / received so far: pick the socket */
-  /* send side: the frame being written */
-  int in_frame;
-  uint32_t hdr[3]; /* magic, payload length, frame sequence */
-  size_t hdr_sent, payload_left;
-  int send_blocked;
-  /* receive side */
-  char *ring;
-  uint64_t head, tail;
-  int in_rframe;
-  uint32_t rhdr[3];
-  size_t rhdr_got, rpayload_left;
-  weft_result_t rerr; /* EOF or error seen; raised once the staged bytes run out */
-  char rerr_msg[200];
-} conn_t;
-
-typedef struct {
-  int rank, nranks;
-  uint32_t magic32;
-  size_t max_frame, ring_bytes;
-  conn_t *conns;
-  const atomic_int *abort_flag;
-  int wake_fd;
-  int dead_ms;                  /* WEFT_TCP_DEAD_MS */
-  const char *host_labels;      /* weft_transport_init_t's */
-  const weft_bootstrap_t *boot; /* its ring sockets carry failure notices: poll them too */
-  struct pollfd *pfds;
-} tcp_t;
-
-typedef struct {
-  uint64_t magic;
-  uint32_t version, type;
-  int32_t rank;
-  uint16_t sock, nsock; /* which of the pair's nsock sockets this is */
-} tcp_hello_t;
+typedef tcp_conn_t conn_t;
 
 static int sfd(const conn_t *c) { return c->fds[c->sframe % (uint64_t)c->nsock]; }
 static int rfd(const conn_t *c) { return c->fds[c->rframe % (uint64_t)c->nsock]; }
@@ -67,65 +26,17 @@ static void tcp_teardown(void *state) {
   tcp_t *t = state;
   if (!t) return;
   for (int p = 0; p < t->nranks && t->conns; p++) {
-    for (int k = 0; k < MAX_SOCKS; k++)
+    for (int k = 0; k < TCP_MAX_SOCKS; k++)
       if (t->conns[p].fds[k] >= 0) close(t->conns[p].fds[k]);
     free(t->conns[p].ring);
   }
+  tcp_connect_teardown(t);
   free(t->conns);
   free(t->pfds);
   free(t);
 }
 
-typedef struct {
-  tcp_t *t;
-  const uint8_t *use;
-} accept_ctx_t;
-
-/* A higher rank this one still waits to connect all its sockets. */
-static int tcp_unconnected(const void *ctx, int p) {
-  const accept_ctx_t *c = ctx;
-  const conn_t *cn = &c->t->conns[p];
-  if (p <= c->t->rank || !c->use[p]) return 0;
-  for (int k = 0; k < cn->nsock; k++)
-    if (cn->fds[k] < 0) return 1;
-  return 0;
-}
-
-static void tcp_accept_waits_for(const void *ctx, char *buf, size_t len) {
-  const accept_ctx_t *c = ctx;
-  char ranks[160];
-  int n = weft_waitlog_ranks(ranks, sizeof ranks, c->t->nranks, tcp_unconnected, c);
-  snprintf(buf, len, "rank %d of %d: waiting for rank%s %s to connect (init, tcp transport)",
-           c->t->rank, c->t->nranks, n == 1 ? "" : "s", ranks);
-}
-
-static int tcp_accept(void *ctx, const void *hello, int fd) {
-  accept_ctx_t *c = ctx;
-  tcp_hello_t h;
-  memcpy(&h, hello, sizeof h);
-  if (h.version != WEFT_WIRE_VERSION || h.type != WEFT_MSG_TCP_HELLO || h.rank <= c->t->rank ||
-      h.rank >= c->t->nranks || !c->use[h.rank])
-    return -1;
-  conn_t *cn = &c->t->conns[h.rank];
-  if (h.nsock != cn->nsock || h.sock >= cn->nsock || cn->fds[h.sock] >= 0) return -1;
-  cn->fds[h.sock] = fd;
-  return 0;
-}
-
-static const char *host_of(const tcp_t *t, int peer);
-
-/* What each rank tells the others at setup: where it listens, or why it cannot (code != 0). */
-enum { WHY_BYTES = 200 };
-typedef struct {
-  weft_sockaddr_t addr;
-  int32_t code;
-  char why[WHY_BYTES]; /* from the network: printable characters only once read */
-} card_t;
-
 static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
-  weft_result_t rc = WEFT_SUCCESS;
-  int listen_fd = -1;
-  card_t *addrs = NULL;
   tcp_t *t = calloc(1, sizeof *t);
   if (!t) return weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
   *t = (tcp_t){.rank = in->rank,
@@ -133,7 +44,9 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
                .host_labels = in->host_labels,
                .magic32 = (uint32_t)(in->magic >> 32),
                .abort_flag = in->abort_flag,
-               .wake_fd = in->wake_fd};
+               .wake_fd = in->wake_fd,
+               .boot = in->boot,
+               .listen_fd = -1};
   t->dead_ms = (int)weft_param_get_int(WEFT_PARAM_TCP_DEAD_MS);
   int64_t mf = weft_param_get_int(WEFT_PARAM_TCP_FRAME_BYTES),
           rb = weft_param_get_int(WEFT_PARAM_TCP_BUF_BYTES);
@@ -143,113 +56,30 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
    * a proxy, never both) */
   t->ring_bytes = ((rb < 65536 ? 65536 : (size_t)rb) + 4095) & ~(size_t)4095;
   t->conns = calloc((size_t)in->nranks, sizeof *t->conns);
-  t->pfds = calloc((size_t)in->nranks * 2 + 3, sizeof *t->pfds);
-  t->boot = in->boot;
-  addrs = calloc((size_t)in->nranks, sizeof *addrs);
+  t->pfds = calloc((size_t)in->nranks * 2 + 4 + TCP_MAX_PENDING, sizeof *t->pfds);
   /* Between hosts, two streams fill a network link better than one (separate congestion
    * windows and NIC queues); over loopback a second one buys nothing. */
   int64_t want_socks = weft_param_get_int(WEFT_PARAM_TCP_SOCKETS);
   for (int p = 0; p < in->nranks && t->conns; p++) {
     conn_t *cn = &t->conns[p];
-    for (int k = 0; k < MAX_SOCKS; k++)
+    for (int k = 0; k < TCP_MAX_SOCKS; k++)
       cn->fds[k] = -1;
-    cn->nsock = want_socks > 0 ? (int)(want_socks < MAX_SOCKS ? want_socks : MAX_SOCKS)
+    cn->nsock = want_socks > 0 ? (int)(want_socks < TCP_MAX_SOCKS ? want_socks : TCP_MAX_SOCKS)
                                : (in->local_rank[p] >= 0 ? 1 : 2);
   }
-  /* without it this rank cannot take part in the exchange below: the others wait for it */
-  if (!addrs) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
-  /* A rank that fails here still takes part in the exchange of addresses, with none of its
-   * own: the others learn of it at once, instead of waiting for it until their timeout (or
-   * reading its next collective's bytes as its address). */
-  weft_sockaddr_t bound;
-  if (!t->conns || !t->pfds)
-    rc = weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
-  else
-    rc = weft_sock_listen(weft_sockaddr_family(&in->boot->my_addr), 0, &listen_fd, &bound);
-  card_t *mine = &addrs[in->rank];
-  char why[512];
-  snprintf(why, sizeof why, "%s", weft_thread_error());
-  if (rc == WEFT_SUCCESS) {
-    mine->addr = in->boot->my_addr;
-    weft_sockaddr_set_port(&mine->addr, weft_sockaddr_port(&bound));
-  } else {
-    mine->code = (int32_t)rc;
-    snprintf(mine->why, sizeof mine->why, "%.*s", WHY_BYTES - 1, why);
+  /* runs its exchange even where the allocations above failed: the others learn of it */
+  weft_result_t rc = tcp_connect_setup(in, t);
+  if (rc != WEFT_SUCCESS) {
+    tcp_teardown(t);
+    return rc;
   }
-  weft_result_t xrc = weft_bootstrap_allgather(in->boot, addrs, sizeof *addrs);
-  if (rc != WEFT_SUCCESS) ERR_GOTO(rc, fail, rc, "%s", why);
-  CHECK_GOTO(xrc, rc, fail);
-  for (int p = 0; p < in->nranks; p++) {
-    card_t *c = &addrs[p];
-    if (c->code == WEFT_SUCCESS) continue;
-    weft_result_t code = weft_net_code(c->code);
-    int known = (int32_t)code == c->code;
-    ERR_GOTO(rc, fail, code, "tcp: rank %d (host %s) could not set up its connections: %s", p,
-             host_of(t, p), known ? weft_net_text(c->why, sizeof c->why) : "a code no rank sends");
-  }
-  int64_t deadline = weft_deadline(in->boot->timeout_ms);
-  int want = 0;
-  weft_waitlog_t wl;
-  for (int p = 0; p < in->nranks; p++) {
-    if (!in->use[p] || p == in->rank) continue;
-    conn_t *cn = &t->conns[p];
-    if (p > in->rank) {
-      want += cn->nsock;
-      continue;
-    }
-    /* Lower ranks listen, higher ranks connect: each pair gets exactly nsock sockets. */
-    char what[160], name[64];
-    snprintf(what, sizeof what, "rank %d of %d: connecting to rank %d at %s (init, tcp transport)",
-             in->rank, in->nranks, p, weft_sockaddr_str(&addrs[p].addr, 1, name, sizeof name));
-    weft_waitlog_init(&wl, WEFT_SUB_NET, deadline, what, NULL, NULL);
-    for (int k = 0; k < cn->nsock; k++) {
-      weft_waitlog_enter(&wl);
-      rc = weft_sock_connect(&addrs[p].addr, deadline, in->abort_flag, &cn->fds[k]);
-      weft_waitlog_leave(&wl);
-      if (rc != WEFT_SUCCESS) goto fail;
-      tcp_hello_t h = {.magic = in->magic,
-                       .version = WEFT_WIRE_VERSION,
-                       .type = WEFT_MSG_TCP_HELLO,
-                       .rank = in->rank,
-                       .sock = (uint16_t)k,
-                       .nsock = (uint16_t)cn->nsock};
-      CHECK_GOTO(weft_sock_send_all(cn->fds[k], &h, sizeof h, deadline, in->abort_flag), rc, fail);
-    }
-  }
-  accept_ctx_t ctx = {.t = t, .use = in->use};
-  weft_waitlog_init(&wl, WEFT_SUB_NET, deadline, NULL, tcp_accept_waits_for, &ctx);
-  weft_waitlog_enter(&wl);
-  rc = weft_sock_accept_hellos(listen_fd, &want, sizeof(tcp_hello_t), in->magic, tcp_accept, &ctx,
-                               NULL, deadline, in->abort_flag);
-  weft_waitlog_leave(&wl);
-  if (rc != WEFT_SUCCESS) goto fail;
-  for (int p = 0; p < in->nranks; p++) {
-    if (t->conns[p].fds[0] < 0) continue;
-    for (int k = 0; k < t->conns[p].nsock; k++) {
-      weft_sock_nonblock(t->conns[p].fds[k]);
-      weft_sock_keepalive(t->conns[p].fds[k], t->dead_ms);
-    }
-    t->conns[p].ring = malloc(t->ring_bytes);
-    if (!t->conns[p].ring) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
-  }
-  close(listen_fd);
-  free(addrs);
   int npeers = 0;
   for (int p = 0; p < in->nranks; p++)
-    npeers += t->conns[p].fds[0] >= 0;
-  WEFT_INFO(WEFT_SUB_NET, "rank %d: tcp to %d peers, frames up to %zu bytes", in->rank, npeers,
-            t->max_frame);
+    npeers += t->use[p];
+  WEFT_INFO(WEFT_SUB_NET, "rank %d: tcp to %d peers (%s), frames up to %zu bytes", in->rank, npeers,
+            in->eager ? "connected" : "each connected on first use", t->max_frame);
   *state = t;
   return WEFT_SUCCESS;
-fail:
-  if (listen_fd >= 0) close(listen_fd);
-  free(addrs);
-  tcp_teardown(t);
-  return rc;
-}
-
-static const char *host_of(const tcp_t *t, int peer) {
-  return t->host_labels ? t->host_labels + (size_t)peer * WEFT_HOST_LABEL_BYTES : "?";
 }
 
 static weft_result_t lost(const tcp_t *t, int peer, const char *what, int err) {
@@ -257,7 +87,7 @@ static weft_result_t lost(const tcp_t *t, int peer, const char *what, int err) {
     return weft_set_error(WEFT_ERR_TIMEOUT,
                           "tcp: rank %d (host %s) answered nothing for %d ms (WEFT_TCP_DEAD_MS): "
                           "its host is down or the link to it is cut",
-                          peer, host_of(t, peer), t->dead_ms);
+                          peer, tcp_host_of(t, peer), t->dead_ms);
   return weft_set_error(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s%s%s", peer, what,
                         err ? ": " : "", err ? strerror(err) : "");
 }
@@ -275,6 +105,9 @@ static weft_result_t tcp_sendv(void *state, int peer, const struct iovec *v, int
   for (int i = 0; i < nv; i++)
     n += v[i].iov_len;
   c->send_blocked = 0;
+  int ready;
+  CHECK(tcp_reach(t, peer, &ready));
+  if (!ready) n = 0; /* the peer connects on its side's first use; wait wakes then */
   while (done < n) {
     if (!c->in_frame) {
       size_t len = n - done < t->max_frame ? n - done : t->max_frame;
@@ -424,6 +257,10 @@ static weft_result_t tcp_recv_into(void *state, int peer, void *dst, size_t n, s
   conn_t *c = &t->conns[peer];
   char *out = dst;
   size_t done = 0;
+  int ready;
+  *got = 0;
+  CHECK(tcp_reach(t, peer, &ready));
+  if (!ready) return WEFT_SUCCESS;
   while (done < n && c->head > c->tail) {
     size_t pos = (size_t)(c->tail % t->ring_bytes), total = (size_t)(c->head - c->tail);
     size_t k = t->ring_bytes - pos < total ? t->ring_bytes - pos : total;
@@ -460,6 +297,11 @@ static weft_result_t tcp_peek(void *state, int peer, const void **p, size_t *con
                               size_t *total) {
   tcp_t *t = state;
   conn_t *c = &t->conns[peer];
+  int ready;
+  *contig = *total = 0;
+  *p = NULL;
+  CHECK(tcp_reach(t, peer, &ready));
+  if (!ready) return WEFT_SUCCESS;
   if (c->head - c->tail < t->ring_bytes) CHECK(fill(t, peer));
   size_t pos = (size_t)(c->tail % t->ring_bytes);
   *total = (size_t)(c->head - c->tail);
@@ -485,7 +327,7 @@ static weft_result_t tcp_wait(void *state, uint64_t token, int timeout_ms) {
   nfds_t n = 0;
   for (int p = 0; p < t->nranks; p++) {
     conn_t *c = &t->conns[p];
-    if (c->fds[0] < 0) continue;
+    if (!c->ready) continue;
     /* Data left in the kernel would make poll return at once: stage it first. Only the
      * socket that carries the next frame matters on each side. */
     if (c->head - c->tail < t->ring_bytes) CHECK(fill(t, p));
@@ -493,6 +335,7 @@ static weft_result_t tcp_wait(void *state, uint64_t token, int timeout_ms) {
       t->pfds[n++] = (struct pollfd){.fd = rfd(c), .events = POLLIN};
     if (c->send_blocked) t->pfds[n++] = (struct pollfd){.fd = sfd(c), .events = POLLOUT};
   }
+  n += (nfds_t)tcp_connect_pollfds(t, t->pfds + n);
   if (t->wake_fd >= 0) t->pfds[n++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
   int ring[2], nring = weft_bootstrap_watch_fds(t->boot, ring);
   for (int i = 0; i < nring; i++)
@@ -535,14 +378,15 @@ weft_result_t weft_tcp_fuzz_receive(const uint8_t *data, size_t n, uint32_t magi
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return WEFT_ERR_SYSTEM;
   conn_t conns[2] = {{.nsock = 1, .fds = {-1, -1, -1, -1, -1, -1, -1, -1}},
-                     {.nsock = 1, .fds = {sv[0], -1, -1, -1, -1, -1, -1, -1}}};
+                     {.nsock = 1, .ready = 1, .fds = {sv[0], -1, -1, -1, -1, -1, -1, -1}}};
   tcp_t t = {.rank = 0,
              .nranks = 2,
              .magic32 = magic32,
              .max_frame = max_frame,
              .ring_bytes = 65536,
              .conns = conns,
-             .wake_fd = -1};
+             .wake_fd = -1,
+             .listen_fd = -1};
   conns[1].ring = malloc(t.ring_bytes);
   weft_result_t rc = conns[1].ring ? WEFT_SUCCESS : WEFT_ERR_NO_MEMORY;
   weft_sock_nonblock(sv[0]);

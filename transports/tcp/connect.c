@@ -1,0 +1,271 @@
+/* The tcp transport's connections (tcp_conn.h). Of each pair the higher rank connects and the
+ * lower one accepts, nsock sockets, each opened by a hello naming the rank and the socket. At
+ * setup every rank says where it listens; then either every pair connects at once (eager: the
+ * proxies, whose heartbeats need their streams from the start), or each pair on its first use,
+ * so that sockets and rings follow the pairs that talk instead of every rank on other hosts. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "socket.h"
+#include "tcp_conn.h"
+#include "topo.h"
+#include "waitlog.h"
+
+typedef struct {
+  uint64_t magic;
+  uint32_t version, type;
+  int32_t rank;
+  uint16_t sock, nsock; /* which of the pair's nsock sockets this is */
+} tcp_hello_t;
+
+_Static_assert(sizeof(tcp_hello_t) <= sizeof(((tcp_pending_t *)0)->buf), "a hello fits");
+
+/* What each rank tells the others at setup: where it listens, or why it cannot (code != 0). */
+enum { WHY_BYTES = 200, STRANGER_MS = 5000 };
+typedef struct {
+  weft_sockaddr_t addr;
+  int32_t code;
+  char why[WHY_BYTES]; /* from the network: printable characters only once read */
+} card_t;
+
+const char *tcp_host_of(const tcp_t *t, int peer) {
+  return t->host_labels ? t->host_labels + (size_t)peer * WEFT_HOST_LABEL_BYTES : "?";
+}
+
+/* Every socket of the pair is in: non-blocking, probed for a dead host, with its ring. */
+static weft_result_t finish(tcp_t *t, int p) {
+  tcp_conn_t *c = &t->conns[p];
+  for (int k = 0; k < c->nsock; k++) {
+    weft_sock_nonblock(c->fds[k]);
+    weft_sock_keepalive(c->fds[k], t->dead_ms);
+  }
+  c->ring = malloc(t->ring_bytes);
+  if (!c->ring) return weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
+  c->ready = 1;
+  t->unready--;
+  return WEFT_SUCCESS;
+}
+
+/* A hello from a higher rank: 0 kept (the pair finished once its last socket came), -1 refused
+ * (closed by the caller); *rc is set where finishing failed. */
+static int take_hello(tcp_t *t, const void *hello, int fd, weft_result_t *rc) {
+  tcp_hello_t h;
+  memcpy(&h, hello, sizeof h);
+  if (h.version != WEFT_WIRE_VERSION || h.type != WEFT_MSG_TCP_HELLO || h.rank <= t->rank ||
+      h.rank >= t->nranks || !t->use[h.rank])
+    return -1;
+  tcp_conn_t *c = &t->conns[h.rank];
+  if (h.nsock != c->nsock || h.sock >= c->nsock || c->fds[h.sock] >= 0) return -1;
+  c->fds[h.sock] = fd;
+  for (int k = 0; k < c->nsock; k++)
+    if (c->fds[k] < 0) return 0;
+  *rc = finish(t, h.rank);
+  return 0;
+}
+
+/* Connects the nsock sockets of the pair with the lower rank p, until deadline. */
+static weft_result_t connect_pair(tcp_t *t, int p, int64_t deadline) {
+  tcp_conn_t *c = &t->conns[p];
+  for (int k = 0; k < c->nsock; k++) {
+    CHECK(weft_sock_connect(&t->addrs[p], deadline, t->abort_flag, &c->fds[k]));
+    tcp_hello_t h = {.magic = t->magic,
+                     .version = WEFT_WIRE_VERSION,
+                     .type = WEFT_MSG_TCP_HELLO,
+                     .rank = t->rank,
+                     .sock = (uint16_t)k,
+                     .nsock = (uint16_t)c->nsock};
+    CHECK(weft_sock_send_all(c->fds[k], &h, sizeof h, deadline, t->abort_flag));
+  }
+  return finish(t, p);
+}
+
+/* Takes the connections waiting at the listening socket and reads their hellos, without
+ * blocking: a refused or slow stranger is logged and closed. */
+static weft_result_t accept_waiting(tcp_t *t) {
+  int64_t now = weft_now_ms();
+  while (t->npend < TCP_MAX_PENDING) {
+    int fd = accept4(t->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) break;
+    weft_sock_nodelay(fd);
+    t->pend[t->npend++] = (tcp_pending_t){.fd = fd, .since = now};
+  }
+  weft_result_t rc = WEFT_SUCCESS;
+  for (int i = t->npend - 1; i >= 0; i--) {
+    tcp_pending_t *q = &t->pend[i];
+    ssize_t r = recv(q->fd, q->buf + q->got, sizeof(tcp_hello_t) - q->got, MSG_DONTWAIT);
+    if (r > 0) q->got += (size_t)r;
+    int gone = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    uint64_t m = 0;
+    if (q->got >= sizeof m) memcpy(&m, q->buf, sizeof m);
+    const char *why = gone                           ? "closed before its hello"
+                      : q->got >= 8 && m != t->magic ? "a wrong magic"
+                      : q->got < sizeof(tcp_hello_t) && now - q->since > STRANGER_MS
+                          ? "too little of a hello within 5 s"
+                          : NULL;
+    if (!why && q->got == sizeof(tcp_hello_t)) {
+      if (take_hello(t, q->buf, q->fd, &rc) == 0)
+        q->fd = -1;
+      else
+        why = "an invalid hello";
+    }
+    if (why) WEFT_WARN(WEFT_SUB_NET, "tcp: rank %d refused a connection: %s", t->rank, why);
+    if (why || q->fd < 0) {
+      if (q->fd >= 0) close(q->fd);
+      t->pend[i] = t->pend[--t->npend];
+    }
+  }
+  return rc;
+}
+
+weft_result_t tcp_reach(tcp_t *t, int peer, int *ready) {
+  tcp_conn_t *c = &t->conns[peer];
+  *ready = c->ready;
+  if (c->ready || t->listen_fd < 0) return WEFT_SUCCESS;
+  if (t->rank < peer) {
+    CHECK(accept_waiting(t));
+  } else {
+    /* the peer's listening socket has been open since setup, and the kernel completes the
+     * connection whatever the peer is doing: a refusal for that long means it is gone */
+    int64_t bound = t->dead_ms > 0 ? t->dead_ms : t->boot->timeout_ms;
+    weft_result_t rc = connect_pair(t, peer, weft_deadline(bound));
+    if (rc != WEFT_SUCCESS)
+      return weft_set_error(rc,
+                            "tcp: rank %d could not connect to rank %d (host %s) on first use, "
+                            "for %lld ms: it has left the communicator or died, or its host "
+                            "cannot be reached: %s",
+                            t->rank, peer, tcp_host_of(t, peer), (long long)bound,
+                            weft_thread_error());
+  }
+  *ready = c->ready;
+  return WEFT_SUCCESS;
+}
+
+int tcp_connect_pollfds(const tcp_t *t, struct pollfd *p) {
+  if (t->listen_fd < 0 || t->unready == 0) return 0;
+  int n = 0;
+  p[n++] = (struct pollfd){.fd = t->listen_fd, .events = POLLIN};
+  for (int i = 0; i < t->npend; i++)
+    p[n++] = (struct pollfd){.fd = t->pend[i].fd, .events = POLLIN};
+  return n;
+}
+
+typedef struct {
+  tcp_t *t;
+  weft_result_t rc;
+} eager_ctx_t;
+
+static int eager_accept(void *ctx, const void *hello, int fd) {
+  eager_ctx_t *e = ctx;
+  return take_hello(e->t, hello, fd, &e->rc);
+}
+
+/* A higher rank this one still waits to connect all its sockets. */
+static int unconnected(const void *ctx, int p) {
+  const tcp_t *t = ((const eager_ctx_t *)ctx)->t;
+  return p > t->rank && t->use[p] && !t->conns[p].ready;
+}
+
+static void accept_waits_for(const void *ctx, char *buf, size_t len) {
+  const tcp_t *t = ((const eager_ctx_t *)ctx)->t;
+  char ranks[160];
+  int n = weft_waitlog_ranks(ranks, sizeof ranks, t->nranks, unconnected, ctx);
+  snprintf(buf, len, "rank %d of %d: waiting for rank%s %s to connect (init, tcp transport)",
+           t->rank, t->nranks, n == 1 ? "" : "s", ranks);
+}
+
+/* Every pair now: the lower ranks first, then the higher ones' connections. */
+static weft_result_t connect_all(const weft_transport_init_t *in, tcp_t *t) {
+  int64_t deadline = weft_deadline(in->boot->timeout_ms);
+  int want = 0;
+  weft_waitlog_t wl;
+  for (int p = 0; p < in->nranks; p++) {
+    if (!in->use[p] || p == in->rank) continue;
+    if (p > in->rank) {
+      want += t->conns[p].nsock;
+      continue;
+    }
+    char what[160], name[64];
+    snprintf(what, sizeof what, "rank %d of %d: connecting to rank %d at %s (init, tcp transport)",
+             in->rank, in->nranks, p, weft_sockaddr_str(&t->addrs[p], 1, name, sizeof name));
+    weft_waitlog_init(&wl, WEFT_SUB_NET, deadline, what, NULL, NULL);
+    weft_waitlog_enter(&wl);
+    weft_result_t rc = connect_pair(t, p, deadline);
+    weft_waitlog_leave(&wl);
+    CHECK(rc);
+  }
+  eager_ctx_t ctx = {.t = t, .rc = WEFT_SUCCESS};
+  weft_waitlog_init(&wl, WEFT_SUB_NET, deadline, NULL, accept_waits_for, &ctx);
+  weft_waitlog_enter(&wl);
+  weft_result_t rc = weft_sock_accept_hellos(t->listen_fd, &want, sizeof(tcp_hello_t), in->magic,
+                                             eager_accept, &ctx, NULL, deadline, in->abort_flag);
+  weft_waitlog_leave(&wl);
+  CHECK(rc);
+  return ctx.rc;
+}
+
+weft_result_t tcp_connect_setup(const weft_transport_init_t *in, tcp_t *t) {
+  weft_result_t rc = WEFT_SUCCESS;
+  t->listen_fd = -1;
+  t->magic = in->magic;
+  t->addrs = calloc((size_t)in->nranks, sizeof *t->addrs);
+  t->use = calloc((size_t)in->nranks, 1);
+  card_t *cards = calloc((size_t)in->nranks, sizeof *cards);
+  /* without the cards this rank cannot take part in the exchange below: the others wait */
+  if (!cards) ERR_GOTO(rc, out, WEFT_ERR_NO_MEMORY, "tcp: out of memory");
+  /* A rank that fails here still takes part in the exchange of addresses, with none of its
+   * own: the others learn of it at once, instead of waiting for it until their timeout (or
+   * reading its next collective's bytes as its address). */
+  weft_sockaddr_t bound;
+  if (!t->addrs || !t->use || !t->conns || !t->pfds)
+    rc = weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
+  else
+    rc = weft_sock_listen(weft_sockaddr_family(&in->boot->my_addr), 0, &t->listen_fd, &bound);
+  card_t *mine = &cards[in->rank];
+  char why[512];
+  snprintf(why, sizeof why, "%s", weft_thread_error());
+  if (rc == WEFT_SUCCESS) {
+    mine->addr = in->boot->my_addr;
+    weft_sockaddr_set_port(&mine->addr, weft_sockaddr_port(&bound));
+  } else {
+    mine->code = (int32_t)rc;
+    snprintf(mine->why, sizeof mine->why, "%.*s", WHY_BYTES - 1, why);
+  }
+  weft_result_t xrc = weft_bootstrap_allgather(in->boot, cards, sizeof *cards);
+  if (rc != WEFT_SUCCESS) ERR_GOTO(rc, out, rc, "%s", why);
+  CHECK_GOTO(xrc, rc, out);
+  for (int p = 0; p < in->nranks; p++) {
+    card_t *c = &cards[p];
+    t->addrs[p] = c->addr;
+    t->use[p] = in->use[p] && p != in->rank;
+    t->unready += t->use[p];
+    if (c->code == WEFT_SUCCESS) continue;
+    weft_result_t code = weft_net_code(c->code);
+    int known = (int32_t)code == c->code;
+    ERR_GOTO(rc, out, code, "tcp: rank %d (host %s) could not set up its connections: %s", p,
+             tcp_host_of(t, p),
+             known ? weft_net_text(c->why, sizeof c->why) : "a code no rank sends");
+  }
+  if (in->eager) {
+    CHECK_GOTO(connect_all(in, t), rc, out);
+    close(t->listen_fd);
+    t->listen_fd = -1;
+  } else {
+    weft_sock_nonblock(t->listen_fd);
+  }
+out:
+  free(cards);
+  return rc;
+}
+
+void tcp_connect_teardown(tcp_t *t) {
+  if (t->listen_fd >= 0) close(t->listen_fd);
+  for (int i = 0; i < t->npend; i++)
+    close(t->pend[i].fd);
+  free(t->addrs);
+  free(t->use);
+}
