@@ -108,9 +108,9 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   int tcp = weft_comm_transport_index(comm, "tcp"), rc = 1;
   weft_dev_slots_t sl;
   weft_dev_slots_make(rank, n, &sl);
-  void *states[WEFT_RPROXY_MAX_LINKS] = {tcp >= 0 ? comm->tr_state[tcp] : NULL};
+  void *states[WEFT_RPROXY_MAX_LINKS] = {NULL};
   uint8_t others[2] = {rank != 0, rank != 1};
-  int links = 1;
+  int links = 0; /* as the device engine: every worker's connections made at setup */
   char *region[2] = {NULL, NULL};
   weft_rproxy_t *px = NULL;
   if (tcp < 0) {
@@ -122,7 +122,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
       printf("proxy_pingpong: links: %s\n", weft_get_last_error(NULL));
       goto out;
     }
-  double raw = raw_one_way(comm->tr[tcp], comm->tr_state[tcp], rank, a->iters);
+  double raw = raw_one_way(comm->tr[tcp], states[0], rank, a->iters);
   if (raw < 0) {
     printf("proxy_pingpong: rank %d: tcp: %s\n", rank, weft_get_last_error(NULL));
     goto out;
@@ -141,7 +141,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   weft_rproxy_init_t in = {.link = {.rank = rank,
                                     .nranks = n,
                                     .tr = comm->tr[tcp],
-                                    .tr_state = comm->tr_state[tcp],
+                                    .tr_state = states[0],
                                     .abort_flag = &comm->aborted,
                                     .kernel_abort = &kabort,
                                     .timeout_ms = 20000},
@@ -226,7 +226,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   if (weft_bootstrap_barrier(comm->boot) != WEFT_SUCCESS) rc = 1; /* last credits in */
 out:
   weft_rproxy_stop(px);
-  for (int w = 1; w < links; w++)
+  for (int w = 0; w < links; w++)
     comm->tr[tcp]->teardown(states[w]);
   weft_comm_destroy(comm);
   free(region[0]);

@@ -117,7 +117,8 @@ static int gpu_numa(int device) {
 }
 
 /* Ranks on other hosts: the region proxy over the comm's tcp transport (region.h), with
- * WEFT_PROXY_THREADS workers, each past the first on connections of its own. */
+ * WEFT_PROXY_THREADS workers, each on connections of its own, made at setup (the comm's own
+ * instance connects a pair on its first use; the proxy's heartbeats need every stream now). */
 static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
   const int tcp = weft_comm_transport_index(c, "tcp");
   const weft_dev_slots_t *sl = &d->plan.slots;
@@ -139,10 +140,9 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
   }
   int nlinks = (int)weft_param_get_int(WEFT_PARAM_PROXY_THREADS);
   if (nlinks < 1) nlinks = 1;
-  states[0] = c->tr_state[tcp];
   d->link_tr = tcp;
   weft_result_t rc = WEFT_SUCCESS;
-  for (int w = 1; w < nlinks && rc == WEFT_SUCCESS; w++) { /* every rank reads the same count */
+  for (int w = 0; w < nlinks && rc == WEFT_SUCCESS; w++) { /* every rank reads the same count */
     rc = weft_comm_transport_again(c, tcp, reach, &d->links[d->nlinks]);
     if (rc == WEFT_SUCCESS) states[w] = d->links[d->nlinks++];
   }
@@ -150,7 +150,7 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
   weft_rproxy_init_t in = {.link = {.rank = c->rank,
                                     .nranks = c->nranks,
                                     .tr = c->tr[tcp],
-                                    .tr_state = c->tr_state[tcp],
+                                    .tr_state = states[0],
                                     .abort_flag = &c->aborted,
                                     .kernel_abort = d->abort_h,
                                     .timeout_ms = c->timeout_ms,

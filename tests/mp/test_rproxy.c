@@ -211,14 +211,14 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   weft_comm_t comm;
   int tcp;
   if (proxy_test_comm("test_rproxy", rank, n, id, &comm, &tcp)) return 1;
-  void *states[WEFT_RPROXY_MAX_LINKS] = {comm->tr_state[tcp]};
+  void *states[WEFT_RPROXY_MAX_LINKS] = {NULL};
   weft_dev_slots_t sl;
   weft_dev_slots_make(rank, n, &sl);
   const int ns = sl.nslots, self = sl.self;
   uint8_t others[MAXR] = {0};
   for (int s = 0; s < ns; s++)
     others[sl.rank[s]] = s != self;
-  for (int w = 1; w < a->links; w++)
+  for (int w = 0; w < a->links; w++) /* as the device engine: every worker's made at setup */
     if (weft_comm_transport_again(comm, tcp, others, &states[w]) != WEFT_SUCCESS)
       return printf("test_rproxy: rank %d: links: %s\n", rank, weft_get_last_error(NULL)), 1;
   size_t bytes =
@@ -236,6 +236,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   }
   int32_t kabort = 0;
   weft_proxy_link_t link = proxy_test_link(comm, tcp, &kabort);
+  link.tr_state = states[0];
   link.explain = explain_cb;
   link.told_others = told_others_cb;
   link.heard = heard_cb;
@@ -348,8 +349,8 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
     if (weft_bootstrap_barrier(comm->boot) != WEFT_SUCCESS) rc = 1;
   }
   weft_rproxy_stop(px);
-  for (int w = 1; w < a->links; w++)
-    comm->tr[tcp]->teardown(states[w]);
+  for (int w = 0; w < a->links; w++)
+    if (states[w]) comm->tr[tcp]->teardown(states[w]);
   if (rank == 0 && !rc && !a->abort)
     printf("test_rproxy: %d ranks, %llu chunks of up to %d bytes to each of %d peers on %d "
            "channels%s, %d proxy threads: every byte and credit arrived (rank 0's proxy: %llu "
