@@ -13,8 +13,9 @@
 
 /* 2: addresses are weft_sockaddr_t (IPv4 or IPv6), 32 bytes, in hellos and the table;
  * 3: the tcp transport's setup exchange carries each rank's address or why it has none;
- * 5: the bootstrap's allgather runs in log2(nranks) steps over skip connections */
-#define WEFT_WIRE_VERSION 5u
+ * 5: the bootstrap's allgather runs in log2(nranks) steps over skip connections;
+ * 6: the tcp transport's pairs connect on their first use */
+#define WEFT_WIRE_VERSION 6u
 
 /* The root takes at most 2^20 ranks, so an allgather takes at most 20 steps. */
 #define WEFT_BOOT_MAX_RANKS (1 << 20)

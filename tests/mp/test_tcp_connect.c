@@ -2,12 +2,14 @@
  * host of its own: after init no pair has a socket; a send from rank 0 to rank 1 connects that
  * pair alone (2 sockets between hosts, on both ends and nowhere else); a send from the highest
  * rank to rank 0 connects from the higher end at once; an alltoall then connects every pair;
- * every byte arrives. The fds are counted in each process (launch_open_fds). Then, on a second
+ * every byte arrives. The fds are counted in each process (launch_open_fds). A rank waiting on
+ * a connected pair takes a connection that comes meanwhile. Then, on a second
  * tcp instance, a first use towards a rank that has torn its own down fails after
  * WEFT_TCP_DEAD_MS, naming it. usage: test_tcp_connect NRANKS (3-16) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "launch.h"
@@ -48,8 +50,8 @@ static int expect_fds(int rank, const char *when, int base, int pairs) {
 }
 
 /* A tcp instance as the communicator's (pairs connected on first use); rank 0 tears its own
- * down, then the last rank's first send to it must fail within WEFT_TCP_DEAD_MS (1 s here) and
- * a little, naming rank 0, and not leave the caller waiting. */
+ * down, then the last rank's first send to it, driven as the executor does (send, wait, send),
+ * must fail once it was refused for WEFT_TCP_DEAD_MS (1 s here), naming rank 0. */
 static int gone_peer(weft_comm_t c, int tcp, int rank, int n) {
   uint8_t *use = calloc((size_t)n, 1);
   for (int p = 0; use && p < n; p++)
@@ -75,9 +77,14 @@ static int gone_peer(weft_comm_t c, int tcp, int rank, int n) {
   if (rank == n - 1) {
     char byte = 7;
     size_t took = 0;
-    int64_t t0 = launch_now_ms();
-    weft_result_t rc = tr->send(st, 0, &byte, 1, &took);
-    int64_t dt = launch_now_ms() - t0;
+    int64_t t0 = launch_now_ms(), dt = 0;
+    weft_result_t rc = WEFT_SUCCESS;
+    /* as the executor drives it: a send that takes nothing, then a wait, again */
+    while (rc == WEFT_SUCCESS && !took && dt <= (int64_t)(4000 * launch_time_scale())) {
+      rc = tr->send(st, 0, &byte, 1, &took);
+      if (rc == WEFT_SUCCESS && !took) rc = tr->wait(st, tr->arm(st), 100);
+      dt = launch_now_ms() - t0;
+    }
     const char *msg = weft_get_last_error(NULL);
     if (rc == WEFT_SUCCESS || !strstr(msg, "could not connect to rank 0") ||
         dt > (int64_t)(4000 * launch_time_scale()))
@@ -89,6 +96,36 @@ static int gone_peer(weft_comm_t c, int tcp, int rank, int n) {
   if (st) tr->teardown(st);
   free(use);
   return bad | (weft_bootstrap_barrier(c->boot) != WEFT_SUCCESS);
+}
+
+/* On a fresh communicator: ranks 0 and 1 connect; then rank 2 connects to rank 0 while rank 0
+ * waits for rank 1 (late by 0.3 s), on a pair already connected. The wait must take rank 2's
+ * connection (else its listening socket stays readable and the wait spins): rank 0 holds both
+ * pairs' sockets before it ever touches rank 2's. */
+static int taken_while_waiting(weft_comm_t world, int rank) {
+  weft_comm_t c;
+  static float buf[64];
+  if (weft_comm_split(world, 0, rank, &c, NULL) != WEFT_SUCCESS)
+    return printf("test_tcp_connect: rank %d: split: %s\n", rank, weft_get_last_error(world)) > 0;
+  int base = launch_open_fds(), bad = 0;
+  weft_result_t rc = WEFT_SUCCESS;
+  if (rank <= 1) /* connect the pair (0, 1) */
+    rc = rank ? weft_send(buf, 64, WEFT_F32, 0, c, NULL) : weft_recv(buf, 64, WEFT_F32, 1, c, NULL);
+  if (rc == WEFT_SUCCESS && weft_bootstrap_barrier(c->boot) != WEFT_SUCCESS) rc = WEFT_ERR_INTERNAL;
+  if (rc == WEFT_SUCCESS && rank == 2) rc = weft_send(buf, 64, WEFT_F32, 0, c, NULL);
+  if (rc == WEFT_SUCCESS && rank == 1) {
+    usleep((useconds_t)(300000 * launch_time_scale()));
+    rc = weft_send(buf, 64, WEFT_F32, 0, c, NULL);
+  }
+  if (rc == WEFT_SUCCESS && rank == 0) {
+    rc = weft_recv(buf, 64, WEFT_F32, 1, c, NULL);
+    bad |= expect_fds(rank, "after waiting for rank 1 while rank 2 connected", base, 2);
+    if (rc == WEFT_SUCCESS) rc = weft_recv(buf, 64, WEFT_F32, 2, c, NULL);
+  }
+  if (rc != WEFT_SUCCESS)
+    bad = printf("test_tcp_connect: rank %d: %s\n", rank, weft_get_last_error(c)) > 0;
+  weft_comm_destroy(c);
+  return bad;
 }
 
 static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
@@ -119,6 +156,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
                    (double)r[i]) > 0;
   bad |= expect_fds(rank, "after an alltoall", base, n - 1);
   bad |= gone_peer(c, tcp, rank, n);
+  bad |= taken_while_waiting(c, rank);
   weft_comm_destroy(c);
   free(buf), free(s), free(r);
   return bad;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "err.h"
 #include "socket.h"
 #include "tcp_conn.h"
@@ -64,23 +65,98 @@ static int take_hello(tcp_t *t, const void *hello, int fd, weft_result_t *rc) {
   c->fds[h.sock] = fd;
   for (int k = 0; k < c->nsock; k++)
     if (c->fds[k] < 0) return 0;
-  *rc = finish(t, h.rank);
+  weft_result_t frc = finish(t, h.rank);
+  if (frc != WEFT_SUCCESS) *rc = frc; /* a later pair must not hide it */
   return 0;
 }
 
-/* Connects the nsock sockets of the pair with the lower rank p, until deadline. */
+static tcp_hello_t hello_of(const tcp_t *t, int k, int nsock) {
+  return (tcp_hello_t){.magic = t->magic,
+                       .version = WEFT_WIRE_VERSION,
+                       .type = WEFT_MSG_TCP_HELLO,
+                       .rank = t->rank,
+                       .sock = (uint16_t)k,
+                       .nsock = (uint16_t)nsock};
+}
+
+/* Connects the nsock sockets of the pair with the lower rank p, until deadline (at setup). */
 static weft_result_t connect_pair(tcp_t *t, int p, int64_t deadline) {
   tcp_conn_t *c = &t->conns[p];
   for (int k = 0; k < c->nsock; k++) {
     CHECK(weft_sock_connect(&t->addrs[p], deadline, t->abort_flag, &c->fds[k]));
-    tcp_hello_t h = {.magic = t->magic,
-                     .version = WEFT_WIRE_VERSION,
-                     .type = WEFT_MSG_TCP_HELLO,
-                     .rank = t->rank,
-                     .sock = (uint16_t)k,
-                     .nsock = (uint16_t)c->nsock};
+    tcp_hello_t h = hello_of(t, k, c->nsock);
     CHECK(weft_sock_send_all(c->fds[k], &h, sizeof h, deadline, t->abort_flag));
   }
+  return finish(t, p);
+}
+
+/* The pair's sockets closed, to start again or to fail. */
+static void drop_pair(tcp_conn_t *c) {
+  for (int k = 0; k < c->nsock; k++)
+    if (c->fds[k] >= 0) close(c->fds[k]), c->fds[k] = -1;
+  c->connecting = 0;
+}
+
+/* On first use, towards the lower rank p: starts each socket's connect, or looks whether one in
+ * progress ended, without blocking; sends its hello once connected (into an empty socket
+ * buffer: it cannot block). A refusal starts all over, until WEFT_TCP_DEAD_MS of them. */
+static weft_result_t connect_step(tcp_t *t, int p) {
+  tcp_conn_t *c = &t->conns[p];
+  const weft_sockaddr_t *to = &t->addrs[p];
+  int64_t now = weft_now_ms();
+  for (int k = 0; k < c->nsock; k++) {
+    int err = 0;
+    if (c->fds[k] < 0) {
+      int s = socket(weft_sockaddr_family(to), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (s < 0) return weft_set_error(WEFT_ERR_SYSTEM, "socket: %s", strerror(errno));
+      c->fds[k] = s;
+      err = connect(s, &to->u.sa, to->len) == 0 ? 0 : errno;
+      if (err == EINPROGRESS) {
+        c->connecting |= 1u << k;
+        continue;
+      }
+    } else if (c->connecting & (1u << k)) {
+      struct pollfd q = {.fd = c->fds[k], .events = POLLOUT};
+      if (poll(&q, 1, 0) <= 0) continue; /* still in progress */
+      socklen_t len = sizeof err;
+      getsockopt(c->fds[k], SOL_SOCKET, SO_ERROR, &err, &len);
+      c->connecting &= ~(1u << k);
+    } else {
+      continue; /* connected, hello sent */
+    }
+    if (err == ECONNREFUSED) {
+      drop_pair(c); /* the lower rank took none of them, or would see a half pair */
+      if (!c->refused_since) c->refused_since = now;
+      int64_t bound = t->dead_ms > 0 ? t->dead_ms : t->boot->timeout_ms;
+      if (now - c->refused_since < bound) return WEFT_SUCCESS; /* again at the next look */
+      return weft_set_error(WEFT_ERR_PEER_LOST,
+                            "tcp: rank %d could not connect to rank %d (host %s) on first use: "
+                            "refused for %lld ms (WEFT_TCP_DEAD_MS): it has left the "
+                            "communicator or died",
+                            t->rank, p, tcp_host_of(t, p), (long long)bound);
+    }
+    if (err) {
+      drop_pair(c);
+      char name[WEFT_SOCKADDR_STRLEN];
+      return weft_set_error(WEFT_ERR_PEER_LOST,
+                            "tcp: rank %d could not connect to rank %d (host %s) at %s on first "
+                            "use: %s",
+                            t->rank, p, tcp_host_of(t, p),
+                            weft_sockaddr_str(to, 1, name, sizeof name), strerror(err));
+    }
+    weft_sock_nodelay(c->fds[k]);
+    tcp_hello_t h = hello_of(t, k, c->nsock);
+    if (send(c->fds[k], &h, sizeof h, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof h) {
+      int e = errno;
+      drop_pair(c);
+      return weft_set_error(WEFT_ERR_PEER_LOST,
+                            "tcp: rank %d: the hello to rank %d (host %s) on first use: %s",
+                            t->rank, p, tcp_host_of(t, p), strerror(e));
+    }
+  }
+  for (int k = 0; k < c->nsock; k++)
+    if (c->fds[k] < 0 || (c->connecting & (1u << k))) return WEFT_SUCCESS;
+  c->refused_since = 0;
   return finish(t, p);
 }
 
@@ -126,32 +202,31 @@ weft_result_t tcp_reach(tcp_t *t, int peer, int *ready) {
   tcp_conn_t *c = &t->conns[peer];
   *ready = c->ready;
   if (c->ready || t->listen_fd < 0) return WEFT_SUCCESS;
-  if (t->rank < peer) {
-    CHECK(accept_waiting(t));
-  } else {
-    /* the peer's listening socket has been open since setup, and the kernel completes the
-     * connection whatever the peer is doing: a refusal for that long means it is gone */
-    int64_t bound = t->dead_ms > 0 ? t->dead_ms : t->boot->timeout_ms;
-    weft_result_t rc = connect_pair(t, peer, weft_deadline(bound));
-    if (rc != WEFT_SUCCESS)
-      return weft_set_error(rc,
-                            "tcp: rank %d could not connect to rank %d (host %s) on first use, "
-                            "for %lld ms: it has left the communicator or died, or its host "
-                            "cannot be reached: %s",
-                            t->rank, peer, tcp_host_of(t, peer), (long long)bound,
-                            weft_thread_error());
-  }
+  CHECK(t->rank < peer ? accept_waiting(t) : connect_step(t, peer));
   *ready = c->ready;
   return WEFT_SUCCESS;
 }
 
-int tcp_connect_pollfds(const tcp_t *t, struct pollfd *p) {
-  if (t->listen_fd < 0 || t->unready == 0) return 0;
+weft_result_t tcp_connect_pollfds(tcp_t *t, struct pollfd *p, int *count, int *now) {
+  *count = *now = 0;
+  if (t->listen_fd < 0 || t->unready == 0) return WEFT_SUCCESS;
+  int before = t->unready;
+  CHECK(accept_waiting(t));
+  *now = t->unready < before;
   int n = 0;
   p[n++] = (struct pollfd){.fd = t->listen_fd, .events = POLLIN};
   for (int i = 0; i < t->npend; i++)
     p[n++] = (struct pollfd){.fd = t->pend[i].fd, .events = POLLIN};
-  return n;
+  for (int q = 0; q < t->nranks; q++) { /* one socket in progress a pair wakes it enough */
+    const tcp_conn_t *c = &t->conns[q];
+    for (int k = 0; c->connecting && k < c->nsock; k++)
+      if (c->connecting & (1u << k)) {
+        p[n++] = (struct pollfd){.fd = c->fds[k], .events = POLLOUT};
+        break;
+      }
+  }
+  *count = n;
+  return WEFT_SUCCESS;
 }
 
 typedef struct {

@@ -325,17 +325,23 @@ static weft_result_t tcp_wait(void *state, uint64_t token, int timeout_ms) {
   (void)token;
   tcp_t *t = state;
   nfds_t n = 0;
+  int more = 0, now = 0; /* connections, then bytes or an end, that came since the last look */
+  CHECK(tcp_connect_pollfds(t, t->pfds, &more, &now));
+  n = (nfds_t)more;
   for (int p = 0; p < t->nranks; p++) {
     conn_t *c = &t->conns[p];
     if (!c->ready) continue;
     /* Data left in the kernel would make poll return at once: stage it first. Only the
      * socket that carries the next frame matters on each side. */
+    uint64_t head = c->head;
+    weft_result_t rerr = c->rerr;
     if (c->head - c->tail < t->ring_bytes) CHECK(fill(t, p));
+    now |= c->head != head || c->rerr != rerr;
     if (c->head - c->tail < t->ring_bytes && c->rerr == WEFT_SUCCESS)
       t->pfds[n++] = (struct pollfd){.fd = rfd(c), .events = POLLIN};
     if (c->send_blocked) t->pfds[n++] = (struct pollfd){.fd = sfd(c), .events = POLLOUT};
   }
-  n += (nfds_t)tcp_connect_pollfds(t, t->pfds + n);
+  if (now) timeout_ms = 0; /* the caller looks again before it sleeps */
   if (t->wake_fd >= 0) t->pfds[n++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
   int ring[2], nring = weft_bootstrap_watch_fds(t->boot, ring);
   for (int i = 0; i < nring; i++)

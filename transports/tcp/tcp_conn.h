@@ -16,7 +16,11 @@ enum { TCP_MAX_SOCKS = 8, TCP_MAX_PENDING = 64 };
 typedef struct {
   int fds[TCP_MAX_SOCKS];
   int nsock;
-  int ready;               /* all nsock sockets connected, the ring allocated */
+  int ready; /* all nsock sockets connected, the ring allocated */
+  /* the higher rank's connects on first use: sockets still in progress (a bit each), and
+   * since when the peer refuses (0: it has not) */
+  uint32_t connecting;
+  int64_t refused_since;
   uint64_t sframe, rframe; /* frames sent / received so far: pick the socket */
   /* send side: the frame being written */
   int in_frame;
@@ -67,12 +71,17 @@ typedef struct {
  * and pfds t could not allocate, tells the others why, and all fail at once), then connects
  * every pair served (in->eager) or leaves each pair to its first use. */
 weft_result_t tcp_connect_setup(const weft_transport_init_t *in, tcp_t *t);
-/* Whether the pair with peer can carry bytes now (*ready): connects it where this rank is the
- * higher one of a pair not yet connected (bounded by WEFT_TCP_DEAD_MS), else takes what the
- * lower one was sent; 0 with nothing failed means later. */
+/* Whether the pair with peer can carry bytes now (*ready), without blocking: where this rank
+ * is the higher one of a pair not yet connected, starts or advances its connects (a peer that
+ * refuses for WEFT_TCP_DEAD_MS fails it; one that does not answer is left to the operation's
+ * timeout, since a full accept queue looks the same); else takes what the listening socket
+ * holds. 0 with nothing failed means later. */
 weft_result_t tcp_reach(tcp_t *t, int peer, int *ready);
-/* Adds to p what waits for connections still to come; returns how many. */
-int tcp_connect_pollfds(const tcp_t *t, struct pollfd *p);
+/* Before a wait: takes waiting connections (so that none keeps the listening socket readable),
+ * then adds to p what a new one, a hello or a connect in progress would wake; returns how many
+ * (at most 1 + TCP_MAX_PENDING, plus 1 per pair connecting). *now is set where a pair became
+ * ready meanwhile: the caller should not sleep. */
+weft_result_t tcp_connect_pollfds(tcp_t *t, struct pollfd *p, int *count, int *now);
 void tcp_connect_teardown(tcp_t *t);
 /* Rank peer's host as messages name it. */
 const char *tcp_host_of(const tcp_t *t, int peer);
