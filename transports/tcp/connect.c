@@ -1,8 +1,9 @@
 /* The tcp transport's connections (tcp_conn.h). Of each pair the higher rank connects and the
  * lower one accepts, nsock sockets, each opened by a hello naming the rank and the socket. At
  * setup every rank says where it listens; then either every pair connects at once (eager: the
- * proxies, whose heartbeats need their streams from the start), or each pair on its first use,
- * so that sockets and rings follow the pairs that talk instead of every rank on other hosts. */
+ * region proxy's workers, whose heartbeats need their streams from the start), or each pair on
+ * its first use, so that sockets and rings follow the pairs that talk, not every rank on other
+ * hosts. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
