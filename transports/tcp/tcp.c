@@ -1,7 +1,7 @@
-/* TCP transport: non-blocking sockets per peer pair. Data goes in frames {magic, length,
- * sequence} with a bounded length, so a corrupt or foreign stream is refused instead of trusted;
- * received payload lands in a staging ring that the executor peeks into. With several
- * sockets per pair, frame k travels on socket k mod S and is read back in the same order,
+/* TCP transport's data path: non-blocking sockets per peer pair (made by connect.c). Data goes in
+ * frames {magic, length, sequence} with a bounded length, so a corrupt or foreign stream is refused
+ * instead of trusted; received payload lands in a staging ring that the executor peeks into. With
+ * several sockets per pair, frame k travels on socket k mod S and is read back in the same order,
  * so the byte stream needs no reordering. */
 #include <errno.h>
 #include <poll.h>
@@ -17,10 +17,8 @@
 #include "socket.h"
 #include "tcp_conn.h"
 
-typedef tcp_conn_t conn_t;
-
-static int sfd(const conn_t *c) { return c->fds[c->sframe % (uint64_t)c->nsock]; }
-static int rfd(const conn_t *c) { return c->fds[c->rframe % (uint64_t)c->nsock]; }
+static int sfd(const tcp_conn_t *c) { return c->fds[c->sframe % (uint64_t)c->nsock]; }
+static int rfd(const tcp_conn_t *c) { return c->fds[c->rframe % (uint64_t)c->nsock]; }
 
 static void tcp_teardown(void *state) {
   tcp_t *t = state;
@@ -61,7 +59,7 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
    * windows and NIC queues); over loopback a second one buys nothing. */
   int64_t want_socks = weft_param_get_int(WEFT_PARAM_TCP_SOCKETS);
   for (int p = 0; p < in->nranks && t->conns; p++) {
-    conn_t *cn = &t->conns[p];
+    tcp_conn_t *cn = &t->conns[p];
     for (int k = 0; k < TCP_MAX_SOCKS; k++)
       cn->fds[k] = -1;
     cn->nsock = want_socks > 0 ? (int)(want_socks < TCP_MAX_SOCKS ? want_socks : TCP_MAX_SOCKS)
@@ -97,7 +95,7 @@ static weft_result_t lost(const tcp_t *t, int peer, const char *what, int err) {
 static weft_result_t tcp_sendv(void *state, int peer, const struct iovec *v, int nv,
                                size_t *accepted) {
   tcp_t *t = state;
-  conn_t *c = &t->conns[peer];
+  tcp_conn_t *c = &t->conns[peer];
   size_t done = 0, n = 0;
   if (nv < 0 || nv > WEFT_SENDV_MAX)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "tcp: %d buffers to send (at most %d)", nv,
@@ -169,7 +167,7 @@ static weft_result_t fill_socket(tcp_t *t, int peer);
 /* Moves what the socket holds into the staging ring, checking every frame header. A peer
  * that closed after sending its last bytes is not an error until those bytes are used. */
 static weft_result_t fill(tcp_t *t, int peer) {
-  conn_t *c = &t->conns[peer];
+  tcp_conn_t *c = &t->conns[peer];
   if (c->rerr != WEFT_SUCCESS) return WEFT_SUCCESS;
   weft_result_t rc = fill_socket(t, peer);
   if (rc == WEFT_ERR_PEER_LOST) {
@@ -182,7 +180,7 @@ static weft_result_t fill(tcp_t *t, int peer) {
 
 /* Reads what the socket has of the next frame's header; *more is 0 when it would block. */
 static weft_result_t read_header(tcp_t *t, int peer, int *more) {
-  conn_t *c = &t->conns[peer];
+  tcp_conn_t *c = &t->conns[peer];
   ssize_t r =
       recv(rfd(c), (char *)c->rhdr + c->rhdr_got, sizeof c->rhdr - c->rhdr_got, MSG_DONTWAIT);
   *more = 0;
@@ -212,7 +210,7 @@ static weft_result_t read_header(tcp_t *t, int peer, int *more) {
 
 /* Receives up to want bytes of the current frame's payload into dst; *got 0: it would block. */
 static weft_result_t read_payload(tcp_t *t, int peer, char *dst, size_t want, size_t *got) {
-  conn_t *c = &t->conns[peer];
+  tcp_conn_t *c = &t->conns[peer];
   if (want > c->rpayload_left) want = c->rpayload_left;
   ssize_t r = recv(rfd(c), dst, want, MSG_DONTWAIT);
   *got = 0;
@@ -231,7 +229,7 @@ static weft_result_t read_payload(tcp_t *t, int peer, char *dst, size_t want, si
 }
 
 static weft_result_t fill_socket(tcp_t *t, int peer) {
-  conn_t *c = &t->conns[peer];
+  tcp_conn_t *c = &t->conns[peer];
   for (;;) {
     size_t used = (size_t)(c->head - c->tail), got = 0;
     if (!c->in_rframe) {
@@ -254,7 +252,7 @@ static weft_result_t fill_socket(tcp_t *t, int peer) {
  * raised once nothing more can be given, as fill does. */
 static weft_result_t tcp_recv_into(void *state, int peer, void *dst, size_t n, size_t *got) {
   tcp_t *t = state;
-  conn_t *c = &t->conns[peer];
+  tcp_conn_t *c = &t->conns[peer];
   char *out = dst;
   size_t done = 0;
   int ready;
@@ -296,7 +294,7 @@ static weft_result_t tcp_recv_into(void *state, int peer, void *dst, size_t n, s
 static weft_result_t tcp_peek(void *state, int peer, const void **p, size_t *contig,
                               size_t *total) {
   tcp_t *t = state;
-  conn_t *c = &t->conns[peer];
+  tcp_conn_t *c = &t->conns[peer];
   int ready;
   *contig = *total = 0;
   *p = NULL;
@@ -329,7 +327,7 @@ static weft_result_t tcp_wait(void *state, uint64_t token, int timeout_ms) {
   CHECK(tcp_connect_pollfds(t, t->pfds, &more, &now));
   n = (nfds_t)more;
   for (int p = 0; p < t->nranks; p++) {
-    conn_t *c = &t->conns[p];
+    tcp_conn_t *c = &t->conns[p];
     if (!c->ready) continue;
     /* Data left in the kernel would make poll return at once: stage it first. Only the
      * socket that carries the next frame matters on each side. */
@@ -383,8 +381,8 @@ weft_result_t weft_tcp_fuzz_receive(const uint8_t *data, size_t n, uint32_t magi
                                     size_t max_frame) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return WEFT_ERR_SYSTEM;
-  conn_t conns[2] = {{.nsock = 1, .fds = {-1, -1, -1, -1, -1, -1, -1, -1}},
-                     {.nsock = 1, .ready = 1, .fds = {sv[0], -1, -1, -1, -1, -1, -1, -1}}};
+  tcp_conn_t conns[2] = {{.nsock = 1, .fds = {-1, -1, -1, -1, -1, -1, -1, -1}},
+                         {.nsock = 1, .ready = 1, .fds = {sv[0], -1, -1, -1, -1, -1, -1, -1}}};
   tcp_t t = {.rank = 0,
              .nranks = 2,
              .magic32 = magic32,
