@@ -29,13 +29,6 @@ __device__ inline uint64_t *flag(const P &a, int owner, uint64_t off, uint64_t s
   return (uint64_t *)(a.win[owner] + off + (uint64_t)from * stride);
 }
 
-__device__ bool wait(const P &a, uint64_t off, uint64_t stride, uint64_t target, int phase) {
-  const bool acks = off == a.g.dack || off == a.g.cack;
-  return moe_wait_all(a.win[a.rank], a.nranks, off, stride, target, phase,
-                      acks ? WEFT_DEV_WHERE_MOE_ACKS : WEFT_DEV_WHERE_MOE_RECORDS,
-                      moe_waiter{a.abort_flag, a.error, a.waiting, a.timeout_ns, a.report_ns});
-}
-
 /* A warp: the first entry from source s whose token is t or later (its entries are in token
  * order), 32 probes a step, so that a search is a few dependent loads (one thread's binary
  * search took 7 us of 10 in the opening kernel). */
@@ -77,7 +70,7 @@ __device__ void open_round(const P &a, uint64_t i, uint64_t *rounds, uint64_t ac
   weft_moe_k_dstate_t *st = a.state;
   if (i == 0) st->failed = 0;
   const uint64_t R = ++*rounds;
-  if (!st->failed && !wait(a, acks, WEFT_MOE_K_FLAG_STRIDE, R - 1, phase)) st->failed = 1;
+  if (!st->failed && !moe_wait_flags(a, acks, WEFT_MOE_K_FLAG_STRIDE, R - 1, phase)) st->failed = 1;
 }
 
 /* fp8: the block quantizes x once into each destination's bytes and scales. */
@@ -149,7 +142,7 @@ __global__ void d_send(P a, uint64_t i) {
 __global__ void d_wait(P a) {
   weft_moe_k_dstate_t *st = a.state;
   if (threadIdx.x || st->failed) return;
-  if (!wait(a, a.g.dsig, a.g.sig_bytes, st->round, 1)) st->failed = 1;
+  if (!moe_wait_flags(a, a.g.dsig, a.g.sig_bytes, st->round, 1)) st->failed = 1;
 }
 
 /* A block an entry a peer sent this round: its slot into the rows of our experts it chose. */
@@ -298,7 +291,7 @@ template <typename T> __global__ void c_back(P a, uint64_t i, uint64_t span) {
 __global__ void c_wait(P a) {
   weft_moe_k_dstate_t *st = a.state;
   if (threadIdx.x || st->failed) return;
-  if (!wait(a, a.g.csig, WEFT_MOE_K_FLAG_STRIDE, st->cround, 2)) st->failed = 1;
+  if (!moe_wait_flags(a, a.g.csig, WEFT_MOE_K_FLAG_STRIDE, st->cround, 2)) st->failed = 1;
 }
 
 /* A block a token of this round: y = the ranks' partials in rank order, this rank's own

@@ -46,11 +46,7 @@ __device__ void fail(const P &a, int phase) {
  * target; false (the slot's status failed too) when the communicator aborts or the timeout
  * passes. */
 __device__ bool wait_all(const P &a, uint64_t off, uint64_t stride, uint64_t target, int phase) {
-  const bool acks = off == a.g.dack || off == a.g.cack;
-  if (moe_wait_all(a.win[a.rank], a.nranks, off, stride, target, phase,
-                   acks ? WEFT_DEV_WHERE_MOE_ACKS : WEFT_DEV_WHERE_MOE_RECORDS,
-                   moe_waiter{a.abort_flag, a.error, a.waiting, a.timeout_ns, a.report_ns}))
-    return true;
+  if (moe_wait_flags(a, off, stride, target, phase)) return true;
   fail(a, phase);
   return false;
 }

@@ -56,6 +56,17 @@ __device__ bool moe_wait_all(const char *mine, int nranks, uint64_t off, uint64_
   return true;
 }
 
+/* moe_wait_all for a kernel's arguments a (ll.cu's or direct.cu's): its own window, its
+ * waiter, and what the flags at off count (acks at the geometry's dack and cack, else records). */
+template <typename P>
+__device__ bool moe_wait_flags(const P &a, uint64_t off, uint64_t stride, uint64_t target,
+                               int phase) {
+  const bool acks = off == a.g.dack || off == a.g.cack;
+  return moe_wait_all(a.win[a.rank], a.nranks, off, stride, target, phase,
+                      acks ? WEFT_DEV_WHERE_MOE_ACKS : WEFT_DEV_WHERE_MOE_RECORDS,
+                      moe_waiter{a.abort_flag, a.error, a.waiting, a.timeout_ns, a.report_ns});
+}
+
 /* The block's writes are done and fenced; true in the grid's last block (which then posts and
  * resets the ticket). */
 __device__ bool moe_last_block(uint32_t *ticket) {

@@ -78,9 +78,9 @@ weft_result_t tcp_connect_setup(const weft_transport_init_t *in, tcp_t *t);
  * holds. 0 with nothing failed means later. */
 weft_result_t tcp_reach(tcp_t *t, int peer, int *ready);
 /* Before a wait: takes waiting connections (so that none keeps the listening socket readable),
- * then adds to p what a new one, a hello or a connect in progress would wake; returns how many
+ * then puts in p what a new one, a hello or a connect in progress would wake, *count of them
  * (at most 1 + TCP_MAX_PENDING, plus 1 per pair connecting). *now is set where a pair became
- * ready meanwhile: the caller should not sleep. */
+ * ready meanwhile: the caller should not sleep. Fails as accepting a pair does. */
 weft_result_t tcp_connect_pollfds(tcp_t *t, struct pollfd *p, int *count, int *now);
 void tcp_connect_teardown(tcp_t *t);
 /* Rank peer's host as messages name it. */
