@@ -4,8 +4,8 @@
 # under MPS the oracle matrix on 2 hosts x 1 rank, 2 x 2, 2 + 1 and 2 x 5 (past 8 ranks: rings
 # alone), test_dev_comm (graph replays,
 # several communicators, a group over 64, abort and a rank that never joins) on 2 hosts; the
-# matrix and test_dev_comm again with the small low-latency kernel across hosts
-# (WEFT_PROXY_LL_BYTES); then
+# matrix and test_dev_comm again with the small low-latency kernel across hosts to 16 and 64
+# KiB (WEFT_PROXY_LL_BYTES, 8 KiB by default), and the matrix with the general kernel alone; then
 # (BENCH=1) collbench on 2 fake hosts against NCCL's socket transport in the same run, with the
 # defaults (BENCH_ALL=1: also with 2026-12-06's sizes (64 KiB, 2 stages, 2 threads), 2 threads,
 # 4 stages, and WEFT_PROXY_SPIN_US=0), and
@@ -47,7 +47,9 @@ T=150 one mps_3 $t/test_collectives_gpu 3 --share --hosts=2 # ranks 0 and 2 on o
 # a rank, so that 10 ranks' spinning workers fit the cores
 WEFT_PROXY_THREADS=1 T=240 one mps_10_ring $t/test_collectives_gpu 10 --share --hosts=2
 WEFT_TEST_HOSTS=2 T=150 one mps_dev_comm_2x1 "$t/test_dev_comm" 2 --share
-# the small low-latency kernel through the proxy (off by default): the matrix and graph replays
+# the small low-latency kernel through the proxy to 16 and 64 KiB (8 by default), and the
+# general kernel alone: the matrix and graph replays
+WEFT_PROXY_LL_BYTES=0 T=150 one mps_2x1_general $t/test_collectives_gpu 2 --share --hosts=2
 WEFT_PROXY_LL_BYTES=16384 T=150 one mps_2x1_ll $t/test_collectives_gpu 2 --share --hosts=2
 WEFT_PROXY_LL_BYTES=65536 T=150 one mps_2x2_ll $t/test_collectives_gpu 4 --share --hosts=2
 WEFT_PROXY_LL_BYTES=16384 WEFT_TEST_HOSTS=2 T=150 one mps_dev_comm_2x1_ll "$t/test_dev_comm" 2 \
