@@ -1,8 +1,9 @@
 /* Root rendezvous: every rank connects to the root with a hello {id magic, version, type,
- * rank, nranks, its listening address}; the root answers each with the table of all
- * addresses and a fresh random magic for the communicator's own traffic. Then each rank
- * connects to the next one, making a ring (the failure channel, and an allgather's first
- * step), and to rank + 2^k for the allgather's later steps. */
+ * rank, nranks, its listening address}; the root answers each with a fresh random magic for
+ * the communicator's own traffic and the addresses of ranks + 2^k alone, log2(nranks) of them.
+ * Each rank connects to the next one, making a ring (the failure channel, and an allgather's
+ * first step), and to rank + 2^k for the allgather's later steps; the first allgather then
+ * gives every rank the whole table, so the root sends N log N addresses, not N^2. */
 #include "bootstrap.h"
 
 #include <errno.h>
@@ -49,6 +50,14 @@ uint64_t weft_random_u64(void) {
     v = ((uint64_t)ts.tv_nsec << 32) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 16);
   }
   return v ? v : 1;
+}
+
+/* The allgather's steps for n ranks: ceil(log2 n). */
+static int steps_for(int n) {
+  int k = 0;
+  while (k < WEFT_BOOT_MAX_STEPS && (1 << k) < n)
+    k++;
+  return k;
 }
 
 typedef struct {
@@ -125,12 +134,15 @@ static void *root_main(void *arg) {
                         .type = WEFT_MSG_ROOT_TABLE,
                         .nranks = R->nranks,
                         .comm_magic = weft_random_u64()};
-    for (int i = 0; i < R->nranks; i++) {
+    int n = R->nranks, steps = steps_for(n);
+    weft_sockaddr_t to[WEFT_BOOT_MAX_STEPS];
+    for (int i = 0; i < n; i++) {
+      for (int k = 0; k < steps; k++)
+        to[k] = R->addrs[((int64_t)i + ((int64_t)1 << k)) % n];
       int fd = R->fd_of_rank[i];
       if (weft_sock_send_all(fd, &rep, sizeof rep, deadline, NULL) != WEFT_SUCCESS ||
-          weft_sock_send_all(fd, R->addrs, sizeof(*R->addrs) * (size_t)R->nranks, deadline, NULL) !=
-              WEFT_SUCCESS)
-        WEFT_WARN(WEFT_SUB_BOOT, "root: could not send the table to rank %d", i);
+          weft_sock_send_all(fd, to, sizeof *to * (size_t)steps, deadline, NULL) != WEFT_SUCCESS)
+        WEFT_WARN(WEFT_SUB_BOOT, "root: could not send rank %d its peers' addresses", i);
     }
   } else {
     WEFT_WARN(WEFT_SUB_BOOT, "root: rendezvous failed: %s", weft_thread_error());
@@ -169,14 +181,6 @@ weft_result_t weft_bootstrap_root_start(int listen_fd, uint64_t id_magic, int64_
   return WEFT_SUCCESS;
 }
 
-/* The allgather's steps for n ranks: ceil(log2 n). */
-static int steps_for(int n) {
-  int k = 0;
-  while (k < WEFT_BOOT_MAX_STEPS && (1 << k) < n)
-    k++;
-  return k;
-}
-
 typedef struct {
   weft_bootstrap_t *b;
   int want; /* connections still to come: the ring's and the skips' */
@@ -199,18 +203,18 @@ static int ring_accept(void *ctx, const void *hello, int fd) {
   return 0;
 }
 
-/* Connects to rank + 2^step and says who it is (step 0: the ring's next); what is wl's text,
- * WHAT_BYTES long. */
+/* Connects to rank + 2^step at addr and says who it is (step 0: the ring's next); what is wl's
+ * text, WHAT_BYTES long. */
 enum { WHAT_BYTES = 256 };
-static weft_result_t connect_step(weft_bootstrap_t *b, const weft_sockaddr_t *table, int step,
+static weft_result_t connect_step(weft_bootstrap_t *b, const weft_sockaddr_t *addr, int step,
                                   int64_t deadline, weft_waitlog_t *wl, char *what, int *fd) {
   int n = b->nranks, to = (int)(((int64_t)b->rank + ((int64_t)1 << step)) % n);
   char name[64];
   snprintf(what, WHAT_BYTES, "rank %d of %d: connecting to rank %d at %s (init, bootstrap %s)",
-           b->rank, n, to, weft_sockaddr_str(&table[to], 1, name, sizeof name),
+           b->rank, n, to, weft_sockaddr_str(addr, 1, name, sizeof name),
            step ? "allgather's skip connections" : "ring");
   weft_waitlog_enter(wl);
-  weft_result_t rc = weft_sock_connect(&table[to], deadline, b->abort_flag, fd);
+  weft_result_t rc = weft_sock_connect(addr, deadline, b->abort_flag, fd);
   weft_waitlog_leave(wl);
   if (rc != WEFT_SUCCESS)
     return weft_set_error(rc, "rank %d: cannot reach rank %d for the bootstrap %s: %s", b->rank, to,
@@ -294,20 +298,26 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
   if (rep.magic != id->magic || rep.version != WEFT_WIRE_VERSION ||
       rep.type != WEFT_MSG_ROOT_TABLE || rep.nranks != nranks || rep.status != 0)
     ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL, "rank %d: invalid reply from the rendezvous root", rank);
-  table = malloc(sizeof *table * (size_t)nranks);
-  if (!table) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
-  CHECK_GOTO(
-      weft_sock_recv_all(root_fd, table, sizeof *table * (size_t)nranks, deadline, abort_flag), rc,
-      fail);
+  int steps = steps_for(nranks);
+  weft_sockaddr_t to[WEFT_BOOT_MAX_STEPS];
+  CHECK_GOTO(weft_sock_recv_all(root_fd, to, sizeof *to * (size_t)steps, deadline, abort_flag),
+             rc, fail);
+  for (int k = 0; k < steps; k++)
+    if (!weft_sockaddr_valid(&to[k]))
+      ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL,
+               "rank %d: the rendezvous root sent rank %lld's address, not IPv4 or IPv6", rank,
+               (long long)(((int64_t)rank + ((int64_t)1 << k)) % nranks));
   close(root_fd);
   root_fd = -1;
   b->magic = rep.comm_magic;
+  table = calloc((size_t)nranks, sizeof *table);
+  if (!table) ERR_GOTO(rc, fail, WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
+  table[rank] = mine;
   if (nranks > 1) {
     /* every connection first, then every accept: a peer's come into the backlog meanwhile */
-    int steps = steps_for(nranks);
-    CHECK_GOTO(connect_step(b, table, 0, deadline, &wl, what, &b->next_fd), rc, fail);
+    CHECK_GOTO(connect_step(b, &to[0], 0, deadline, &wl, what, &b->next_fd), rc, fail);
     for (int k = 1; k < steps; k++)
-      CHECK_GOTO(connect_step(b, table, k, deadline, &wl, what, &b->skip_out[k]), rc, fail);
+      CHECK_GOTO(connect_step(b, &to[k], k, deadline, &wl, what, &b->skip_out[k]), rc, fail);
     ring_ctx_t ctx = {.b = b, .want = steps};
     char more[48] = "";
     if (steps > 1) snprintf(more, sizeof more, " and %d more for the allgather", steps - 1);
@@ -318,6 +328,13 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
                                  &ctx, NULL, deadline, abort_flag);
     weft_waitlog_leave(&wl);
     if (rc != WEFT_SUCCESS) goto fail;
+    /* every rank's address, for exchanges among a subset (weft_bootstrap_subset_bcast) */
+    CHECK_GOTO(weft_bootstrap_allgather(b, table, sizeof *table), rc, fail);
+    for (int i = 0; i < nranks; i++)
+      if (!weft_sockaddr_valid(&table[i]))
+        ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL,
+                 "rank %d: rank %d's address in the bootstrap's table is not IPv4 or IPv6", rank,
+                 i);
   }
   b->listen_fd = listen_fd; /* both stay for subset exchanges (weft_bootstrap_subset_bcast) */
   b->table = table;

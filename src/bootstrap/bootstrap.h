@@ -14,8 +14,9 @@
 /* 2: addresses are weft_sockaddr_t (IPv4 or IPv6), 32 bytes, in hellos and the table;
  * 3: the tcp transport's setup exchange carries each rank's address or why it has none;
  * 5: the bootstrap's allgather runs in log2(nranks) steps over skip connections;
- * 6: the tcp transport's pairs connect on their first use */
-#define WEFT_WIRE_VERSION 6u
+ * 6: the tcp transport's pairs connect on their first use;
+ * 7: the root sends a rank only the addresses it connects to; an allgather spreads the rest */
+#define WEFT_WIRE_VERSION 7u
 
 /* The root takes at most 2^20 ranks, so an allgather takes at most 20 steps. */
 #define WEFT_BOOT_MAX_RANKS (1 << 20)
@@ -67,7 +68,7 @@ typedef struct weft_bootstrap {
   weft_sockaddr_t my_addr; /* how the others reach this rank (port 0) */
   /* kept from init for exchanges among a subset of the ranks (weft_comm_shrink), which the
    * ring cannot serve when a rank outside the subset is dead: this rank's listening socket
-   * and every rank's (the root's table) */
+   * and every rank's (the first allgather's) */
   int listen_fd;
   weft_sockaddr_t *table;
   uint32_t subset_seq; /* subset exchanges so far: a late or stray one is told apart */

@@ -1,7 +1,7 @@
 /* Fuzz target: arbitrary bytes as the rendezvous root's answer to a rank
- * (src/bootstrap/bootstrap.c: reply header and address table). A fake root on loopback reads the
- * rank's hello and sends the input back. One rank only, so even a well-formed table never makes
- * weft connect to an address taken from the input. Every outcome must be a weft result, a reply
+ * (src/bootstrap/bootstrap.c: the reply's header; a rank of one is sent no peer's address). A
+ * fake root on loopback reads the rank's hello and sends the input back. One rank only, so weft
+ * never connects to an address taken from the input. Every outcome must be a weft result, a reply
  * without the magic is never taken; never a crash. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
