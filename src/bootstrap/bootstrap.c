@@ -181,6 +181,9 @@ weft_result_t weft_bootstrap_root_start(int listen_fd, uint64_t id_magic, int64_
   return WEFT_SUCCESS;
 }
 
+static weft_result_t allgather_until(weft_bootstrap_t *b, void *data, size_t size,
+                                     int64_t deadline);
+
 typedef struct {
   weft_bootstrap_t *b;
   int want; /* connections still to come: the ring's and the skips' */
@@ -300,8 +303,11 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
     ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL, "rank %d: invalid reply from the rendezvous root", rank);
   int steps = steps_for(nranks);
   weft_sockaddr_t to[WEFT_BOOT_MAX_STEPS];
-  CHECK_GOTO(weft_sock_recv_all(root_fd, to, sizeof *to * (size_t)steps, deadline, abort_flag),
-             rc, fail);
+  rc = weft_sock_recv_all(root_fd, to, sizeof *to * (size_t)steps, deadline, abort_flag);
+  if (rc != WEFT_SUCCESS)
+    ERR_GOTO(rc, fail, rc,
+             "rank %d: the rendezvous root's reply ended before its %d peers' addresses: %s", rank,
+             steps, weft_thread_error());
   for (int k = 0; k < steps; k++)
     if (!weft_sockaddr_valid(&to[k]))
       ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL,
@@ -329,7 +335,7 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
     weft_waitlog_leave(&wl);
     if (rc != WEFT_SUCCESS) goto fail;
     /* every rank's address, for exchanges among a subset (weft_bootstrap_subset_bcast) */
-    CHECK_GOTO(weft_bootstrap_allgather(b, table, sizeof *table), rc, fail);
+    CHECK_GOTO(allgather_until(b, table, sizeof *table, deadline), rc, fail);
     for (int i = 0; i < nranks; i++)
       if (!weft_sockaddr_valid(&table[i]))
         ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL,
@@ -380,12 +386,12 @@ static void swap_blocks(char *a, char *b, size_t size) {
 /* Bruck's allgather, in place: block j of data holds rank (r - j)'s while it runs, so that a
  * step sends the blocks gathered so far in one piece and appends as many from rank - 2^k;
  * putting every block at its rank at the end is an involution (j <-> r - j), done by swaps. */
-weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t size) {
+static weft_result_t allgather_until(weft_bootstrap_t *b, void *data, size_t size,
+                                     int64_t deadline) {
   int n = b->nranks, r = b->rank;
   atomic_store(&b->held[0], 0); /* what was left for a collective is read now */
   atomic_store(&b->held[1], 0);
   if (n == 1 || size == 0) return WEFT_SUCCESS;
-  int64_t deadline = weft_deadline(b->timeout_ms);
   char *d = data;
   if (r) memcpy(d, d + (size_t)r * size, size);
   allgather_wait_t aw = {.b = b, .steps = steps_for(n), .size = size};
@@ -410,6 +416,10 @@ weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t s
     if (j < at) swap_blocks(d + (size_t)j * size, d + (size_t)at * size, size);
   }
   return WEFT_SUCCESS;
+}
+
+weft_result_t weft_bootstrap_allgather(weft_bootstrap_t *b, void *data, size_t size) {
+  return allgather_until(b, data, size, weft_deadline(b->timeout_ms));
 }
 
 weft_result_t weft_bootstrap_barrier(weft_bootstrap_t *b) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "err.h"
 #include "socket.h"
 
 enum { MAGIC = 0x5eed5eed12345678ull };
@@ -244,9 +245,68 @@ static void allgather_any_rank_count(void **st) {
   }
 }
 
+/* A fake rendezvous root on loopback for rank 0 of 2: it reads the hello, then sends a valid
+ * reply header (bootstrap.c's root_reply_t) and, as rank 1's address, `addr`. */
+typedef struct {
+  int listen_fd;
+  uint64_t magic;
+  weft_sockaddr_t addr;
+} fake_root_t;
+
+static void *fake_root(void *arg) {
+  fake_root_t *r = arg;
+  int fd = accept(r->listen_fd, NULL, NULL);
+  if (fd < 0) return NULL;
+  char hello[56];
+  size_t got = 0;
+  while (got < sizeof hello) {
+    ssize_t k = recv(fd, hello + got, sizeof hello - got, 0);
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  struct {
+    uint64_t magic;
+    uint32_t version, type;
+    int32_t status, nranks;
+    uint64_t comm_magic;
+  } rep = {r->magic, WEFT_WIRE_VERSION, WEFT_MSG_ROOT_TABLE, 0, 2, 42};
+  send(fd, &rep, sizeof rep, MSG_NOSIGNAL);
+  send(fd, &r->addr, sizeof r->addr, MSG_NOSIGNAL);
+  close(fd);
+  return NULL;
+}
+
+/* An address from the root that is neither IPv4 nor IPv6 is refused before any connect. */
+static void a_peer_address_not_ip_is_refused(void **st) {
+  (void)st;
+  setenv("WEFT_SOCKET_IFADDR", "127.0.0.1", 1);
+  fake_root_t r = {.magic = 0x5eed};
+  weft_sockaddr_t a;
+  assert_int_equal(weft_sockaddr_parse("127.0.0.1", &a), 0);
+  socklen_t alen = sizeof a.u;
+  r.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(r.listen_fd >= 0);
+  assert_int_equal(bind(r.listen_fd, &a.u.sa, a.len), 0);
+  assert_int_equal(listen(r.listen_fd, 4), 0);
+  assert_int_equal(getsockname(r.listen_fd, &a.u.sa, &alen), 0);
+  memset(&r.addr, 0, sizeof r.addr);
+  r.addr.len = 16; /* an IPv4 length, but no family */
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, fake_root, &r), 0);
+  weft_id_body_t id = {.magic = r.magic, .version = WEFT_WIRE_VERSION, .root = a};
+  weft_bootstrap_t *b = NULL;
+  assert_int_equal(weft_bootstrap_init(&id, 0, 2, 2000, NULL, &b), WEFT_ERR_PROTOCOL);
+  assert_null(b);
+  assert_non_null(strstr(weft_thread_error(), "sent rank 1's address, not IPv4 or IPv6"));
+  pthread_join(t, NULL);
+  close(r.listen_fd);
+  unsetenv("WEFT_SOCKET_IFADDR");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(allgather_any_rank_count),
+      cmocka_unit_test(a_peer_address_not_ip_is_refused),
       cmocka_unit_test(split_bytes_wait_for_the_allgather),
       cmocka_unit_test(a_notice_in_pieces_is_not_held),
       cmocka_unit_test(data_arriving_during_a_check_is_left),
