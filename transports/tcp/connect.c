@@ -39,9 +39,30 @@ const char *tcp_host_of(const tcp_t *t, int peer) {
   return t->host_labels ? t->host_labels + (size_t)peer * WEFT_HOST_LABEL_BYTES : "?";
 }
 
+tcp_conn_t *tcp_conn_of(tcp_t *t, int peer) {
+  if (t->conns[peer]) return t->conns[peer];
+  /* per pair: 2 descriptors polled while it is up, 1 while it connects */
+  int cap = 3 * (t->nlive + 1) + 8 + TCP_MAX_PENDING;
+  if (cap > t->pfds_cap) {
+    struct pollfd *p = realloc(t->pfds, sizeof *p * (size_t)cap);
+    if (!p) return weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory"), NULL;
+    t->pfds = p, t->pfds_cap = cap;
+  }
+  tcp_conn_t *c = calloc(1, sizeof *c);
+  if (!c) return weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory"), NULL;
+  for (int k = 0; k < TCP_MAX_SOCKS; k++)
+    c->fds[k] = -1;
+  /* Between hosts, two streams fill a network link better than one (separate congestion
+   * windows and NIC queues); over loopback a second one buys nothing. */
+  int w = t->want_socks;
+  c->nsock = w > 0 ? (w < TCP_MAX_SOCKS ? w : TCP_MAX_SOCKS) : (t->local_rank[peer] >= 0 ? 1 : 2);
+  t->live[t->nlive++] = peer;
+  return t->conns[peer] = c;
+}
+
 /* Every socket of the pair is in: non-blocking, probed for a dead host, with its ring. */
 static weft_result_t finish(tcp_t *t, int p) {
-  tcp_conn_t *c = &t->conns[p];
+  tcp_conn_t *c = t->conns[p];
   for (int k = 0; k < c->nsock; k++) {
     weft_sock_nonblock(c->fds[k]);
     weft_sock_keepalive(c->fds[k], t->dead_ms);
@@ -61,7 +82,11 @@ static int take_hello(tcp_t *t, const void *hello, int fd, weft_result_t *rc) {
   if (h.version != WEFT_WIRE_VERSION || h.type != WEFT_MSG_TCP_HELLO || h.rank <= t->rank ||
       h.rank >= t->nranks || !t->use[h.rank])
     return -1;
-  tcp_conn_t *c = &t->conns[h.rank];
+  tcp_conn_t *c = tcp_conn_of(t, h.rank);
+  if (!c) {
+    *rc = WEFT_ERR_NO_MEMORY;
+    return -1;
+  }
   if (h.nsock != c->nsock || h.sock >= c->nsock || c->fds[h.sock] >= 0) return -1;
   c->fds[h.sock] = fd;
   for (int k = 0; k < c->nsock; k++)
@@ -82,7 +107,8 @@ static tcp_hello_t hello_of(const tcp_t *t, int k, int nsock) {
 
 /* Connects the nsock sockets of the pair with the lower rank p, until deadline (at setup). */
 static weft_result_t connect_pair(tcp_t *t, int p, int64_t deadline) {
-  tcp_conn_t *c = &t->conns[p];
+  tcp_conn_t *c = tcp_conn_of(t, p);
+  if (!c) return WEFT_ERR_NO_MEMORY;
   for (int k = 0; k < c->nsock; k++) {
     CHECK(weft_sock_connect(&t->addrs[p], deadline, t->abort_flag, &c->fds[k]));
     tcp_hello_t h = hello_of(t, k, c->nsock);
@@ -102,7 +128,7 @@ static void drop_pair(tcp_conn_t *c) {
  * progress ended, without blocking; sends its hello once connected (into an empty socket
  * buffer: it cannot block). A refusal starts all over, until WEFT_TCP_DEAD_MS of them. */
 static weft_result_t connect_step(tcp_t *t, int p) {
-  tcp_conn_t *c = &t->conns[p];
+  tcp_conn_t *c = t->conns[p];
   const weft_sockaddr_t *to = &t->addrs[p];
   int64_t now = weft_now_ms();
   for (int k = 0; k < c->nsock; k++) {
@@ -200,26 +226,28 @@ static weft_result_t accept_waiting(tcp_t *t) {
 }
 
 weft_result_t tcp_reach(tcp_t *t, int peer, int *ready) {
-  tcp_conn_t *c = &t->conns[peer];
-  *ready = c->ready;
+  tcp_conn_t *c = t->conns[peer];
+  if (!c && t->listen_fd >= 0 && !(c = tcp_conn_of(t, peer))) return WEFT_ERR_NO_MEMORY;
+  *ready = c && c->ready;
   if (c->ready || t->listen_fd < 0) return WEFT_SUCCESS;
   CHECK(t->rank < peer ? accept_waiting(t) : connect_step(t, peer));
   *ready = c->ready;
   return WEFT_SUCCESS;
 }
 
-weft_result_t tcp_connect_pollfds(tcp_t *t, struct pollfd *p, int *count, int *now) {
+weft_result_t tcp_connect_pollfds(tcp_t *t, int *count, int *now) {
   *count = *now = 0;
   if (t->listen_fd < 0 || t->unready == 0) return WEFT_SUCCESS;
   int before = t->unready;
   CHECK(accept_waiting(t));
   *now = t->unready < before;
+  struct pollfd *p = t->pfds;
   int n = 0;
   p[n++] = (struct pollfd){.fd = t->listen_fd, .events = POLLIN};
   for (int i = 0; i < t->npend; i++)
     p[n++] = (struct pollfd){.fd = t->pend[i].fd, .events = POLLIN};
-  for (int q = 0; q < t->nranks; q++) { /* one socket in progress a pair wakes it enough */
-    const tcp_conn_t *c = &t->conns[q];
+  for (int i = 0; i < t->nlive; i++) { /* one socket in progress a pair wakes it enough */
+    const tcp_conn_t *c = t->conns[t->live[i]];
     for (int k = 0; c->connecting && k < c->nsock; k++)
       if (c->connecting & (1u << k)) {
         p[n++] = (struct pollfd){.fd = c->fds[k], .events = POLLOUT};
@@ -243,7 +271,7 @@ static int eager_accept(void *ctx, const void *hello, int fd) {
 /* A higher rank this one still waits to connect all its sockets. */
 static int unconnected(const void *ctx, int p) {
   const tcp_t *t = ((const eager_ctx_t *)ctx)->t;
-  return p > t->rank && t->use[p] && !t->conns[p].ready;
+  return p > t->rank && t->use[p] && !(t->conns[p] && t->conns[p]->ready);
 }
 
 static void accept_waits_for(const void *ctx, char *buf, size_t len) {
@@ -262,7 +290,9 @@ static weft_result_t connect_all(const weft_transport_init_t *in, tcp_t *t) {
   for (int p = 0; p < in->nranks; p++) {
     if (!in->use[p] || p == in->rank) continue;
     if (p > in->rank) {
-      want += t->conns[p].nsock;
+      tcp_conn_t *c = tcp_conn_of(t, p);
+      if (!c) return WEFT_ERR_NO_MEMORY;
+      want += c->nsock;
       continue;
     }
     char what[160], name[64];
@@ -297,7 +327,7 @@ weft_result_t tcp_connect_setup(const weft_transport_init_t *in, tcp_t *t) {
    * own: the others learn of it at once, instead of waiting for it until their timeout (or
    * reading its next collective's bytes as its address). */
   weft_sockaddr_t bound;
-  if (!t->addrs || !t->use || !t->conns || !t->pfds)
+  if (!t->addrs || !t->use || !t->conns || !t->live || !t->pfds)
     rc = weft_set_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
   else
     rc = weft_sock_listen(weft_sockaddr_family(&in->boot->my_addr), 0, &t->listen_fd, &bound);

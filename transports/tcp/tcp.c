@@ -23,13 +23,16 @@ static int rfd(const tcp_conn_t *c) { return c->fds[c->rframe % (uint64_t)c->nso
 static void tcp_teardown(void *state) {
   tcp_t *t = state;
   if (!t) return;
-  for (int p = 0; p < t->nranks && t->conns; p++) {
+  for (int i = 0; i < t->nlive; i++) {
+    tcp_conn_t *c = t->conns[t->live[i]];
     for (int k = 0; k < TCP_MAX_SOCKS; k++)
-      if (t->conns[p].fds[k] >= 0) close(t->conns[p].fds[k]);
-    free(t->conns[p].ring);
+      if (c->fds[k] >= 0) close(c->fds[k]);
+    free(c->ring);
+    free(c);
   }
   tcp_connect_teardown(t);
   free(t->conns);
+  free(t->live);
   free(t->pfds);
   free(t);
 }
@@ -54,17 +57,12 @@ static weft_result_t tcp_setup(const weft_transport_init_t *in, void **state) {
    * a proxy, never both) */
   t->ring_bytes = ((rb < 65536 ? 65536 : (size_t)rb) + 4095) & ~(size_t)4095;
   t->conns = calloc((size_t)in->nranks, sizeof *t->conns);
-  t->pfds = calloc((size_t)in->nranks * 2 + 4 + TCP_MAX_PENDING, sizeof *t->pfds);
-  /* Between hosts, two streams fill a network link better than one (separate congestion
-   * windows and NIC queues); over loopback a second one buys nothing. */
+  t->live = calloc((size_t)in->nranks, sizeof *t->live);
+  t->local_rank = in->local_rank;
+  t->pfds_cap = 3 + 8 + TCP_MAX_PENDING; /* tcp_conn_of grows it, 3 a pair */
+  t->pfds = calloc((size_t)t->pfds_cap, sizeof *t->pfds);
   int64_t want_socks = weft_param_get_int(WEFT_PARAM_TCP_SOCKETS);
-  for (int p = 0; p < in->nranks && t->conns; p++) {
-    tcp_conn_t *cn = &t->conns[p];
-    for (int k = 0; k < TCP_MAX_SOCKS; k++)
-      cn->fds[k] = -1;
-    cn->nsock = want_socks > 0 ? (int)(want_socks < TCP_MAX_SOCKS ? want_socks : TCP_MAX_SOCKS)
-                               : (in->local_rank[p] >= 0 ? 1 : 2);
-  }
+  t->want_socks = (int)(want_socks < TCP_MAX_SOCKS ? want_socks : TCP_MAX_SOCKS);
   /* runs its exchange even where the allocations above failed: the others learn of it */
   weft_result_t rc = tcp_connect_setup(in, t);
   if (rc != WEFT_SUCCESS) {
@@ -95,17 +93,18 @@ static weft_result_t lost(const tcp_t *t, int peer, const char *what, int err) {
 static weft_result_t tcp_sendv(void *state, int peer, const struct iovec *v, int nv,
                                size_t *accepted) {
   tcp_t *t = state;
-  tcp_conn_t *c = &t->conns[peer];
   size_t done = 0, n = 0;
   if (nv < 0 || nv > WEFT_SENDV_MAX)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "tcp: %d buffers to send (at most %d)", nv,
                           WEFT_SENDV_MAX);
   for (int i = 0; i < nv; i++)
     n += v[i].iov_len;
-  c->send_blocked = 0;
   int ready;
   CHECK(tcp_reach(t, peer, &ready));
-  if (!ready) n = 0; /* the peer connects on its side's first use; wait wakes then */
+  *accepted = 0;
+  if (!ready) return WEFT_SUCCESS; /* the peer connects on its side's first use; wait wakes then */
+  tcp_conn_t *c = t->conns[peer];
+  c->send_blocked = 0;
   while (done < n) {
     if (!c->in_frame) {
       size_t len = n - done < t->max_frame ? n - done : t->max_frame;
@@ -167,7 +166,7 @@ static weft_result_t fill_socket(tcp_t *t, int peer);
 /* Moves what the socket holds into the staging ring, checking every frame header. A peer
  * that closed after sending its last bytes is not an error until those bytes are used. */
 static weft_result_t fill(tcp_t *t, int peer) {
-  tcp_conn_t *c = &t->conns[peer];
+  tcp_conn_t *c = t->conns[peer];
   if (c->rerr != WEFT_SUCCESS) return WEFT_SUCCESS;
   weft_result_t rc = fill_socket(t, peer);
   if (rc == WEFT_ERR_PEER_LOST) {
@@ -180,7 +179,7 @@ static weft_result_t fill(tcp_t *t, int peer) {
 
 /* Reads what the socket has of the next frame's header; *more is 0 when it would block. */
 static weft_result_t read_header(tcp_t *t, int peer, int *more) {
-  tcp_conn_t *c = &t->conns[peer];
+  tcp_conn_t *c = t->conns[peer];
   ssize_t r =
       recv(rfd(c), (char *)c->rhdr + c->rhdr_got, sizeof c->rhdr - c->rhdr_got, MSG_DONTWAIT);
   *more = 0;
@@ -210,7 +209,7 @@ static weft_result_t read_header(tcp_t *t, int peer, int *more) {
 
 /* Receives up to want bytes of the current frame's payload into dst; *got 0: it would block. */
 static weft_result_t read_payload(tcp_t *t, int peer, char *dst, size_t want, size_t *got) {
-  tcp_conn_t *c = &t->conns[peer];
+  tcp_conn_t *c = t->conns[peer];
   if (want > c->rpayload_left) want = c->rpayload_left;
   ssize_t r = recv(rfd(c), dst, want, MSG_DONTWAIT);
   *got = 0;
@@ -229,7 +228,7 @@ static weft_result_t read_payload(tcp_t *t, int peer, char *dst, size_t want, si
 }
 
 static weft_result_t fill_socket(tcp_t *t, int peer) {
-  tcp_conn_t *c = &t->conns[peer];
+  tcp_conn_t *c = t->conns[peer];
   for (;;) {
     size_t used = (size_t)(c->head - c->tail), got = 0;
     if (!c->in_rframe) {
@@ -252,13 +251,13 @@ static weft_result_t fill_socket(tcp_t *t, int peer) {
  * raised once nothing more can be given, as fill does. */
 static weft_result_t tcp_recv_into(void *state, int peer, void *dst, size_t n, size_t *got) {
   tcp_t *t = state;
-  tcp_conn_t *c = &t->conns[peer];
   char *out = dst;
   size_t done = 0;
   int ready;
   *got = 0;
   CHECK(tcp_reach(t, peer, &ready));
   if (!ready) return WEFT_SUCCESS;
+  tcp_conn_t *c = t->conns[peer];
   while (done < n && c->head > c->tail) {
     size_t pos = (size_t)(c->tail % t->ring_bytes), total = (size_t)(c->head - c->tail);
     size_t k = t->ring_bytes - pos < total ? t->ring_bytes - pos : total;
@@ -294,12 +293,12 @@ static weft_result_t tcp_recv_into(void *state, int peer, void *dst, size_t n, s
 static weft_result_t tcp_peek(void *state, int peer, const void **p, size_t *contig,
                               size_t *total) {
   tcp_t *t = state;
-  tcp_conn_t *c = &t->conns[peer];
   int ready;
   *contig = *total = 0;
   *p = NULL;
   CHECK(tcp_reach(t, peer, &ready));
   if (!ready) return WEFT_SUCCESS;
+  tcp_conn_t *c = t->conns[peer];
   if (c->head - c->tail < t->ring_bytes) CHECK(fill(t, peer));
   size_t pos = (size_t)(c->tail % t->ring_bytes);
   *total = (size_t)(c->head - c->tail);
@@ -311,7 +310,7 @@ static weft_result_t tcp_peek(void *state, int peer, const void **p, size_t *con
 
 static void tcp_consume(void *state, int peer, size_t n) {
   tcp_t *t = state;
-  t->conns[peer].tail += n;
+  t->conns[peer]->tail += n;
 }
 
 static uint64_t tcp_arm(void *state) {
@@ -324,10 +323,11 @@ static weft_result_t tcp_wait(void *state, uint64_t token, int timeout_ms) {
   tcp_t *t = state;
   nfds_t n = 0;
   int more = 0, now = 0; /* connections, then bytes or an end, that came since the last look */
-  CHECK(tcp_connect_pollfds(t, t->pfds, &more, &now));
+  CHECK(tcp_connect_pollfds(t, &more, &now)); /* may grow t->pfds: read it after */
   n = (nfds_t)more;
-  for (int p = 0; p < t->nranks; p++) {
-    tcp_conn_t *c = &t->conns[p];
+  for (int i = 0; i < t->nlive; i++) {
+    int p = t->live[i];
+    tcp_conn_t *c = t->conns[p];
     if (!c->ready) continue;
     /* Data left in the kernel would make poll return at once: stage it first. Only the
      * socket that carries the next frame matters on each side. */
@@ -383,12 +383,13 @@ weft_result_t weft_tcp_fuzz_receive(const uint8_t *data, size_t n, uint32_t magi
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return WEFT_ERR_SYSTEM;
   tcp_conn_t conns[2] = {{.nsock = 1, .fds = {-1, -1, -1, -1, -1, -1, -1, -1}},
                          {.nsock = 1, .ready = 1, .fds = {sv[0], -1, -1, -1, -1, -1, -1, -1}}};
+  tcp_conn_t *of[2] = {&conns[0], &conns[1]};
   tcp_t t = {.rank = 0,
              .nranks = 2,
              .magic32 = magic32,
              .max_frame = max_frame,
              .ring_bytes = 65536,
-             .conns = conns,
+             .conns = of,
              .wake_fd = -1,
              .listen_fd = -1};
   conns[1].ring = malloc(t.ring_bytes);

@@ -50,7 +50,13 @@ typedef struct {
   uint64_t magic;
   uint32_t magic32;
   size_t max_frame, ring_bytes;
-  tcp_conn_t *conns;
+  /* a pair's state, allocated when it first connects (or is offered a connection): the memory
+   * and each wait's work grow with the peers this rank talks to, not with nranks */
+  tcp_conn_t **conns; /* [nranks], NULL until then */
+  int *live, nlive;   /* the ranks with a conns entry, in the order they came */
+  int pfds_cap;
+  const int *local_rank; /* weft_transport_init_t's: -1 for a rank on another host */
+  int want_socks;        /* WEFT_TCP_SOCKETS */
   const atomic_int *abort_flag;
   int wake_fd;
   int dead_ms;                  /* WEFT_TCP_DEAD_MS */
@@ -78,11 +84,17 @@ weft_result_t tcp_connect_setup(const weft_transport_init_t *in, tcp_t *t);
  * holds. 0 with nothing failed means later. */
 weft_result_t tcp_reach(tcp_t *t, int peer, int *ready);
 /* Before a wait: takes waiting connections (so that none keeps the listening socket readable),
- * then puts in p what a new one, a hello or a connect in progress would wake, *count of them
- * (at most 1 + TCP_MAX_PENDING, plus 1 per pair connecting). *now is set where a pair became
- * ready meanwhile: the caller should not sleep. Fails as accepting a pair does. */
-weft_result_t tcp_connect_pollfds(tcp_t *t, struct pollfd *p, int *count, int *now);
+ * then puts in t->pfds (which a new pair may have moved) what a new one, a hello or a connect in
+ * progress would wake, *count of them (at most 1 + TCP_MAX_PENDING, plus 1 per pair connecting:
+ * t->pfds has room for that). *now is set where a pair became ready meanwhile: the caller should
+ * not sleep. Fails as accepting a pair does.
+ */
+weft_result_t tcp_connect_pollfds(tcp_t *t, int *count, int *now);
 void tcp_connect_teardown(tcp_t *t);
+/* The pair with peer, allocated on the first call (no sockets yet, WEFT_TCP_SOCKETS of them to
+ * come, or 1 on one host and 2 between hosts), with room for its descriptors in t->pfds; NULL
+ * when out of memory, with the error set. */
+tcp_conn_t *tcp_conn_of(tcp_t *t, int peer);
 /* Rank peer's host as messages name it. */
 const char *tcp_host_of(const tcp_t *t, int peer);
 
