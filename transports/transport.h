@@ -17,8 +17,10 @@
 typedef struct {
   weft_bootstrap_t *boot;
   int rank, nranks;
-  const uint8_t *use;    /* use[p] != 0: this transport serves peer p (collective: all ranks) */
-  const int *local_rank; /* index of each rank among those on this host; -1 elsewhere */
+  const uint8_t *use; /* use[p] != 0: this transport serves peer p (collective: all ranks) */
+  /* index of each rank among those on this host, -1 elsewhere; lives as long as the transport
+   * (tcp sizes a pair's sockets by it when the pair first connects) */
+  const int *local_rank;
   int nlocal;
   /* each rank's host for messages: nranks rows of WEFT_HOST_LABEL_BYTES (topo.h); lives as
    * long as the transport */

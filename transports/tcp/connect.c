@@ -229,7 +229,7 @@ weft_result_t tcp_reach(tcp_t *t, int peer, int *ready) {
   tcp_conn_t *c = t->conns[peer];
   if (!c && t->listen_fd >= 0 && !(c = tcp_conn_of(t, peer))) return WEFT_ERR_NO_MEMORY;
   *ready = c && c->ready;
-  if (c->ready || t->listen_fd < 0) return WEFT_SUCCESS;
+  if (!c || c->ready || t->listen_fd < 0) return WEFT_SUCCESS;
   CHECK(t->rank < peer ? accept_waiting(t) : connect_step(t, peer));
   *ready = c->ready;
   return WEFT_SUCCESS;
