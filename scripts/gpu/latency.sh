@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Small sizes on 2 fake hosts under MPS (8 B to 64 KiB: allgather, broadcast, sendrecv,
-# allreduce), in variants that isolate where the time goes: against NCCL's sockets, the same
-# with the small low-latency kernel through the proxy (WEFT_PROXY_LL_BYTES) and both as
-# CUDA-graph replays (no host launch cost), one proxy thread, one proxy channel, no spinning
+# allreduce), in variants that isolate where the time goes: against NCCL's sockets with the
+# small low-latency kernel through the proxy (the default to 8 KiB a peer) and without it
+# (WEFT_PROXY_LL_BYTES=0, the general kernel alone), each also as CUDA-graph replays (no host
+# launch cost); one proxy thread, one proxy channel, no spinning
 # proxy (WEFT_PROXY_SPIN_US=0), and on one host over p2p and host-staged regions (the floor
 # without the network). One line per variant and collective: "time/ratio" per size.
 # usage: scripts/gpu/latency.sh OUT [BUILD]   (report in OUT/lat.txt, sweeps in OUT/lat.tgz)
@@ -21,9 +22,9 @@ v() { # name, collbench options, VAR=value... (X=1: none)
     >> "$out/lat.txt"
 }
 v base "--hosts 2 --compare nccl" X=1
-v ll "--hosts 2 --compare nccl" WEFT_PROXY_LL_BYTES=16384
-v ll_graph "--hosts 2 --compare nccl -G 1" WEFT_PROXY_LL_BYTES=16384
+v general "--hosts 2 --compare nccl" WEFT_PROXY_LL_BYTES=0
 v graph "--hosts 2 --compare nccl -G 1" X=1
+v general_graph "--hosts 2 --compare nccl -G 1" WEFT_PROXY_LL_BYTES=0
 v t1 "--hosts 2" WEFT_PROXY_THREADS=1
 v ch1 "--hosts 2" WEFT_PROXY_CHANNELS=1
 v spin0 "--hosts 2" WEFT_PROXY_SPIN_US=0

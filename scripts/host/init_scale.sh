@@ -12,7 +12,10 @@
 # Then (AFTER) the work a trainer does next: a first allreduce on the world (its pairs connect
 # now), splits into TP groups (8 consecutive ranks) and DP groups (ranks 8 apart), and an
 # allreduce in each; their times, peak RSS and fds per rank, and /dev/shm's peak over the run
-# (sys_* deltas cover the whole run too).
+# (sys_* deltas cover the whole run too). From 32 ranks (SPLITS=4, the default) a 3D layout's
+# other two groups as well: PP (4 stages of N/4 ranks, a group the ranks N/4 apart) and EP
+# (within a stage, the ranks of one TP index, up to 8 a group), with DP then the ranks of one
+# stage and one TP index; SPLITS=2 keeps the first two alone.
 #
 # usage: scripts/host/init_scale.sh [N ...]          (default: 8 32 64 128 256)
 # env:   BUILD=/tmp/isbuild       a build of this tree (meson setup BUILD -Dcuda=disabled ...)
@@ -25,6 +28,8 @@
 #        TIMEOUT_S=240            per N; the whole run is also under `timeout`
 #        HOSTS=K                  fake K hosts (WEFT_HOSTID), each a block of consecutive ranks:
 #                                 pairs on different ones use tcp
+#        SPLITS=4                 sub-communicators after init: 4 (TP, DP, PP, EP; from 32
+#                                 ranks, a multiple of 32) or 2 (TP and DP)
 #        WEFT_SHM_RING_BYTES, WEFT_* pass through to the ranks.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -76,9 +81,10 @@ typedef struct {
   int64_t t_start, t_end, t_open1, t_open2, t_open_last, t_unlink;
   int nopen, rc, done;
   long hwm_kb, rss_kb, anon_kb, shmem_kb, pte_kb, pss_kb, vm_kb;
-  /* after init: a first allreduce on the world (its pairs connect), splits into TP groups of
-   * 8 consecutive ranks and DP groups of the ranks 8 apart, an allreduce in each */
+  /* after init: a first allreduce on the world (its pairs connect), splits into TP, DP (and PP,
+   * EP) groups, an allreduce in each */
   int64_t t_ar, t_split, t_sub;
+  int nsplits;
   long hwm2_kb, fds2;
   int work_rc;
   char err[200];
@@ -86,6 +92,7 @@ typedef struct {
 
 typedef struct {
   atomic_int id_state, go, inited, failed, release;
+  int splits; /* SPLITS: 2 or 4 sub-communicators after init */
   weft_unique_id_t id;
   rank_res_t r[];
 } shared_t;
@@ -195,22 +202,32 @@ static int rank_main(shared_t *S, int rank, int n) {
     nanosleep(&ts, NULL);
   }
   float x[256] = {0};
-  weft_comm_t tp = NULL, dp = NULL;
+  weft_comm_t sub[4] = {NULL, NULL, NULL, NULL};
+  /* TP: 8 consecutive ranks; with 4 splits, stages of N/4 ranks: PP the ranks N/4 apart, DP
+   * those of one stage and TP index, EP up to 8 of those; else DP the ranks 8 apart */
+  int four = S->splits == 4 && n >= 32 && n % 32 == 0, stage = n / 4;
+  int color[4] = {rank / 8, rank % 8, 0, 0};
+  if (four) {
+    color[1] = (rank / stage) * 8 + rank % 8;
+    color[2] = rank % stage;
+    color[3] = color[1] * n + (rank % stage) / 64;
+  }
   int64_t t0 = now_us();
   rc = weft_allreduce(x, x, 256, WEFT_F32, WEFT_SUM, c, NULL);
   int64_t t1 = now_us();
-  if (rc == WEFT_SUCCESS) rc = weft_comm_split(c, rank / 8, rank, &tp, NULL);
-  if (rc == WEFT_SUCCESS) rc = weft_comm_split(c, rank % 8, rank, &dp, NULL);
+  for (int k = 0; k < 2 + 2 * four && rc == WEFT_SUCCESS; k++)
+    rc = weft_comm_split(c, color[k], rank, &sub[k], NULL);
   int64_t t2 = now_us();
-  if (rc == WEFT_SUCCESS) rc = weft_allreduce(x, x, 256, WEFT_F32, WEFT_SUM, tp, NULL);
-  if (rc == WEFT_SUCCESS) rc = weft_allreduce(x, x, 256, WEFT_F32, WEFT_SUM, dp, NULL);
+  for (int k = 0; k < 4 && rc == WEFT_SUCCESS; k++)
+    if (sub[k]) rc = weft_allreduce(x, x, 256, WEFT_F32, WEFT_SUM, sub[k], NULL);
   me->t_ar = t1 - t0, me->t_split = t2 - t1, me->t_sub = now_us() - t2;
+  me->nsplits = 2 + 2 * four;
   me->hwm2_kb = status_kb("/proc/self/status", "VmHWM");
   me->fds2 = count_dir("/proc/self/fd") - 1;
   me->work_rc = rc;
   if (rc != WEFT_SUCCESS) snprintf(me->err, sizeof me->err, "after init: %s", weft_get_last_error(NULL));
-  if (tp) weft_comm_destroy(tp);
-  if (dp) weft_comm_destroy(dp);
+  for (int k = 0; k < 4; k++)
+    if (sub[k]) weft_comm_destroy(sub[k]);
   weft_comm_destroy(c);
   return rc != WEFT_SUCCESS;
 }
@@ -228,6 +245,7 @@ int main(int argc, char **argv) {
   size_t bytes = sizeof(shared_t) + sizeof(rank_res_t) * (size_t)n;
   shared_t *S = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (S == MAP_FAILED) return 2;
+  S->splits = getenv("SPLITS") && atoi(getenv("SPLITS")) == 2 ? 2 : 4;
   pid_t *pid = calloc((size_t)n, sizeof *pid);
   long avail0 = meminfo_kb("MemAvailable"), shm0 = meminfo_kb("Shmem"),
        pt0 = meminfo_kb("PageTables");
@@ -361,6 +379,7 @@ int main(int argc, char **argv) {
          min_avail / 1024.0);
   if (df_line[0]) printf("DF_AFTER_INIT %s\nDU_AFTER_INIT %s\n", df_line, du_line);
   int64_t ar = 0, sp = 0, sub = 0;
+  int nsplits = 2;
   long hwm2 = 0, fds2 = 0;
   int worked = 0;
   for (int r = 0; r < n; r++) {
@@ -368,13 +387,15 @@ int main(int argc, char **argv) {
     if (!x->done || x->rc != 0 || x->work_rc != 0 || !x->hwm2_kb) continue;
     worked++;
     MAXV(ar, x->t_ar); MAXV(sp, x->t_split); MAXV(sub, x->t_sub);
+    nsplits = x->nsplits;
     MAXV(hwm2, x->hwm2_kb); MAXV(fds2, x->fds2);
   }
-  printf("AFTER n=%d ok=%d first_allreduce_max_ms=%.1f two_splits_max_ms=%.1f "
+  /* two_splits_max_ms where 2 splits ran, as earlier results files name it */
+  printf("AFTER n=%d ok=%d first_allreduce_max_ms=%.1f %s_splits_max_ms=%.1f "
          "sub_allreduces_max_ms=%.1f hwm_max_mib=%.1f fds_max=%ld shm_df_peak_mib=%.1f "
          "(at init %.1f)\n",
-         n, worked, ar / 1e3, sp / 1e3, sub / 1e3, hwm2 / 1024.0, fds2, max_df / 1024.0,
-         df_init / 1024.0);
+         n, worked, ar / 1e3, nsplits == 4 ? "four" : "two", sp / 1e3, sub / 1e3, hwm2 / 1024.0,
+         fds2, max_df / 1024.0, df_init / 1024.0);
   if (why[0]) printf("STOPPED %s\n", why);
   /* distinct errors, with how many ranks reported each */
   int shown = 0;
