@@ -54,8 +54,7 @@ tcp_conn_t *tcp_conn_of(tcp_t *t, int peer) {
     c->fds[k] = -1;
   /* Between hosts, two streams fill a network link better than one (separate congestion
    * windows and NIC queues); over loopback a second one buys nothing. */
-  int w = t->want_socks;
-  c->nsock = w > 0 ? (w < TCP_MAX_SOCKS ? w : TCP_MAX_SOCKS) : (t->local_rank[peer] >= 0 ? 1 : 2);
+  c->nsock = t->want_socks > 0 ? t->want_socks : (t->local_rank[peer] >= 0 ? 1 : 2);
   t->live[t->nlive++] = peer;
   return t->conns[peer] = c;
 }

@@ -56,7 +56,7 @@ typedef struct {
   int *live, nlive;   /* the ranks with a conns entry, in the order they came */
   int pfds_cap;
   const int *local_rank; /* weft_transport_init_t's: -1 for a rank on another host */
-  int want_socks;        /* WEFT_TCP_SOCKETS */
+  int want_socks;        /* WEFT_TCP_SOCKETS, at most TCP_MAX_SOCKS (0: by host) */
   const atomic_int *abort_flag;
   int wake_fd;
   int dead_ms;                  /* WEFT_TCP_DEAD_MS */
