@@ -24,8 +24,12 @@
  * has its proxy pass the notice on in turn (with 4 ranks, some hear it second-hand first). With
  * "kill", the last rank is SIGKILLed a quarter of the way through: every survivor's proxy must
  * fail within 5 s (scaled) saying that rank (and its host) is gone, the survivors keeping
- * their connections until all have seen it.
- * usage: test_rproxy NRANKS [K] [LINKS] [abort|abort-stop|fail|kill] */
+ * their connections until all have seen it. With "cut" (2 ranks in tests/fault/netns.sh's
+ * namespaces), rank 1 sets its end of the link down a quarter of the way through, and both
+ * proxies must fail within 5 s (scaled) naming the other rank and its host, though no socket
+ * closes (WEFT_TCP_DEAD_MS). Under netns.sh's loss and rate (WEFT_TEST_LOSS, WEFT_TEST_RATE) the
+ * plain run checks every byte through a lossy, slow link.
+ * usage: test_rproxy NRANKS [K] [LINKS] [abort|abort-stop|fail|kill|cut] */
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -156,14 +160,25 @@ static void fail_cb(void *ctx, weft_result_t rc, const char *msg) {
 static int told_others_cb(void *ctx, weft_notice_t *n) { return weft_fail_told_others(ctx, n); }
 static weft_result_t heard_cb(void *ctx, const weft_notice_t *n) { return weft_fail_heard(ctx, n); }
 
-enum { ABORT = 1, ABORT_STOP = 2, KILL = 3, FAIL = 4 };
+enum { ABORT = 1, ABORT_STOP = 2, KILL = 3, FAIL = 4, CUT = 5 };
 typedef struct {
   uint64_t K;
-  int links, abort;        /* 0, ABORT, ABORT_STOP, KILL or FAIL */
-  atomic_int *noted;       /* kill: survivors that saw it (shared by the ranks) */
-  atomic_int *verdicts;    /* kill: survivors whose report was right */
-  _Atomic int64_t *t_kill; /* kill: when (launch_now_ms, one clock for all ranks) */
+  int links, abort;        /* 0, ABORT, ABORT_STOP, KILL, FAIL or CUT */
+  atomic_int *noted;       /* kill, cut: survivors that saw it (shared by the ranks) */
+  atomic_int *verdicts;    /* kill, cut: survivors whose report was right */
+  _Atomic int64_t *t_kill; /* kill, cut: when (launch_now_ms, one clock for all ranks) */
 } arg_t;
+
+/* Sets this rank's end of the namespaces' veth pair down (tests/fault/netns.sh). */
+static int cut_link(int rank) {
+  const char *links = getenv("WEFT_TEST_NETNS_LINKS");
+  char names[2][32], cmd[128];
+  if (!links || sscanf(links, "%31[^,],%31s", names[0], names[1]) != 2)
+    return printf("test_rproxy: cut needs tests/fault/netns.sh (WEFT_TEST_NETNS_LINKS)\n"), 1;
+  snprintf(cmd, sizeof cmd, "ip link set dev %s down", names[rank % 2]);
+  if (system(cmd) != 0) return printf("test_rproxy: '%s' failed\n", cmd), 1;
+  return 0;
+}
 
 /* After rank 1 aborted (code WEFT_ERR_ABORTED) or its communicator failed: every proxy
  * stopped on it, and the others' report holds want (not that rank 1 is gone; a failure's
@@ -183,24 +198,25 @@ static int told_of(weft_rproxy_t *px, int rank, weft_result_t code, const char *
   return 0;
 }
 
-/* After the last rank's SIGKILL: this survivor's proxy failed within the bound naming it and
- * its host. The survivors keep their connections until all saw it: a closing one would be
- * news of its own. Returns nonzero on a failure. */
-static int saw_kill(weft_rproxy_t *px, const arg_t *a, int rank, int n) {
+/* After the last rank's SIGKILL (or the link cut: the other rank): this survivor's proxy failed
+ * within the bound naming that rank and its host. The survivors keep their connections until
+ * all saw it: a closing one would be news of its own. Returns nonzero on a failure. */
+static int saw_lost(weft_rproxy_t *px, const arg_t *a, int rank, int lost, int survivors,
+                    weft_result_t code, const char *why) {
   int64_t bound = (int64_t)(5000 * launch_time_scale()), t = launch_now_ms();
   while (weft_rproxy_status(px) == WEFT_SUCCESS && launch_now_ms() - t < 2 * bound)
     usleep(1000);
   int64_t dt = launch_now_ms() - atomic_load(a->t_kill);
   weft_result_t st = weft_rproxy_status(px);
   char want[48], msg[512];
-  snprintf(want, sizeof want, "rank %d (host ", n - 1);
+  snprintf(want, sizeof want, "rank %d (host ", lost);
   snprintf(msg, sizeof msg, "%s", st ? weft_get_last_error(NULL) : "running");
-  int ok = st == WEFT_ERR_PEER_LOST && strstr(msg, want) && dt <= bound;
+  int ok = st == code && strstr(msg, want) && strstr(msg, why) && dt <= bound;
   printf("test_rproxy: rank %d: %s after %lld ms: %s\n", rank, ok ? "ok" : "WRONG", (long long)dt,
          msg);
   atomic_fetch_add(a->verdicts, ok);
   atomic_fetch_add(a->noted, 1);
-  for (t = launch_now_ms(); atomic_load(a->noted) < n - 1 && launch_now_ms() - t < bound;)
+  for (t = launch_now_ms(); atomic_load(a->noted) < survivors && launch_now_ms() - t < bound;)
     usleep(1000);
   return !ok;
 }
@@ -271,6 +287,11 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
       atomic_store(a->t_kill, launch_now_ms());
       raise(SIGKILL);
     }
+    if (a->abort == CUT && rank == 1 && left < total * 3 / 4 && !failed) {
+      failed = 1;
+      atomic_store(a->t_kill, launch_now_ms());
+      bad = cut_link(rank);
+    }
     if ((a->abort == ABORT || a->abort == ABORT_STOP) && rank == 1 && left < total * 3 / 4) {
       atomic_store(&comm->aborted, 1);
       if (a->abort == ABORT_STOP) break;
@@ -321,7 +342,10 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   if (a->abort == ABORT_STOP && rank == 1) {
     rc = 0; /* stopped below, before its workers may have looked at the abort word */
   } else if (a->abort == KILL) {
-    rc = saw_kill(px, a, rank, n);
+    rc = saw_lost(px, a, rank, n - 1, n - 1, WEFT_ERR_PEER_LOST, "is gone");
+  } else if (a->abort == CUT) {
+    /* docs/hosts.md's Errors: a cut link is no dead rank, on either end */
+    rc = bad || saw_lost(px, a, rank, 1 - rank, 2, WEFT_ERR_TIMEOUT, "the link to it is cut");
   } else if (a->abort == FAIL) {
     /* the words carry a byte that is not printable, made '?' */
     rc = told_of(px, rank, WEFT_ERR_TIMEOUT,
@@ -373,11 +397,12 @@ int main(int argc, char **argv) {
                       : !strcmp(argv[4], "abort-stop") ? ABORT_STOP
                       : !strcmp(argv[4], "kill")       ? KILL
                       : !strcmp(argv[4], "fail")       ? FAIL
+                      : !strcmp(argv[4], "cut")        ? CUT
                                                        : -1};
   if (n < 2 || n > MAXR || a.K < 1 || a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS ||
-      a.abort < 0 || (a.abort == KILL && n < 3))
-    return printf("usage: test_rproxy NRANKS(2-16; kill: 3-16) [K] [LINKS(1-8)] "
-                  "[abort|abort-stop|fail|kill]\n"),
+      a.abort < 0 || (a.abort == KILL && n < 3) || (a.abort == CUT && n != 2))
+    return printf("usage: test_rproxy NRANKS(2-16; kill: 3-16; cut: 2) [K] [LINKS(1-8)] "
+                  "[abort|abort-stop|fail|kill|cut]\n"),
            2;
   struct {
     atomic_int noted, verdicts;
@@ -390,6 +415,12 @@ int main(int argc, char **argv) {
   a.noted = &sh->noted, a.verdicts = &sh->verdicts, a.t_kill = &sh->t_kill;
   proxy_test_hosts(n);
   int rc = launch_local(n, rank_main, &a, (int)(120 * launch_time_scale()));
+  if (a.abort == CUT) {
+    int good = atomic_load(a.verdicts);
+    printf("test_rproxy: 2 ranks, the link cut: %d of 2 told in time: %s\n", good,
+           good == 2 && !rc ? "ok" : "FAILED");
+    return good != 2 || rc;
+  }
   if (a.abort != KILL) return rc != 0;
   /* the killed rank's own end is the launcher's failure; the survivors' verdicts count */
   int good = atomic_load(a.verdicts);

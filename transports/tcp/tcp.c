@@ -84,6 +84,14 @@ static weft_result_t lost(const tcp_t *t, int peer, const char *what, int err) {
                           "tcp: rank %d (host %s) answered nothing for %d ms (WEFT_TCP_DEAD_MS): "
                           "its host is down or the link to it is cut",
                           peer, tcp_host_of(t, peer), t->dead_ms);
+  /* A connection given up on while the route or the neighbour was failing ends with that
+   * error rather than ETIMEDOUT (Linux keeps it as the socket's soft error): the peer's
+   * process may well be alive, so this is no lost rank. */
+  if (err == EHOSTUNREACH || err == ENETUNREACH || err == ENETDOWN || err == EHOSTDOWN)
+    return weft_set_error(WEFT_ERR_TIMEOUT,
+                          "tcp: rank %d (host %s) cannot be reached (%s): its host is down or the "
+                          "link to it is cut",
+                          peer, tcp_host_of(t, peer), strerror(err));
   return weft_set_error(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s%s%s", peer, what,
                         err ? ": " : "", err ? strerror(err) : "");
 }
