@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 threaded=(test_api collectives_3_shm collectives_4_tcp3 comm_3 resources_2 group_3
           faults_shm faults_tcp mismatch_shm moe_3_shm moe_4_tcp zero_2_stage1
-          zero_3_stage3 ep_2_top2 proxy_4 proxy_3_abort proxy_3_kill rproxy_3 rproxy_3_links
+          zero_3_stage3 ep_2_top2 rproxy_3 rproxy_3_links
           rproxy_2_abort rproxy_3_abort_stop rproxy_4_fail rproxy_3_kill rproxy_10_ring
           proxy_pingpong_lines tcp_connect_4)
 # ASan and UBSan only: the schedule simulators (single-threaded), and the examples whose only

@@ -1,7 +1,7 @@
-/* The thread both proxies run (proxy.c over FIFOs, region.c over the kernels' regions): it
- * passes over every peer in turn until stopped, reads the communicator's abort word, asks for
- * failures found elsewhere, fails work that stalls, and sleeps on the transport when idle. A
- * failure sets the kernels' abort word, is explained, kept, and reported once. */
+/* The proxy's thread (region.c runs one per worker): it passes over every peer in turn until
+ * stopped, reads the communicator's abort word, asks for failures found elsewhere, fails work that
+ * stalls, and sleeps on the transport when idle. A failure sets the kernels' abort word, is
+ * explained, kept, and reported once. */
 #ifndef WEFT_PUMP_H
 #define WEFT_PUMP_H
 

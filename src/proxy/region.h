@@ -5,8 +5,9 @@
  * kernels write into is a mirror in this host's memory; the proxy thread follows the flags
  * this rank's kernels raise in each mirror and carries them, each chunk before its flag, to
  * the proxy of that rank, which writes them into its own rank's region. The ready/done pair
- * is the FIFO (head, tail credit) of proxy.h in the kernels' layout. No host step runs per
- * operation, so CUDA graphs replay as they are. */
+ * is a FIFO per channel and peer in the kernels' layout: ready the head, done the tail that
+ * credits a slot back, each chunk's length beside the head (WEFT_DEV_SIZE_OFF). No host step
+ * runs per operation, so CUDA graphs replay as they are. */
 #ifndef WEFT_PROXY_REGION_H
 #define WEFT_PROXY_REGION_H
 

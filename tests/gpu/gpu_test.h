@@ -89,7 +89,8 @@ static inline const char *log_release(log_catch_t *l) {
 /* The line of text holding needle, cut at its end (text is changed), or NULL. */
 static inline const char *log_line(char *text, const char *needle) {
   char *hit = strstr(text, needle), *line = hit, *end = hit ? strchr(hit, '\n') : NULL;
-  while (line && line > text && line[-1] != '\n') line--;
+  while (line && line > text && line[-1] != '\n')
+    line--;
   if (end) *end = 0;
   return line;
 }

@@ -1,4 +1,4 @@
-/* What the proxy tests (test_proxy.c, test_rproxy.c) share: a rank's communicator over tcp (the
+/* What the proxy test (test_rproxy.c) builds on: a rank's communicator over tcp (the
  * launcher puts every rank on a fake host of its own: WEFT_TEST_HOSTS), and the link a proxy
  * gets from it. */
 #ifndef WEFT_PROXY_TEST_H
