@@ -5,13 +5,19 @@
  * GPU's side, so the proxy's own cost shows (docs/hosts.md). With "lines", messages go as the
  * small low-latency kernel's do across hosts instead: 8 bytes a line with two copies of the
  * operation's seq, their count and seq posted beside them, the lines polled where they land.
- * usage: proxy_pingpong [LINKS (1)] [BYTES (8)] [ITERS (20000)] [lines] */
+ * With gap=MS both ranks idle MS milliseconds before each message (longer than
+ * WEFT_PROXY_SPIN_US, the workers nap), then kick their proxy as the device engine does when
+ * it queues an operation (weft_rproxy_kick; "nokick": not), and the first message's time is
+ * reported, mean and worst.
+ * usage: proxy_pingpong [LINKS (1)] [BYTES (8)] [ITERS (20000)] [lines] [gap=MS] [nokick] */
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "dev.h"
@@ -23,7 +29,7 @@
 enum { COLL = 16, STAGES = 8, CHUNK = 262144, WARMUP = 100, CH = WEFT_DEV_COLL_CHANNELS };
 
 typedef struct {
-  int links, iters, lines;
+  int links, iters, lines, gap_ms, kick;
   uint32_t bytes;
 } args_t;
 enum { MAX_LINE_BYTES = WEFT_DEV_LL_SLOT_BYTES / 2 }; /* a block's payload at most */
@@ -112,13 +118,14 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   uint8_t others[2] = {rank != 0, rank != 1};
   int links = 0; /* as the device engine: every worker's connections made at setup */
   char *region[2] = {NULL, NULL};
+  const int kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* as the device engine's */
   weft_rproxy_t *px = NULL;
   if (tcp < 0) {
     printf("proxy_pingpong: no tcp transport between the fake hosts\n");
     goto out;
   }
   for (; links < a->links; links++)
-    if (weft_comm_transport_again(comm, tcp, others, &states[links]) != WEFT_SUCCESS) {
+    if (weft_comm_transport_again(comm, tcp, others, kick_fd, &states[links]) != WEFT_SUCCESS) {
       printf("proxy_pingpong: links: %s\n", weft_get_last_error(NULL));
       goto out;
     }
@@ -157,7 +164,8 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
                            .coll_channels = COLL,
                            .ll_off = ll,
                            .ll_post_off = post,
-                           .ll_channels = 1};
+                           .ll_channels = 1,
+                           .kick_fd = kick_fd};
   if (weft_rproxy_start(&in, &px) != WEFT_SUCCESS) {
     printf("proxy_pingpong: proxy: %s\n", weft_get_last_error(NULL));
     goto out;
@@ -168,10 +176,15 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
                  done = WEFT_DEV_DONE_OFF(CH, sl.flag_out[q]);
   uint64_t sent = 0, got = 0, data[MAX_LINE_BYTES / 8];
   const uint32_t lines = (a->bytes + 7) / 8;
-  double t0 = 0;
-  int bad = 0;
-  for (int i = 0; i < a->iters + WARMUP && !bad; i++) {
-    if (i == WARMUP) t0 = now_us();
+  double t0 = 0, gap_sum = 0, gap_worst = 0, t_iter = 0;
+  int bad = 0, warmup = a->gap_ms ? 3 : WARMUP;
+  for (int i = 0; i < a->iters + warmup && !bad; i++) {
+    if (i == warmup) t0 = now_us();
+    if (a->gap_ms) { /* both ranks idle, then queue their "operation" */
+      usleep((useconds_t)a->gap_ms * 1000);
+      if (a->kick) weft_rproxy_kick(px);
+      t_iter = now_us();
+    }
     /* lines: each message is an operation of its own (rank 0's, then rank 1's echo) */
     for (int leg = 0; leg < 2 && !bad && a->lines; leg++) {
       uint64_t seq = 2 * (uint64_t)i + (uint64_t)leg + 1;
@@ -211,6 +224,11 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
         if (rank == 1 && got > 1) st(region[q], done, got - 1);
       }
     }
+    if (a->gap_ms && i >= warmup) { /* the round trip after the gap, halved */
+      double dt = (now_us() - t_iter) / 2;
+      gap_sum += dt;
+      gap_worst = dt > gap_worst ? dt : gap_worst;
+    }
   }
   double proxy = (now_us() - t0) / a->iters / 2;
   if (bad && weft_rproxy_status(px) != WEFT_SUCCESS)
@@ -218,17 +236,24 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   else if (bad) /* rank 0 stopped on a wrong byte: its proxy tells rank 1's, which stops too */
     atomic_store(&comm->aborted, 1);
   rc = bad;
-  if (rank == 0 && !rc)
+  if (rank == 0 && !rc && !a->gap_ms)
     printf("proxy_pingpong: %d iterations: tcp transport %.2f us one way (8 bytes); region proxy "
-           "%.2f us one way (%u bytes%s, %d worker threads)\n",
-           a->iters, raw, proxy, a->bytes, a->lines ? " as the small kernel's lines" : "",
-           a->links);
+           "%.2f us one way (%u bytes%s, %d worker thread%s)\n",
+           a->iters, raw, proxy, a->bytes, a->lines ? " as the small kernel's lines" : "", a->links,
+           a->links > 1 ? "s" : "");
+  if (rank == 0 && !rc && a->gap_ms)
+    printf("proxy_pingpong: %d messages, each after %d ms idle, %s: region proxy %.2f us one way "
+           "(worst %.2f; %u bytes%s, %d worker thread%s); tcp transport %.2f us back to back\n",
+           a->iters, a->gap_ms, a->kick ? "the proxy kicked" : "no kick", gap_sum / a->iters,
+           gap_worst, a->bytes, a->lines ? " as the small kernel's lines" : "", a->links,
+           a->links > 1 ? "s" : "", raw);
   if (weft_bootstrap_barrier(comm->boot) != WEFT_SUCCESS) rc = 1; /* last credits in */
 out:
   weft_rproxy_stop(px);
   for (int w = 0; w < links; w++)
     comm->tr[tcp]->teardown(states[w]);
   weft_comm_destroy(comm);
+  if (kick_fd >= 0) close(kick_fd);
   free(region[0]);
   free(region[1]);
   return rc;
@@ -238,11 +263,22 @@ int main(int argc, char **argv) {
   args_t a = {.links = argc > 1 ? atoi(argv[1]) : 1,
               .bytes = argc > 2 ? (uint32_t)atoi(argv[2]) : 8,
               .iters = argc > 3 ? atoi(argv[3]) : 20000,
-              .lines = argc > 4 && !strcmp(argv[4], "lines")};
+              .kick = 1};
+  int unknown = 0;
+  for (int i = 4; i < argc; i++) {
+    if (!strcmp(argv[i], "lines"))
+      a.lines = 1;
+    else if (!strncmp(argv[i], "gap=", 4))
+      a.gap_ms = atoi(argv[i] + 4), unknown |= a.gap_ms < 1 || a.gap_ms > 10000;
+    else if (!strcmp(argv[i], "nokick"))
+      a.kick = 0;
+    else
+      unknown = 1;
+  }
   if (a.links < 1 || a.links > WEFT_RPROXY_MAX_LINKS || a.bytes < 1 || a.bytes > CHUNK ||
-      a.iters < 1 || (argc > 4 && !a.lines) || (a.lines && a.bytes > MAX_LINE_BYTES))
+      a.iters < 1 || unknown || (a.lines && a.bytes > MAX_LINE_BYTES))
     return printf("usage: proxy_pingpong [LINKS (1-%d)] [BYTES (1-%d; lines: 1-%d)] [ITERS] "
-                  "[lines]\n",
+                  "[lines] [gap=MS (1-10000)] [nokick]\n",
                   WEFT_RPROXY_MAX_LINKS, CHUNK, MAX_LINE_BYTES),
            2;
   setenv("WEFT_TEST_HOSTS", "2", 0); /* each rank a fake host: launch_local */

@@ -110,9 +110,11 @@ int weft_comm_transport_index(const struct weft_comm *c, const char *name) {
   return -1;
 }
 
-weft_result_t weft_comm_transport_again(weft_comm_t c, int t, const uint8_t *use, void **state) {
+weft_result_t weft_comm_transport_again(weft_comm_t c, int t, const uint8_t *use, int wake_fd,
+                                        void **state) {
   /* a proxy's heartbeat and failure frames need every stream from the start */
   weft_transport_init_t in = transport_init(c, use, 1);
+  if (wake_fd >= 0) in.wake_fd = wake_fd;
   return c->tr[t]->setup(&in, state);
 }
 

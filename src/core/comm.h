@@ -91,8 +91,10 @@ void weft_comm_fail(struct weft_comm *comm, weft_result_t err, const char *msg, 
 int weft_comm_transport_index(const struct weft_comm *c, const char *name);
 /* Collective: another set of connections of c's transport t (tr[t]) to the peers marked in
  * use, for a component that drives them from a thread of its own (the proxy's workers); the
- * caller tears it down with tr[t]->teardown. */
-weft_result_t weft_comm_transport_again(struct weft_comm *c, int t, const uint8_t *use,
+ * caller tears it down with tr[t]->teardown. Its waits end early on wake_fd (an eventfd the
+ * caller writes; its abort flag is still read), or with -1 on the communicator's own, which
+ * weft_comm_abort writes. */
+weft_result_t weft_comm_transport_again(struct weft_comm *c, int t, const uint8_t *use, int wake_fd,
                                         void **state);
 /* Rank r's host as messages name it ("?" when not known). */
 const char *weft_comm_host(const struct weft_comm *c, int r);

@@ -2,9 +2,12 @@
  * agrees with the others, and sets up the staging regions (regions.h); destroy waits for
  * the kernels that may still write into the regions before they go. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "err.h"
 #include "gpu.h"
@@ -64,6 +67,7 @@ static void dev_release(weft_comm_t c, struct weft_dev *d) {
   weft_rproxy_stop(d->rproxy); /* before the regions it writes go, and its connections */
   for (int i = 0; i < d->nlinks; i++)
     c->tr[d->link_tr]->teardown(d->links[i]);
+  if (d->kick_fd >= 0) close(d->kick_fd);
   weft_regions_unmap(d->regions);
   weft_sharers_leave(d->sharers);
   if (d->counters) cudaFree(d->counters);
@@ -141,9 +145,15 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
   int nlinks = (int)weft_param_get_int(WEFT_PARAM_PROXY_THREADS);
   if (nlinks < 1) nlinks = 1;
   d->link_tr = tcp;
+  /* without it the workers would nap through an operation's first chunks (up to 1 ms) after
+   * a quiet spell; as it is, a rank still takes part in the collective setup below */
+  d->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (d->kick_fd < 0)
+    WEFT_INFO(WEFT_SUB_INIT, "rank %d: proxy: no eventfd (%s): its workers nap undisturbed",
+              c->rank, strerror(errno));
   weft_result_t rc = WEFT_SUCCESS;
   for (int w = 0; w < nlinks && rc == WEFT_SUCCESS; w++) { /* every rank reads the same count */
-    rc = weft_comm_transport_again(c, tcp, reach, &d->links[d->nlinks]);
+    rc = weft_comm_transport_again(c, tcp, reach, d->kick_fd, &d->links[d->nlinks]);
     if (rc == WEFT_SUCCESS) states[w] = d->links[d->nlinks++];
   }
   CHECK(rc);
@@ -172,7 +182,8 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                            /* the launch's: post_off 0 where the small kernel stays home */
                            .ll_off = d->ll.ll_off,
                            .ll_post_off = d->ll.post_off,
-                           .ll_channels = d->ll_channels};
+                           .ll_channels = d->ll_channels,
+                           .kick_fd = d->kick_fd};
   CHECK(weft_rproxy_start(&in, &d->rproxy));
   WEFT_INFO(WEFT_SUB_INIT,
             "rank %d: %d of %d ranks on other hosts, reached by the proxy over tcp (%d threads, "
@@ -199,6 +210,7 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   struct weft_dev *d = calloc(1, sizeof *d);
   if (!d) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
   d->device = device;
+  d->kick_fd = -1;
   int saved = -1;
   cudaGetDevice(&saved);
   weft_result_t rc = weft_comm_agree(c, dev_init(c, d, device), "could not set up its GPU");

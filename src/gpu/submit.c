@@ -9,6 +9,7 @@
 #include "dtype.h"
 #include "err.h"
 #include "gpu.h"
+#include "region.h"
 #include "self_pairs.h"
 #include "window.h"
 
@@ -164,6 +165,9 @@ static weft_result_t launch(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_
    * the planner has already fixed which channels each one takes. */
   for (int launched = 0; rc == WEFT_SUCCESS;) {
     if (nblocks > 0) {
+      /* before the launch, which takes microseconds: a napping proxy is up by the time the
+       * kernel posts its first chunk (a graph's replay kicks nothing: WEFT_PROXY_SPIN_US) */
+      weft_rproxy_kick(d->rproxy);
       int e = !ll    ? weft_dev_launch(&d->launch, nblocks, s)
               : wide ? weft_dev_launch_ll128(&d->ll, s)
                      : weft_dev_launch_ll(&d->ll, nblocks, s);

@@ -2,9 +2,10 @@
 #include "pump.h"
 
 #include <sched.h>
-#include <sys/uio.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "err.h"
@@ -21,11 +22,28 @@ static void failed(weft_pump_t *P, weft_result_t rc, int tell) {
   if (P->in.link.kernel_abort) __atomic_store_n(P->in.link.kernel_abort, 1, __ATOMIC_RELEASE);
 }
 
+/* Empties a kick eventfd; EAGAIN (none written, or another worker emptied it) is fine. */
+static void drain(int fd) {
+  uint64_t v;
+  ssize_t r = read(fd, &v, sizeof v);
+  (void)r;
+}
+
+/* Whether the host queued work since *seen (updated). */
+static int kicked_since(weft_pump_t *P, uint64_t *seen) {
+  if (!P->in.kicks) return 0;
+  uint64_t k = atomic_load(P->in.kicks);
+  if (k == *seen) return 0;
+  *seen = k;
+  return 1;
+}
+
 static void *pump_main(void *arg) {
   weft_pump_t *P = arg;
   const weft_proxy_link_t *in = &P->in.link;
   const int npeers = P->in.npeers > 0 ? P->in.npeers : in->nranks;
   int64_t moved_us = weft_now_us(), last = moved_us / 1000, checked = last;
+  uint64_t kicked = P->in.kicks ? atomic_load(P->in.kicks) : 0;
   while (!atomic_load(&P->stop)) {
     if (in->abort_flag && atomic_load(in->abort_flag)) {
       weft_set_error(WEFT_ERR_ABORTED, "proxy: rank %d: the communicator was aborted", in->rank);
@@ -66,13 +84,21 @@ static void *pump_main(void *arg) {
                           "proxy: rank %d: no progress with rank %d for %lld ms (the stream to "
                           "or from it stalled)",
                           in->rank, stalled, (long long)(now - last));
-    /* The kernels' flags wake nothing: after a while without traffic, nap on the network (a
-     * chunk posted meanwhile waits up to 1 ms), else keep polling */
-    if (moved)
+    /* The kernels' flags wake nothing: after a while without traffic or kicks, nap on the
+     * network (a chunk posted meanwhile waits up to 1 ms, unless the host kicks), else keep
+     * polling. The nap is announced before the last look at the kicks, and a kick counts
+     * before it looks for nappers: one of the two sees the other. */
+    if (moved || kicked_since(P, &kicked))
       moved_us = now_us;
-    else if (rc == WEFT_SUCCESS && now_us - moved_us > P->spin_us)
-      rc = in->tr->wait(in->tr_state, in->tr->arm(in->tr_state), 1);
-    else
+    else if (rc == WEFT_SUCCESS && now_us - moved_us > P->spin_us) {
+      atomic_store(&P->napping, 1);
+      if (kicked_since(P, &kicked))
+        moved_us = now_us;
+      else
+        rc = in->tr->wait(in->tr_state, in->tr->arm(in->tr_state), 1);
+      atomic_store(&P->napping, 0);
+      if (P->in.kicks && P->in.kick_fd > 0) drain(P->in.kick_fd);
+    } else
       sched_yield();
     if (rc != WEFT_SUCCESS) {
       failed(P, rc, 1);

@@ -57,6 +57,12 @@ typedef struct {
    * close as this rank gone). */
   void (*bye)(void *self, const weft_notice_t *n);
   void *self;
+  /* Optional (kicks NULL; kick_fd 0 or -1): work is coming. The host bumps *kicks as it
+   * queues an operation (weft_rproxy_kick), and writes kick_fd (an eventfd in the transport's
+   * waits: its wake_fd) where a pump naps; a pump that sees *kicks move polls on for spin_us,
+   * as after traffic, so the kernels' first flags find it awake. */
+  const _Atomic uint64_t *kicks;
+  int kick_fd;
 } weft_pump_init_t;
 
 typedef struct {
@@ -69,6 +75,7 @@ typedef struct {
   char msg[1024];
   _Atomic uint64_t sent, received; /* frames, counted by the passes */
   int64_t spin_us;                 /* WEFT_PROXY_SPIN_US */
+  atomic_int napping;              /* in the transport's wait: a kick must write kick_fd */
 } weft_pump_t;
 
 weft_result_t weft_pump_start(weft_pump_t *p, const weft_pump_init_t *in);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "dev.h"
@@ -78,6 +79,7 @@ struct weft_rproxy {
   char *region[WEFT_DEV_MAX_RANKS];
   worker_t workers[WEFT_RPROXY_MAX_LINKS];
   int nworkers;
+  _Atomic uint64_t kicks; /* weft_rproxy_kick's, read by the workers' pumps */
 };
 
 /* Where chunk seq on channel ch of the sender with staging index idx lies in the receiver's
@@ -471,7 +473,9 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
                             .bye = bye,
                             .self = W,
                             .npeers = sl->nslots,
-                            .peer_rank = P->slots.rank};
+                            .peer_rank = P->slots.rank,
+                            .kicks = &P->kicks,
+                            .kick_fd = in->kick_fd};
     rc = weft_pump_start(&W->pump, &pin);
     P->nworkers = w + 1; /* stopped and freed with the others, started or not */
     /* near the GPU and the pinned memory they copy; where it cannot be, anywhere will do */
@@ -496,6 +500,18 @@ weft_result_t weft_rproxy_status(weft_rproxy_t *p) {
   for (int w = 0; w < p->nworkers; w++)
     CHECK(weft_pump_status(&p->workers[w].pump));
   return WEFT_SUCCESS;
+}
+
+void weft_rproxy_kick(weft_rproxy_t *p) {
+  if (!p) return;
+  atomic_fetch_add(&p->kicks, 1); /* before the look at the nappers (pump.c) */
+  for (int w = 0; w < p->nworkers; w++)
+    if (atomic_load(&p->workers[w].pump.napping)) {
+      uint64_t one = 1;
+      ssize_t r = p->in.kick_fd > 0 ? write(p->in.kick_fd, &one, sizeof one) : 0;
+      (void)r; /* EAGAIN: the counter is full, a wake is pending anyway */
+      return;
+    }
 }
 
 void weft_rproxy_counts(weft_rproxy_t *p, uint64_t *sent, uint64_t *received) {

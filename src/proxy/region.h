@@ -43,6 +43,10 @@ typedef struct {
    * their own flag, so they need no order, only whole words). */
   uint64_t ll_off, ll_post_off;
   int ll_channels;
+  /* > 0: an eventfd in every worker's transport waits (their wake_fd), written by
+   * weft_rproxy_kick while a worker naps; 0 or -1: kicks keep the workers polling, but none
+   * is woken mid-nap. */
+  int kick_fd;
 } weft_rproxy_init_t;
 
 typedef struct weft_rproxy weft_rproxy_t;
@@ -52,6 +56,10 @@ typedef struct weft_rproxy weft_rproxy_t;
 weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **out);
 /* WEFT_SUCCESS while it runs; else its failure (the message as the thread's error). */
 weft_result_t weft_rproxy_status(weft_rproxy_t *p);
+/* Work is coming: call it as an operation is queued for the kernels. Workers poll on for
+ * WEFT_PROXY_SPIN_US, and those napping are woken (one eventfd write, only then), so that
+ * the first chunk after a quiet spell does not wait out a nap. Any thread; NULL: nothing. */
+void weft_rproxy_kick(weft_rproxy_t *p);
 /* Frames (chunks and credits) sent and received so far (either may be NULL). */
 void weft_rproxy_counts(weft_rproxy_t *p, uint64_t *sent, uint64_t *received);
 /* Stops and frees (NULL: nothing); call it once this rank's kernels are done. */

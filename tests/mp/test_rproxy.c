@@ -235,7 +235,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   for (int s = 0; s < ns; s++)
     others[sl.rank[s]] = s != self;
   for (int w = 0; w < a->links; w++) /* as the device engine: every worker's made at setup */
-    if (weft_comm_transport_again(comm, tcp, others, &states[w]) != WEFT_SUCCESS)
+    if (weft_comm_transport_again(comm, tcp, others, -1, &states[w]) != WEFT_SUCCESS)
       return printf("test_rproxy: rank %d: links: %s\n", rank, weft_get_last_error(NULL)), 1;
   size_t bytes =
       WEFT_DEV_STAGE_OFF + (size_t)(COLL + WEFT_DEV_P2P_CHANNELS) * sl.nsrc * STAGES * CHUNK;

@@ -44,7 +44,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
   }
   void *st = NULL;
   int64_t t0 = launch_now_ms();
-  weft_result_t rc = weft_comm_transport_again(comm, tcp, others, &st);
+  weft_result_t rc = weft_comm_transport_again(comm, tcp, others, -1, &st);
   int64_t dt = launch_now_ms() - t0;
   char msg[512];
   snprintf(msg, sizeof msg, "%s", weft_get_last_error(NULL));
