@@ -128,6 +128,13 @@ weft_result_t weft_sock_listen(int family, uint16_t port, int *fd, weft_sockaddr
   return listen_on(&a, fd, bound);
 }
 
+weft_result_t weft_sock_listen_all(int family, uint16_t port, int *fd) {
+  weft_sockaddr_t a;
+  weft_sockaddr_any(family, &a);
+  weft_sockaddr_set_port(&a, port);
+  return listen_on(&a, fd, NULL);
+}
+
 weft_result_t weft_sock_listen_public(uint16_t port, int *fd, weft_sockaddr_t *advert) {
   weft_sockaddr_t host;
   CHECK(weft_sock_host_addr(0, &host));

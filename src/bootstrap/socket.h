@@ -20,6 +20,10 @@ weft_result_t weft_sock_host_addr(int family, weft_sockaddr_t *addr);
  * WEFT_SOCKET_IFADDR or WEFT_SOCKET_IFNAME names when either is set, else every address of
  * the family. *bound (may be NULL) gets the address bound, with the actual port. */
 weft_result_t weft_sock_listen(int family, uint16_t port, int *fd, weft_sockaddr_t *bound);
+/* Listens at port on every address of family (AF_INET or AF_INET6), whatever
+ * WEFT_SOCKET_IFNAME says: for a rendezvous root at an address the user gave (WEFT_ROOT,
+ * MASTER_ADDR), which names this host in its own way (a host name, an address forwarded here). */
+weft_result_t weft_sock_listen_all(int family, uint16_t port, int *fd);
 /* The rendezvous root's listener: listens at port (0: any) and sets *advert to the host
  * address (weft_sock_host_addr(0)) with the port, for the unique id. */
 weft_result_t weft_sock_listen_public(uint16_t port, int *fd, weft_sockaddr_t *advert);

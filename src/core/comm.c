@@ -290,8 +290,11 @@ weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config)
     h = (h ^ (uint8_t)*p) * 1099511628211ull;
   id.magic = h;
   if (rank == 0) {
+    /* on every address: the others come to the one they were given, which
+     * WEFT_SOCKET_IFNAME (this rank's own address for its peers) need not name; bound to
+     * that interface's alone, rank 0 refused them all until the timeout */
     int fd = -1;
-    CHECK(weft_sock_listen(weft_sockaddr_family(&id.root), (uint16_t)port, &fd, NULL));
+    CHECK(weft_sock_listen_all(weft_sockaddr_family(&id.root), (uint16_t)port, &fd));
     CHECK(weft_bootstrap_root_start(fd, id.magic, config ? config->timeout_ms : 0));
   }
   return comm_create(comm, (int)n, &id, (int)rank, config);
