@@ -28,12 +28,17 @@ typedef struct {
   weft_sockaddr_t addr;
 } root_hello_t;
 
+/* status 0: the addresses follow; else the root gave up (a weft_result_t) and ROOT_WHY bytes
+ * of text say why. */
 typedef struct {
   uint64_t magic;
   uint32_t version, type;
   int32_t status, nranks;
   uint64_t comm_magic;
 } root_reply_t;
+/* A root that gives up tells the ranks that joined within ROOT_TELL_MS; they wait for its word
+ * ROOT_GRACE_MS past their own timeout, which started after the root's. */
+enum { ROOT_WHY = 256, ROOT_TELL_MS = 200, ROOT_GRACE_MS = 1000 };
 
 /* Ring and skip connections: step is 0 on the ring, k on the skip connection of step k. */
 typedef struct {
@@ -146,6 +151,26 @@ static void *root_main(void *arg) {
     }
   } else {
     WEFT_WARN(WEFT_SUB_BOOT, "root: rendezvous failed: %s", weft_thread_error());
+    /* the ranks that joined hear why, in the same words, rather than a closed connection */
+    root_reply_t rep = {.magic = R->magic,
+                        .version = WEFT_WIRE_VERSION,
+                        .type = WEFT_MSG_ROOT_TABLE,
+                        .status = (int32_t)rc,
+                        .nranks = R->nranks};
+    char why[ROOT_WHY] = {0}, missing[200];
+    int n = weft_waitlog_ranks(missing, sizeof missing, R->nranks, root_missing, R);
+    snprintf(why, sizeof why, "%d of %d ranks joined within %lld ms, missing rank%s %s",
+             R->nranks - n, R->nranks, (long long)R->timeout_ms, n == 1 ? "" : "s", missing);
+    /* rank 0 last: it usually shares this process (weft_comm_init_env's root, or rank 0's
+     * weft_get_unique_id), which may exit as soon as it has the answer; what was sent before
+     * still reaches the others */
+    int64_t tell = weft_deadline(ROOT_TELL_MS);
+    for (int k = 1; k <= R->nranks; k++) {
+      int fd = R->fd_of_rank[k % R->nranks];
+      if (fd >= 0 && (weft_sock_send_all(fd, &rep, sizeof rep, tell, NULL) != WEFT_SUCCESS ||
+                      weft_sock_send_all(fd, why, sizeof why, tell, NULL) != WEFT_SUCCESS))
+        break; /* the time is up for the others too */
+    }
   }
   for (int i = 0; i < R->nranks; i++)
     if (R->fd_of_rank[i] >= 0) close(R->fd_of_rank[i]);
@@ -285,12 +310,23 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
            "rank %d of %d: waiting at the rendezvous root %s for all %d ranks to join (init)", rank,
            nranks, root_name, nranks);
   weft_waitlog_enter(&wl);
-  rc = weft_sock_recv_all(root_fd, &rep, sizeof rep, deadline, abort_flag);
+  rc = weft_sock_recv_all(root_fd, &rep, sizeof rep, deadline + ROOT_GRACE_MS, abort_flag);
   weft_waitlog_leave(&wl);
+  if (rc == WEFT_SUCCESS && rep.magic == id->magic && rep.version == WEFT_WIRE_VERSION &&
+      rep.type == WEFT_MSG_ROOT_TABLE && rep.status != 0) {
+    char why[ROOT_WHY] = {0};
+    weft_sock_recv_all(root_fd, why, sizeof why, weft_deadline(ROOT_TELL_MS), abort_flag);
+    weft_net_text(why, sizeof why);
+    ERR_GOTO(rc, fail, weft_net_code(rep.status),
+             "rank %d: the rendezvous root gave up: %s (is every rank started, with the same id "
+             "and nranks?)",
+             rank, why[0] ? why : "no reason given");
+  }
   if (rc == WEFT_ERR_TIMEOUT)
     ERR_GOTO(rc, fail, WEFT_ERR_TIMEOUT,
-             "rank %d: the rendezvous root did not answer within %lld ms: not all %d ranks "
-             "joined (is every rank started, with the same id and nranks?)",
+             "rank %d: the rendezvous root did not answer within %lld ms (and 1 s for its "
+             "word): not all %d ranks joined (is every rank started, with the same id and "
+             "nranks?)",
              rank, (long long)(timeout_ms > 0 ? timeout_ms : weft_default_timeout_ms()), nranks);
   if (rc == WEFT_ERR_PEER_LOST)
     ERR_GOTO(rc, fail, WEFT_ERR_PEER_LOST,

@@ -262,9 +262,11 @@ static void run(scenario_t sc) {
     check(d <= bound, "rank %d took %lld ms to fail (bound %lld ms)", r, (long long)d,
           (long long)bound);
     if (by_timeout(sc)) {
-      /* The root lives in rank 0's process, which exits when rank 0 times out: the ranks
-       * still waiting on it are told it closed. Either way, none gives up before the first
-       * rank's timeout ran out. */
+      /* Here the root (weft_get_unique_id's, in rank 0's process) keeps the default timeout,
+       * longer than the ranks' own: rank 0 times out first and its process exits, root and
+       * all, so the ranks still waiting on it are told it closed. Either way, none gives up
+       * before the first rank's timeout ran out. (With weft_comm_init_env the root shares
+       * the ranks' timeout and tells them why: test_waitlog's init case.) */
       int lost_ok = sc == KILL_BOOTSTRAP && sh->rc[r] == WEFT_ERR_PEER_LOST;
       check(sh->rc[r] == WEFT_ERR_TIMEOUT || lost_ok, "rank %d got %s, not the timeout", r,
             weft_result_string((weft_result_t)sh->rc[r]));
