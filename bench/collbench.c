@@ -15,6 +15,7 @@
 #include <getopt.h>
 #include <sys/wait.h>
 #include <stdarg.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -524,10 +525,16 @@ static int run_rank(weft_comm_t comm, int rank, int nranks, const bench_opts_t *
 
 /* Init failed on this rank: the reason on stderr, and on rank 0 the FAILED line and a JSON
  * file that says why (no rows), as a run that fails later leaves them. */
+/* rank -1: not known (the variables that name it are unset or bad): reported as rank 0 is. */
 static int init_failed(const bench_opts_t *o, int rank, const char *what) {
   const char *msg = weft_get_last_error(NULL);
-  fprintf(stderr, "collbench: rank %d: %s: %s\n", rank, what, msg);
-  if (rank != 0) return 1;
+  if (!strncmp(msg, what, strlen(what)) && msg[strlen(what)] == ':') what = NULL; /* said */
+  if (rank >= 0)
+    fprintf(stderr, "collbench: rank %d: %s%s%s\n", rank, what ? what : "", what ? ": " : "", msg);
+  else
+    fprintf(stderr, "collbench: %s%s%s\n", what ? what : "", what ? ": " : "", msg);
+  if (rank > 0) return 1;
+  if (!what) what = "init";
   printf("# collbench: FAILED: %s: %s\n", what, msg);
   if (o->json) {
     sbuf_t js = {0};
@@ -752,8 +759,13 @@ int main(int argc, char **argv) {
   }
   if (getenv("WEFT_ROOT") || getenv("MASTER_ADDR")) {
     weft_comm_t comm;
-    if (weft_comm_init_env(&comm, NULL) != WEFT_SUCCESS) /* its rank is not known: as rank 0 */
-      return init_failed(&o, 0, "weft_comm_init_env");
+    if (weft_comm_init_env(&comm, NULL) != WEFT_SUCCESS) { /* the rank as the variables say */
+      const char *r = getenv(getenv("WEFT_ROOT") ? "WEFT_RANK" : "RANK");
+      char *end = NULL;
+      long rank = r ? strtol(r, &end, 10) : -1;
+      return init_failed(&o, r && *r && !*end && rank >= 0 && rank < INT_MAX ? (int)rank : -1,
+                         "weft_comm_init_env");
+    }
     int rank, n;
     weft_comm_rank(comm, &rank);
     weft_comm_count(comm, &n);

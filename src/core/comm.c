@@ -270,7 +270,9 @@ weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config)
                             "WORLD_SIZE)");
     snprintf(host, sizeof host, "%s", ma);
     if (parse_int(mp, 1, 65534, &port) != 0)
-      return weft_set_error(WEFT_ERR_INVALID_ARG, "MASTER_PORT=%s is not a port", mp);
+      return weft_set_error(WEFT_ERR_INVALID_ARG,
+                            "MASTER_PORT=%s: expected 1-65534 (weft listens one port above it)",
+                            mp);
     port++;
   } else {
     const char *colon = strrchr(root, ':');
@@ -278,8 +280,14 @@ weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config)
       return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_ROOT=%s: expected host:port", root);
     snprintf(host, sizeof host, "%.*s", (int)(colon - root), root);
   }
-  if (parse_int(n_s, 1, WEFT_BOOT_MAX_RANKS, &n) != 0 || parse_int(rank_s, 0, n - 1, &rank) != 0)
-    return weft_set_error(WEFT_ERR_INVALID_ARG, "rank '%s' of '%s' ranks is invalid", rank_s, n_s);
+  const char *n_name = torch ? "WORLD_SIZE" : "WEFT_NRANKS", *r_name = torch ? "RANK" : "WEFT_RANK";
+  if (parse_int(n_s, 1, WEFT_BOOT_MAX_RANKS, &n) != 0)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "weft_comm_init_env: %s=%s: expected 1-%d ranks%s",
+                          n_name, n_s, WEFT_BOOT_MAX_RANKS, n_s[0] ? "" : " (unset or empty)");
+  if (parse_int(rank_s, 0, n - 1, &rank) != 0)
+    return weft_set_error(WEFT_ERR_INVALID_ARG,
+                          "weft_comm_init_env: %s=%s: expected a rank of %s=%ld (0-%ld)%s", r_name,
+                          rank_s, n_name, n, n - 1, rank_s[0] ? "" : " (unset or empty)");
   weft_id_body_t id = {.version = WEFT_WIRE_VERSION};
   CHECK(weft_sock_resolve(host, (uint16_t)port, &id.root));
   /* The id's magic must be the same on every rank without an exchange: derive it. */
