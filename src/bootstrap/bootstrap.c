@@ -331,7 +331,8 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
   if (rc == WEFT_ERR_PEER_LOST)
     ERR_GOTO(rc, fail, WEFT_ERR_PEER_LOST,
              "rank %d: the rendezvous root closed the connection (another rank used a different "
-             "nranks or the same rank, or not all %d ranks joined before the root's timeout)",
+             "nranks or the same rank, or not all %d ranks joined before the root's timeout, or "
+             "what listens there is not weft's root)",
              rank, nranks);
   if (rc != WEFT_SUCCESS) goto fail;
   if (rep.magic != id->magic || rep.version != WEFT_WIRE_VERSION ||

@@ -302,7 +302,12 @@ weft_result_t weft_comm_init_env(weft_comm_t *comm, const weft_config_t *config)
      * WEFT_SOCKET_IFNAME (this rank's own address for its peers) need not name; bound to
      * that interface's alone, rank 0 refused them all until the timeout */
     int fd = -1;
-    CHECK(weft_sock_listen_all(weft_sockaddr_family(&id.root), (uint16_t)port, &fd));
+    weft_result_t lrc = weft_sock_listen_all(weft_sockaddr_family(&id.root), (uint16_t)port, &fd);
+    if (lrc != WEFT_SUCCESS)
+      return weft_set_error(lrc,
+                            "weft_comm_init_env: rank 0 hosts the rendezvous root at port %ld%s "
+                            "and cannot listen there: %s",
+                            port, torch ? " (MASTER_PORT + 1)" : "", weft_thread_error());
     CHECK(weft_bootstrap_root_start(fd, id.magic, config ? config->timeout_ms : 0));
   }
   return comm_create(comm, (int)n, &id, (int)rank, config);
