@@ -125,7 +125,11 @@ weft_result_t weft_sock_listen(int family, uint16_t port, int *fd, weft_sockaddr
   if (!family || ifaddr[0] || ifname[0]) CHECK(choose_addr(family, &a, &chosen));
   if (!chosen) weft_sockaddr_any(family ? family : weft_sockaddr_family(&a), &a);
   weft_sockaddr_set_port(&a, port);
-  return listen_on(&a, fd, bound);
+  weft_result_t rc = listen_on(&a, fd, bound);
+  if (rc != WEFT_SUCCESS && ifaddr[0])
+    return weft_set_error(rc, "%s (WEFT_SOCKET_IFADDR=%.64s: is it an address of this host?)",
+                          weft_thread_error(), ifaddr);
+  return rc;
 }
 
 weft_result_t weft_sock_listen_all(int family, uint16_t port, int *fd) {

@@ -256,8 +256,12 @@ static void describe_wait(const exec_t *x, char *buf, size_t len) {
       if (q->pos[d] < q->n[d]) {
         ref_t r = q->q[d][q->pos[d]];
         const plan_t *pl = &x->plans[r.plan];
-        snprintf(buf, len, "%s rank %d (%llu of %llu bytes of step %d)",
-                 d ? "receiving from" : "sending to", p, (unsigned long long)pl->done[r.step],
+        const struct weft_comm *c = x->comm;
+        const int far = c->local_rank && c->local_rank[p] < 0; /* named with its host */
+        snprintf(buf, len, "%s rank %d%s%s%s (%llu of %llu bytes of step %d)",
+                 d ? "receiving from" : "sending to", p, far ? " (host " : "",
+                 far ? weft_comm_host(c, p) : "", far ? ")" : "",
+                 (unsigned long long)pl->done[r.step],
                  (unsigned long long)stream_len(pl, &pl->s->steps[r.step]), (int)r.step);
         return;
       }
@@ -282,7 +286,7 @@ static void run_waits_for(const void *ctx, char *buf, size_t len) {
   const run_wait_t *w = ctx;
   const exec_t *x = w->x;
   const weft_task_t *t = x->plans[0].task;
-  char call[128], ranks[128], late[192], now[160];
+  char call[128], ranks[128], late[192], now[256];
   if (x->nplans == 1)
     weft_call_name(call, sizeof call, t->args.coll, t->args.count, t->dtype, t->op, t->args.root);
   else
@@ -415,7 +419,7 @@ static weft_result_t run(exec_t *x, const char *what, uint64_t seq) {
       idle = c->spin;
     }
     if (weft_now_ms() > deadline) {
-      char buf[160];
+      char buf[256];
       describe_wait(x, buf, sizeof buf);
       return weft_set_error(WEFT_ERR_TIMEOUT,
                             "rank %d: %s (op %llu) timed out after %lld ms %s; a peer may have "

@@ -189,6 +189,16 @@ static int test_op(void) {
                            "waits: nothing yet from rank 2 (not in this operation yet?)"};
     snprintf(what, sizeof what, "rank %d names rank 2, which never called", r);
     failed += check(reports(e, words, 3) >= 2, what, e);
+    /* fake hosts (WEFT_TEST_HOSTS=K: rank % K): a rank on another host is named with it */
+    const char *hosts = getenv("WEFT_TEST_HOSTS");
+    int k = hosts ? atoi(hosts) : 0;
+    if (k > 1 && r % k != LATE % k) {
+      char far[64];
+      snprintf(far, sizeof far, "from rank %d (host test-host-%d) (", LATE, LATE % k);
+      const char *hw[] = {who, far};
+      snprintf(what, sizeof what, "rank %d names rank 2's host", r);
+      failed += check(reports(e, hw, 2) >= 2, what, e);
+    }
     snprintf(what, sizeof what, "rank %d: then the op's error", r);
     failed += check(error_after_reports(e, "allreduce returned timed out: ") ||
                         error_after_reports(e, "allreduce returned peer lost: "),
