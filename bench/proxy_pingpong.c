@@ -118,14 +118,17 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
   uint8_t others[2] = {rank != 0, rank != 1};
   int links = 0; /* as the device engine: every worker's connections made at setup */
   char *region[2] = {NULL, NULL};
-  const int kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* as the device engine's */
+  int kick_fds[WEFT_RPROXY_MAX_LINKS]; /* one per worker, as the device engine's */
+  for (int w = 0; w < WEFT_RPROXY_MAX_LINKS; w++)
+    kick_fds[w] = w < a->links ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1;
   weft_rproxy_t *px = NULL;
   if (tcp < 0) {
     printf("proxy_pingpong: no tcp transport between the fake hosts\n");
     goto out;
   }
   for (; links < a->links; links++)
-    if (weft_comm_transport_again(comm, tcp, others, kick_fd, &states[links]) != WEFT_SUCCESS) {
+    if (weft_comm_transport_again(comm, tcp, others, kick_fds[links], &states[links]) !=
+        WEFT_SUCCESS) {
       printf("proxy_pingpong: links: %s\n", weft_get_last_error(NULL));
       goto out;
     }
@@ -165,7 +168,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
                            .ll_off = ll,
                            .ll_post_off = post,
                            .ll_channels = 1,
-                           .kick_fd = kick_fd};
+                           .kick_fds = kick_fds};
   if (weft_rproxy_start(&in, &px) != WEFT_SUCCESS) {
     printf("proxy_pingpong: proxy: %s\n", weft_get_last_error(NULL));
     goto out;
@@ -253,7 +256,8 @@ out:
   for (int w = 0; w < links; w++)
     comm->tr[tcp]->teardown(states[w]);
   weft_comm_destroy(comm);
-  if (kick_fd >= 0) close(kick_fd);
+  for (int w = 0; w < WEFT_RPROXY_MAX_LINKS; w++)
+    if (kick_fds[w] >= 0) close(kick_fds[w]);
   free(region[0]);
   free(region[1]);
   return rc;

@@ -159,17 +159,19 @@ static void *root_main(void *arg) {
                         .nranks = R->nranks};
     char why[ROOT_WHY] = {0}, missing[200];
     int n = weft_waitlog_ranks(missing, sizeof missing, R->nranks, root_missing, R);
-    snprintf(why, sizeof why, "%d of %d ranks joined within %lld ms, missing rank%s %s",
-             R->nranks - n, R->nranks, (long long)R->timeout_ms, n == 1 ? "" : "s", missing);
+    if (rc == WEFT_ERR_TIMEOUT)
+      snprintf(why, sizeof why, "%d of %d ranks joined within %lld ms, missing rank%s %s",
+               R->nranks - n, R->nranks, (long long)R->timeout_ms, n == 1 ? "" : "s", missing);
+    else /* its own failure (poll, accept) */
+      snprintf(why, sizeof why, "%s", weft_thread_error());
     /* rank 0 last: it usually shares this process (weft_comm_init_env's root, or rank 0's
      * weft_get_unique_id), which may exit as soon as it has the answer; what was sent before
      * still reaches the others */
     int64_t tell = weft_deadline(ROOT_TELL_MS);
-    for (int k = 1; k <= R->nranks; k++) {
+    for (int k = 1; k <= R->nranks && weft_now_ms() < tell; k++) { /* a dead rank skipped */
       int fd = R->fd_of_rank[k % R->nranks];
-      if (fd >= 0 && (weft_sock_send_all(fd, &rep, sizeof rep, tell, NULL) != WEFT_SUCCESS ||
-                      weft_sock_send_all(fd, why, sizeof why, tell, NULL) != WEFT_SUCCESS))
-        break; /* the time is up for the others too */
+      if (fd >= 0 && weft_sock_send_all(fd, &rep, sizeof rep, tell, NULL) == WEFT_SUCCESS)
+        weft_sock_send_all(fd, why, sizeof why, tell, NULL);
     }
   }
   for (int i = 0; i < R->nranks; i++)
@@ -340,7 +342,8 @@ weft_result_t weft_bootstrap_init(const weft_id_body_t *id, int rank, int nranks
     ERR_GOTO(rc, fail, WEFT_ERR_PROTOCOL, "rank %d: invalid reply from the rendezvous root", rank);
   int steps = steps_for(nranks);
   weft_sockaddr_t to[WEFT_BOOT_MAX_STEPS];
-  rc = weft_sock_recv_all(root_fd, to, sizeof *to * (size_t)steps, deadline, abort_flag);
+  rc = weft_sock_recv_all(root_fd, to, sizeof *to * (size_t)steps, deadline + ROOT_GRACE_MS,
+                          abort_flag);
   if (rc != WEFT_SUCCESS)
     ERR_GOTO(rc, fail, rc,
              "rank %d: the rendezvous root's reply ended before its %d peers' addresses: %s", rank,

@@ -92,8 +92,8 @@ int weft_comm_transport_index(const struct weft_comm *c, const char *name);
 /* Collective: another set of connections of c's transport t (tr[t]) to the peers marked in
  * use, for a component that drives them from a thread of its own (the proxy's workers); the
  * caller tears it down with tr[t]->teardown. Its waits end early on wake_fd (an eventfd the
- * caller writes; its abort flag is still read), or with -1 on the communicator's own, which
- * weft_comm_abort writes. */
+ * caller writes, and reads the abort flag between waits), or with -1 on the communicator's
+ * own, which weft_comm_abort writes. */
 weft_result_t weft_comm_transport_again(struct weft_comm *c, int t, const uint8_t *use, int wake_fd,
                                         void **state);
 /* Rank r's host as messages name it ("?" when not known). */

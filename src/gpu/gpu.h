@@ -61,8 +61,8 @@ struct weft_dev {
   /* its workers' connections past the communicator's own (tr[link_tr]), torn down after it */
   void *links[8];
   int nlinks, link_tr;
-  int kick_fd;    /* an eventfd in their waits: operations queued wake napping workers (-1) */
-  uint8_t *reach; /* across hosts: [nranks], the remote ranks the kernels reach */
+  int kick_fds[8]; /* an eventfd in each one's waits: queued operations wake it napping (-1) */
+  uint8_t *reach;  /* across hosts: [nranks], the remote ranks the kernels reach */
 };
 
 extern const weft_engine_t weft_engine_gpu;

@@ -67,7 +67,8 @@ static void dev_release(weft_comm_t c, struct weft_dev *d) {
   weft_rproxy_stop(d->rproxy); /* before the regions it writes go, and its connections */
   for (int i = 0; i < d->nlinks; i++)
     c->tr[d->link_tr]->teardown(d->links[i]);
-  if (d->kick_fd >= 0) close(d->kick_fd);
+  for (int i = 0; i < 8; i++)
+    if (d->kick_fds[i] >= 0) close(d->kick_fds[i]);
   weft_regions_unmap(d->regions);
   weft_sharers_leave(d->sharers);
   if (d->counters) cudaFree(d->counters);
@@ -145,15 +146,15 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
   int nlinks = (int)weft_param_get_int(WEFT_PARAM_PROXY_THREADS);
   if (nlinks < 1) nlinks = 1;
   d->link_tr = tcp;
-  /* without it the workers would nap through an operation's first chunks (up to 1 ms) after
-   * a quiet spell; as it is, a rank still takes part in the collective setup below */
-  d->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (d->kick_fd < 0)
-    WEFT_INFO(WEFT_SUB_INIT, "rank %d: proxy: no eventfd (%s): its workers nap undisturbed",
-              c->rank, strerror(errno));
   weft_result_t rc = WEFT_SUCCESS;
   for (int w = 0; w < nlinks && rc == WEFT_SUCCESS; w++) { /* every rank reads the same count */
-    rc = weft_comm_transport_again(c, tcp, reach, d->kick_fd, &d->links[d->nlinks]);
+    /* without one a worker would nap through an operation's first chunks (up to 1 ms) after
+     * a quiet spell; as it is, the rank still takes part in the collective setup */
+    d->kick_fds[w] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (d->kick_fds[w] < 0)
+      WEFT_INFO(WEFT_SUB_INIT, "rank %d: proxy: no eventfd (%s): worker %d naps undisturbed",
+                c->rank, strerror(errno), w);
+    rc = weft_comm_transport_again(c, tcp, reach, d->kick_fds[w], &d->links[d->nlinks]);
     if (rc == WEFT_SUCCESS) states[w] = d->links[d->nlinks++];
   }
   CHECK(rc);
@@ -183,7 +184,7 @@ static weft_result_t start_proxy(weft_comm_t c, struct weft_dev *d) {
                            .ll_off = d->ll.ll_off,
                            .ll_post_off = d->ll.post_off,
                            .ll_channels = d->ll_channels,
-                           .kick_fd = d->kick_fd};
+                           .kick_fds = d->kick_fds};
   CHECK(weft_rproxy_start(&in, &d->rproxy));
   WEFT_INFO(WEFT_SUB_INIT,
             "rank %d: %d of %d ranks on other hosts, reached by the proxy over tcp (%d threads, "
@@ -210,7 +211,8 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
   struct weft_dev *d = calloc(1, sizeof *d);
   if (!d) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
   d->device = device;
-  d->kick_fd = -1;
+  for (int i = 0; i < 8; i++)
+    d->kick_fds[i] = -1;
   int saved = -1;
   cudaGetDevice(&saved);
   weft_result_t rc = weft_comm_agree(c, dev_init(c, d, device), "could not set up its GPU");

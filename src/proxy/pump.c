@@ -22,7 +22,7 @@ static void failed(weft_pump_t *P, weft_result_t rc, int tell) {
   if (P->in.link.kernel_abort) __atomic_store_n(P->in.link.kernel_abort, 1, __ATOMIC_RELEASE);
 }
 
-/* Empties a kick eventfd; EAGAIN (none written, or another worker emptied it) is fine. */
+/* Empties this pump's kick eventfd; EAGAIN (none written) is fine. */
 static void drain(int fd) {
   uint64_t v;
   ssize_t r = read(fd, &v, sizeof v);
@@ -97,7 +97,7 @@ static void *pump_main(void *arg) {
       else
         rc = in->tr->wait(in->tr_state, in->tr->arm(in->tr_state), 1);
       atomic_store(&P->napping, 0);
-      if (P->in.kicks && P->in.kick_fd > 0) drain(P->in.kick_fd);
+      if (P->in.kicks && P->in.kick_fd >= 0) drain(P->in.kick_fd);
     } else
       sched_yield();
     if (rc != WEFT_SUCCESS) {

@@ -57,10 +57,10 @@ typedef struct {
    * close as this rank gone). */
   void (*bye)(void *self, const weft_notice_t *n);
   void *self;
-  /* Optional (kicks NULL; kick_fd 0 or -1): work is coming. The host bumps *kicks as it
-   * queues an operation (weft_rproxy_kick), and writes kick_fd (an eventfd in the transport's
-   * waits: its wake_fd) where a pump naps; a pump that sees *kicks move polls on for spin_us,
-   * as after traffic, so the kernels' first flags find it awake. */
+  /* Optional (kicks NULL; kick_fd -1, and only read with kicks): work is coming. The host bumps
+   * *kicks as it queues an operation (weft_rproxy_kick), and writes kick_fd (an eventfd in the
+   * transport's waits: its wake_fd) where a pump naps; a pump that sees *kicks move polls on for
+   * spin_us, as after traffic, so the kernels' first flags find it awake. */
   const _Atomic uint64_t *kicks;
   int kick_fd;
 } weft_pump_init_t;

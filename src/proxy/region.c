@@ -79,7 +79,8 @@ struct weft_rproxy {
   char *region[WEFT_DEV_MAX_RANKS];
   worker_t workers[WEFT_RPROXY_MAX_LINKS];
   int nworkers;
-  _Atomic uint64_t kicks; /* weft_rproxy_kick's, read by the workers' pumps */
+  _Atomic uint64_t kicks;             /* weft_rproxy_kick's, read by the workers' pumps */
+  int kick_fd[WEFT_RPROXY_MAX_LINKS]; /* each worker's (-1: none) */
 };
 
 /* Where chunk seq on channel ch of the sender with staging index idx lies in the receiver's
@@ -443,6 +444,9 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
   memcpy(P->region, in->region, sizeof *P->region * (size_t)sl->nslots);
   P->in.slots = &P->slots, P->in.remote = P->remote, P->in.region = P->region;
   P->in.tr_states = NULL;
+  P->in.kick_fds = NULL;
+  for (int w = 0; w < WEFT_RPROXY_MAX_LINKS; w++)
+    P->kick_fd[w] = in->kick_fds && w < nlinks ? in->kick_fds[w] : -1;
   /* the channels with staging, dealt in turn: both ends deal the same list alike */
   int all[MAX_WATCH], nall = 0;
   for (int ch = 0; ch < in->coll_channels; ch++)
@@ -475,7 +479,7 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
                             .npeers = sl->nslots,
                             .peer_rank = P->slots.rank,
                             .kicks = &P->kicks,
-                            .kick_fd = in->kick_fd};
+                            .kick_fd = P->kick_fd[w]};
     rc = weft_pump_start(&W->pump, &pin);
     P->nworkers = w + 1; /* stopped and freed with the others, started or not */
     /* near the GPU and the pinned memory they copy; where it cannot be, anywhere will do */
@@ -506,11 +510,10 @@ void weft_rproxy_kick(weft_rproxy_t *p) {
   if (!p) return;
   atomic_fetch_add(&p->kicks, 1); /* before the look at the nappers (pump.c) */
   for (int w = 0; w < p->nworkers; w++)
-    if (atomic_load(&p->workers[w].pump.napping)) {
+    if (p->kick_fd[w] >= 0 && atomic_load(&p->workers[w].pump.napping)) {
       uint64_t one = 1;
-      ssize_t r = p->in.kick_fd > 0 ? write(p->in.kick_fd, &one, sizeof one) : 0;
+      ssize_t r = write(p->kick_fd[w], &one, sizeof one);
       (void)r; /* EAGAIN: the counter is full, a wake is pending anyway */
-      return;
     }
 }
 

@@ -43,10 +43,10 @@ typedef struct {
    * their own flag, so they need no order, only whole words). */
   uint64_t ll_off, ll_post_off;
   int ll_channels;
-  /* > 0: an eventfd in every worker's transport waits (their wake_fd), written by
-   * weft_rproxy_kick while a worker naps; 0 or -1: kicks keep the workers polling, but none
-   * is woken mid-nap. */
-  int kick_fd;
+  /* NULL, or an eventfd per worker (kick_fds[w], -1: none) in that worker's transport waits
+   * (its wake_fd), written by weft_rproxy_kick while the worker naps; without one, kicks keep
+   * the workers polling, but none is woken mid-nap. One each: a nap's end empties its own. */
+  const int *kick_fds;
 } weft_rproxy_init_t;
 
 typedef struct weft_rproxy weft_rproxy_t;

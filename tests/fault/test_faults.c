@@ -233,6 +233,7 @@ static void reap(scenario_t sc, pid_t *pids) {
 static void run(scenario_t sc) {
   int64_t bound = 0; /* notice-based: from t_death; by timeout: from t_start, after timeout */
   if (by_timeout(sc)) bound = SHORT_MS + SLACK_MS;
+  if (sc == KILL_BOOTSTRAP) bound += 1200; /* a rank awaits the root's word 1 s, its text 0.2 s */
   if (sc == KILL_DURING || sc == KILL_BETWEEN) bound = LIVENESS_MS + SLACK_MS;
   if (sc == STOP_DURING && !tcp_only()) bound = HEARTBEAT_MS + BEAT_PERIOD + LIVENESS_MS + SLACK_MS;
   if (sc == ABORT_THREAD) bound = SLACK_MS;
