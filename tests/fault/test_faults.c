@@ -1,7 +1,8 @@
-/* Fault tests: a rank is SIGKILLed or SIGSTOPped, aborts from another thread, or strangers
- * hit the rendezvous port. Survivors must fail fast (by notices, not timeouts, where there is
- * something to notice: see "Time bounds"), never hang or crash, recover, and get the messages
- * docs/failures.md quotes. Each scenario passes or fails once. usage: test_faults [shm|tcp|auto] */
+/* Fault tests: a rank is SIGKILLed or SIGSTOPped, aborts from another thread, strangers hit
+ * the rendezvous port, or (in tests/fault/netns.sh's namespaces) a host's link is cut.
+ * Survivors must fail fast (by notices, not timeouts, where there is something to notice: see
+ * "Time bounds"), never hang or crash, recover, and get the messages docs/failures.md quotes.
+ * Each scenario passes or fails once. usage: test_faults [shm|tcp|auto] */
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
@@ -55,10 +56,19 @@ typedef struct {
 
 static shared_t *sh;
 
-typedef enum { KILL_BOOTSTRAP, KILL_DURING, KILL_BETWEEN, STOP_DURING, ABORT_THREAD } scenario_t;
-static const char *NAMES[] = {"SIGKILL during bootstrap", "SIGKILL during allreduce",
+/* CUT_LINK only in tests/fault/netns.sh's namespaces, last (the link stays down). */
+typedef enum {
+  KILL_BOOTSTRAP,
+  KILL_DURING,
+  KILL_BETWEEN,
+  STOP_DURING,
+  ABORT_THREAD,
+  CUT_LINK
+} scenario_t;
+static const char *NAMES[] = {"SIGKILL during bootstrap",   "SIGKILL during allreduce",
                               "SIGKILL between operations", "SIGSTOP during allreduce",
-                              "abort from another thread"};
+                              "abort from another thread",  "link cut during allreduce"};
+#define DEAD_MS 4000 /* WEFT_TCP_DEAD_MS's default: a host that answers nothing is lost */
 
 /* One scenario's outcome: it fails once, with each failed check listed under it. */
 static char why[4096];
@@ -107,6 +117,20 @@ static void *killer(void *arg) {
   usleep(300000);
   sh->t_death = launch_now_ms();
   raise(sig);
+  return NULL;
+}
+
+/* Sets the victim's namespace's end of the veth pair down (tests/fault/netns.sh): every rank
+ * is alive, but the hosts no longer reach each other. */
+static void *cutter(void *arg) {
+  const char *links = getenv("WEFT_TEST_NETNS_LINKS");
+  char names[2][32], cmd[128];
+  (void)arg;
+  usleep(300000);
+  if (!links || sscanf(links, "%31[^,],%31s", names[0], names[1]) != 2) return NULL;
+  snprintf(cmd, sizeof cmd, "ip link set dev %s down", names[VICTIM % 2]);
+  sh->t_death = launch_now_ms();
+  if (system(cmd) != 0) sh->t_death = 0;
   return NULL;
 }
 
@@ -176,6 +200,7 @@ static void rank_main(scenario_t sc, int rank) {
   pthread_t t;
   int sig = sc == STOP_DURING ? SIGSTOP : SIGKILL;
   if ((sc == KILL_DURING || sc == STOP_DURING) && victim) pthread_create(&t, NULL, killer, &sig);
+  if (sc == CUT_LINK && victim) pthread_create(&t, NULL, cutter, NULL);
   if (sc == ABORT_THREAD && rank == 0) pthread_create(&t, NULL, aborter, c);
   if (sc == ABORT_THREAD) { /* every rank waits for data that never comes */
     rc = weft_recv(y, 16, WEFT_F32, (rank + 1) % N, c, NULL);
@@ -237,6 +262,7 @@ static void run(scenario_t sc) {
   if (sc == KILL_DURING || sc == KILL_BETWEEN) bound = LIVENESS_MS + SLACK_MS;
   if (sc == STOP_DURING && !tcp_only()) bound = HEARTBEAT_MS + BEAT_PERIOD + LIVENESS_MS + SLACK_MS;
   if (sc == ABORT_THREAD) bound = SLACK_MS;
+  if (sc == CUT_LINK) bound = ms(DEAD_MS) + SLACK_MS; /* TCP keepalive, not the op's timeout */
   if (!by_timeout(sc)) bound_ok(bound, OP_TIMEOUT_MS);
   memset(sh, 0, sizeof *sh);
   pid_t pids[N];
@@ -255,9 +281,16 @@ static void run(scenario_t sc) {
   int64_t worst = 0, first_start = INT64_MAX;
   for (int r = 0; r < N; r++)
     if (sh->t_start[r] > 0 && sh->t_start[r] < first_start) first_start = sh->t_start[r];
+  if (sc == CUT_LINK) check(sh->t_death > 0, "the link could not be cut (ip link set ... down)");
   for (int r = 0; r < N; r++) {
-    if (r == VICTIM && sc != ABORT_THREAD) continue;
+    if (r == VICTIM && sc != ABORT_THREAD && sc != CUT_LINK) continue; /* the cut: all alive */
     check(sh->rc[r] != WEFT_SUCCESS, "rank %d returned success", r);
+    /* docs/hosts.md's Errors: a cut link is no dead rank, whoever noticed it (a rank without a
+     * connection across is told in the noticing rank's words) */
+    if (sc == CUT_LINK)
+      check(sh->rc[r] == WEFT_ERR_TIMEOUT && strstr(sh->msg[r], "the link to it is cut") != NULL,
+            "rank %d got %s, not the cut link's timeout: %s", r,
+            weft_result_string((weft_result_t)sh->rc[r]), sh->msg[r]);
     int64_t d = sh->t_err[r] - (by_timeout(sc) ? sh->t_start[r] : sh->t_death);
     if (d > worst) worst = d;
     check(d <= bound, "rank %d took %lld ms to fail (bound %lld ms)", r, (long long)d,
@@ -369,6 +402,7 @@ int main(int argc, char **argv) {
   for (scenario_t sc = KILL_BOOTSTRAP; sc <= ABORT_THREAD; sc++)
     run(sc);
   noise_at_root();
+  if (getenv("WEFT_TEST_NETNS_LINKS")) run(CUT_LINK); /* last: the link stays down */
   printf("scenarios: %d passed, %d failed (of %d)\n", passed, failed, passed + failed);
   return failed ? 1 : 0;
 }
