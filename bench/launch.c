@@ -51,6 +51,17 @@ int64_t launch_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int launch_cut_link(int rank) {
+  const char *links = getenv("WEFT_TEST_NETNS_LINKS");
+  char names[2][32], cmd[128];
+  if (!links || sscanf(links, "%31[^,],%31s", names[0], names[1]) != 2)
+    return printf("launch: cutting a link needs tests/fault/netns.sh (WEFT_TEST_NETNS_LINKS)\n"),
+           -1;
+  snprintf(cmd, sizeof cmd, "ip link set dev %s down", names[rank % 2]);
+  if (system(cmd) != 0) return printf("launch: '%s' failed\n", cmd), -1;
+  return 0;
+}
+
 int launch_join_netns(int rank) {
   const char *list = getenv("WEFT_TEST_NETNS");
   if (!list || !list[0]) return 0;

@@ -32,6 +32,10 @@ int launch_open_fds(void);
 /* Tests of fake hosts: with WEFT_TEST_NETNS=ns0,ns1 the calling process enters network
  * namespace ns[rank % 2] and takes it as its host identity. Returns 0, also when unset. */
 int launch_join_netns(int rank);
+/* Sets the end of tests/fault/netns.sh's veth pair in rank's namespace (rank % 2, named by
+ * WEFT_TEST_NETNS_LINKS) down: the hosts no longer reach each other, every process alive.
+ * Returns 0, else -1 having said why on stdout. */
+int launch_cut_link(int rank);
 /* With WEFT_TEST_HOSTS=K each rank takes fake host rank % K (WEFT_HOSTID and NCCL_HOSTID), so
  * that any launched test (and collbench --hosts) runs across hosts on one machine. Returns 0. */
 int launch_fake_hosts(int rank);

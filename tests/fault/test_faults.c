@@ -123,14 +123,10 @@ static void *killer(void *arg) {
 /* Sets the victim's namespace's end of the veth pair down (tests/fault/netns.sh): every rank
  * is alive, but the hosts no longer reach each other. */
 static void *cutter(void *arg) {
-  const char *links = getenv("WEFT_TEST_NETNS_LINKS");
-  char names[2][32], cmd[128];
   (void)arg;
   usleep(300000);
-  if (!links || sscanf(links, "%31[^,],%31s", names[0], names[1]) != 2) return NULL;
-  snprintf(cmd, sizeof cmd, "ip link set dev %s down", names[VICTIM % 2]);
   sh->t_death = launch_now_ms();
-  if (system(cmd) != 0) sh->t_death = 0;
+  if (launch_cut_link(VICTIM) != 0) sh->t_death = 0;
   return NULL;
 }
 

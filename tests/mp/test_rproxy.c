@@ -169,17 +169,6 @@ typedef struct {
   _Atomic int64_t *t_kill; /* kill, cut: when (launch_now_ms, one clock for all ranks) */
 } arg_t;
 
-/* Sets this rank's end of the namespaces' veth pair down (tests/fault/netns.sh). */
-static int cut_link(int rank) {
-  const char *links = getenv("WEFT_TEST_NETNS_LINKS");
-  char names[2][32], cmd[128];
-  if (!links || sscanf(links, "%31[^,],%31s", names[0], names[1]) != 2)
-    return printf("test_rproxy: cut needs tests/fault/netns.sh (WEFT_TEST_NETNS_LINKS)\n"), 1;
-  snprintf(cmd, sizeof cmd, "ip link set dev %s down", names[rank % 2]);
-  if (system(cmd) != 0) return printf("test_rproxy: '%s' failed\n", cmd), 1;
-  return 0;
-}
-
 /* After rank 1 aborted (code WEFT_ERR_ABORTED) or its communicator failed: every proxy
  * stopped on it, and the others' report holds want (not that rank 1 is gone; a failure's
  * notice whole, its op too, whether from rank 1 or passed on by another). Returns nonzero on
@@ -290,7 +279,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *argp) {
     if (a->abort == CUT && rank == 1 && left < total * 3 / 4 && !failed) {
       failed = 1;
       atomic_store(a->t_kill, launch_now_ms());
-      bad = cut_link(rank);
+      bad = launch_cut_link(rank) != 0;
     }
     if ((a->abort == ABORT || a->abort == ABORT_STOP) && rank == 1 && left < total * 3 / 4) {
       atomic_store(&comm->aborted, 1);
