@@ -116,6 +116,9 @@ size_t weft_dev_region_bytes(const struct weft_dev *d, int nranks, int with_ll12
 size_t weft_dev_private_bytes(void);
 /* What every launch of c passes, filled once at setup. */
 void weft_dev_fill_launch(const struct weft_comm *c, struct weft_dev *d);
+/* Across hosts, once the layout is final: pins what this rank uses of the remote ranks'
+ * mirrors and of its inbox (weft_regions_pin). Local; its caller agrees on the outcome. */
+weft_result_t weft_dev_pin(const struct weft_comm *c, struct weft_dev *d);
 /* 256 bytes of device memory for weft_barrier. */
 void *weft_dev_scratch(struct weft_comm *c);
 

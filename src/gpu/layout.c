@@ -1,8 +1,12 @@
 /* The device engine's memory layout: each rank's staging region (flags, staging slots, the
  * low-latency kernels' buffers) that every peer maps, and the rank's private counters; and
  * the pointers into them that every launch passes. */
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "err.h"
 #include "gpu.h"
+#include "pinned.h"
 
 /* Channel counters, the low-latency kernels' sequence numbers, a few bytes for weft_barrier's
  * one-byte allreduce, the in-place rounds' progress, then the direct operations' counts. */
@@ -45,6 +49,40 @@ size_t weft_dev_region_bytes(const struct weft_dev *d, int nranks, int with_ll12
 }
 
 size_t weft_dev_private_bytes(void) { return PRIVATE_BYTES; }
+
+/* A mirror holds what this rank writes at its staging index there (stage_out); the inbox what
+ * every remote rank writes at its own (stage_in). */
+weft_result_t weft_dev_pin(const struct weft_comm *c, struct weft_dev *d) {
+  const weft_dev_slots_t *sl = &d->plan.slots;
+  const weft_dev_geometry_t g = {.coll_channels = d->plan.max_channels,
+                                 .nsrc = sl->nsrc,
+                                 .stages = d->stages,
+                                 .chunk_bytes = d->chunk_bytes,
+                                 .ll_off = ll_offset(d),
+                                 .end = weft_dev_region_bytes(d, c->nranks, 0)};
+  const int per = 2 + WEFT_DEV_MAX_CHANNELS * sl->nslots;
+  weft_span_t *buf = malloc(sizeof *buf * (size_t)per * (size_t)sl->nslots);
+  const weft_span_t *spans[WEFT_DEV_MAX_RANKS] = {0};
+  int nspans[WEFT_DEV_MAX_RANKS] = {0};
+  if (!buf) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
+  uint8_t in[WEFT_DEV_MAX_RANKS];
+  int nin = 0;
+  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  for (int s = 0; s < sl->nslots; s++) {
+    spans[s] = buf + (size_t)s * (size_t)per;
+    if (s == sl->self || !weft_regions_remote(d->regions, s)) continue;
+    in[nin++] = sl->stage_in[s];
+    nspans[s] = weft_dev_pinned_spans(&g, &sl->stage_out[s], 1, page, buf + (size_t)s * per, per);
+  }
+  nspans[sl->self] = weft_dev_pinned_spans(&g, in, nin, page, buf + (size_t)sl->self * per, per);
+  weft_result_t rc = WEFT_SUCCESS;
+  for (int s = 0; s < sl->nslots && rc == WEFT_SUCCESS; s++)
+    if (nspans[s] < 0)
+      rc = weft_set_error(WEFT_ERR_INTERNAL, "weft_comm_init: slot %d's pinned runs overflow", s);
+  if (rc == WEFT_SUCCESS) rc = weft_regions_pin(d->regions, spans, nspans);
+  free(buf);
+  return rc;
+}
 
 void *weft_dev_scratch(struct weft_comm *c) { return (char *)dev_of(c)->counters + SCRATCH_OFF; }
 

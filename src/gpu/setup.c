@@ -271,24 +271,41 @@ weft_result_t weft_dev_setup(weft_comm_t c, int device) {
     else if (c->rank == 0)
       WEFT_INFO(WEFT_SUB_INIT, "several ranks of this communicator share a GPU, under MPS");
   }
-  weft_dev_fill_launch(c, d);
+  /* the mirrors' and inbox's device addresses come with their pinning, which waits for the
+   * final layout: host-staged sizing above shrinks it */
+  weft_result_t prc = WEFT_SUCCESS;
   if (c->nlocal < c->nranks) {
-    weft_result_t prc = weft_comm_agree(c, start_proxy(c, d), "could not start its proxy");
-    if (prc != WEFT_SUCCESS) {
-      char msg[1024];
-      snprintf(msg, sizeof msg, "%s", weft_thread_error());
-      saved = -1;
-      weft_dev_enter(device, &saved);
-      dev_release(c, d);
-      weft_dev_leave(device, saved);
-      return weft_set_error(prc, "%s", msg);
-    }
+    saved = -1;
+    weft_dev_enter(device, &saved);
+    prc = weft_dev_pin(c, d);
+    weft_dev_leave(device, saved);
+    prc = weft_comm_agree(c, prc, "could not pin host memory for its proxy");
+  }
+  if (prc == WEFT_SUCCESS) weft_dev_fill_launch(c, d);
+  if (prc == WEFT_SUCCESS && c->nlocal < c->nranks)
+    prc = weft_comm_agree(c, start_proxy(c, d), "could not start its proxy");
+  if (prc != WEFT_SUCCESS) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", weft_thread_error());
+    saved = -1;
+    weft_dev_enter(device, &saved);
+    dev_release(c, d);
+    weft_dev_leave(device, saved);
+    return weft_set_error(prc, "%s", msg);
   }
   c->engine_state = d;
   WEFT_INFO(WEFT_SUB_INIT,
             "rank %d: device %d, %zu bytes of staging in %s memory, chunk %u x %u stages", c->rank,
             device, weft_regions_bytes(d->regions),
             weft_regions_host_staged(d->regions) ? "host" : "device", d->chunk_bytes, d->stages);
+  if (c->nlocal < c->nranks) {
+    int runs = 0;
+    size_t pinned = weft_regions_pinned(d->regions, &runs);
+    WEFT_INFO(WEFT_SUB_INIT,
+              "rank %d: %zu bytes (%.1f MiB) of host memory pinned for ranks on other hosts, in "
+              "%d runs",
+              c->rank, pinned, (double)pinned / (1 << 20), runs);
+  }
   log_pairs(c, d);
   return WEFT_SUCCESS;
 }

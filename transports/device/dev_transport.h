@@ -47,6 +47,8 @@ typedef struct weft_dev_transport {
   weft_result_t (*setup)(weft_regions_t *m, const weft_dev_setup_t *in, uint8_t *take);
   /* Undoes whatever setup made (also after a failed or partial setup); idempotent. */
   void (*teardown)(weft_regions_t *m);
+  /* Optional: weft_regions_pin's part for this transport. */
+  weft_result_t (*pin)(weft_regions_t *m, const weft_span_t *const *spans, const int *nspans);
   /* Optional: weft_regions_drain's part for this transport. */
   int (*drain)(weft_regions_t *m);
 } weft_dev_transport_t;
@@ -79,11 +81,13 @@ struct weft_regions {
   int linked;
   /* proxy: a mirror of each remote rank's region, private to this process; with the local
    * regions on the devices, the inbox: host memory the proxy fills with what remote ranks
-   * send (this rank's region as they write it), its device address */
+   * send (this rank's region as they write it), its device address; and the runs of both
+   * pinned (weft_regions_pin), to unpin at teardown */
   char *mirror[WEFT_REGIONS_MAX_SLOTS];
-  char mirror_registered[WEFT_REGIONS_MAX_SLOTS];
   char *inbox_seg, *inbox;
-  char inbox_registered;
+  char **pins;
+  int npins, pins_cap;
+  size_t pinned_bytes;
 };
 
 /* Agreement: *yes where every rank's word (mine, gathered into in->words) has bit 0 set,

@@ -131,6 +131,13 @@ fail:
   return rc;
 }
 
+weft_result_t weft_regions_pin(weft_regions_t *m, const weft_span_t *const *spans,
+                               const int *nspans) {
+  for (int t = 0; t < NTRANSPORTS; t++)
+    if (weft_dev_transports[t]->pin) CHECK(weft_dev_transports[t]->pin(m, spans, nspans));
+  return WEFT_SUCCESS;
+}
+
 void weft_regions_unmap(weft_regions_t *m) {
   if (!m) return;
   for (int t = NTRANSPORTS - 1; t >= 0; t--) /* the mirrors before the regions they copy */
@@ -150,6 +157,10 @@ void *weft_regions_inbox(const weft_regions_t *m, int s) {
   return m->via[s] == &weft_dev_proxy && !m->host ? m->inbox : m->region[m->self];
 }
 size_t weft_regions_bytes(const weft_regions_t *m) { return m->bytes; }
+size_t weft_regions_pinned(const weft_regions_t *m, int *runs) {
+  *runs = m->npins;
+  return m->pinned_bytes;
+}
 int weft_regions_host_staged(const weft_regions_t *m) { return m->host; }
 int weft_regions_spans_hosts(const weft_regions_t *m) { return m->spans; }
 char *weft_regions_host_region(const weft_regions_t *m, int s) {

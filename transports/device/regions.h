@@ -17,6 +17,11 @@ enum { WEFT_REGIONS_MAX_SLOTS = 8 };
 
 typedef struct weft_regions weft_regions_t;
 
+/* [off, off + bytes) of a region. */
+typedef struct {
+  uint64_t off, bytes;
+} weft_span_t;
+
 /* Collective over the communicator (nranks ranks; boot's). Learns where every rank and its GPU
  * are, then sets up the regions of the ranks in slot_rank[0..nslots) (this rank's slots,
  * itself at slot_rank[self]; at most WEFT_REGIONS_MAX_SLOTS), each pair by the first device
@@ -30,6 +35,18 @@ typedef struct weft_regions weft_regions_t;
 weft_result_t weft_regions_map(weft_bootstrap_t *boot, int nranks, const int32_t *slot_rank,
                                int nslots, int self, int device, const size_t bytes[3],
                                int force_host, const int *local_rank, weft_regions_t **out);
+/* Pins, in this process's host memory for the ranks on other hosts, only what is used: in the
+ * mirror of slot s (a remote rank's region) the spans[s][0..nspans[s]) this rank's kernels
+ * write, and in the inbox (s == self) what remote ranks write; each list page-aligned, sorted
+ * and disjoint (weft_dev_pinned_spans). The rest of those regions stays unpinned and
+ * untouched. Where the GPU cannot use a pinned host address as its own, whole regions are
+ * pinned instead. Call once the layout is final (host-staged sizing shrinks it after
+ * weft_regions_map), before weft_regions_region or weft_regions_inbox of such slots is read.
+ * Local: a rank's failure (WEFT_ERR_SYSTEM where pinning fails, with the bytes asked;
+ * WEFT_ERR_INTERNAL for a span past the region) is for its caller to agree on. Nothing to do
+ * on one host. */
+weft_result_t weft_regions_pin(weft_regions_t *m, const weft_span_t *const *spans,
+                               const int *nspans);
 /* Unmaps and frees (NULL: nothing). */
 void weft_regions_unmap(weft_regions_t *m);
 /* Before the regions go. Ranks of this process may still run kernels that write to ours:
@@ -42,6 +59,8 @@ int weft_regions_drain(weft_regions_t *m);
 /* Slot s's region as mapped here (a device pointer), and the bytes of each region. */
 void *weft_regions_region(const weft_regions_t *m, int s);
 size_t weft_regions_bytes(const weft_regions_t *m);
+/* Host memory pinned for the ranks on other hosts (weft_regions_pin), in bytes and in runs. */
+size_t weft_regions_pinned(const weft_regions_t *m, int *runs);
 /* This rank's region as slot s writes into it (a device pointer): its own region, or, for a
  * rank on another host with the local regions on the devices, the host memory the proxy
  * fills. */
