@@ -50,8 +50,6 @@ size_t weft_dev_region_bytes(const struct weft_dev *d, int nranks, int with_ll12
 
 size_t weft_dev_private_bytes(void) { return PRIVATE_BYTES; }
 
-/* A mirror holds what this rank writes at its staging index there (stage_out); the inbox what
- * every remote rank writes at its own (stage_in). */
 weft_result_t weft_dev_pin(const struct weft_comm *c, struct weft_dev *d) {
   const weft_dev_slots_t *sl = &d->plan.slots;
   const weft_dev_geometry_t g = {.coll_channels = d->plan.max_channels,
@@ -61,25 +59,19 @@ weft_result_t weft_dev_pin(const struct weft_comm *c, struct weft_dev *d) {
                                  .ll_off = ll_offset(d),
                                  .end = weft_dev_region_bytes(d, c->nranks, 0)};
   const int per = 2 + WEFT_DEV_MAX_CHANNELS * sl->nslots;
-  weft_span_t *buf = malloc(sizeof *buf * (size_t)per * (size_t)sl->nslots);
+  uint8_t remote[WEFT_DEV_MAX_RANKS] = {0};
   const weft_span_t *spans[WEFT_DEV_MAX_RANKS] = {0};
   int nspans[WEFT_DEV_MAX_RANKS] = {0};
+  weft_span_t *buf = malloc(sizeof *buf * (size_t)per * (size_t)sl->nslots);
   if (!buf) return weft_set_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: out of memory");
-  uint8_t in[WEFT_DEV_MAX_RANKS];
-  int nin = 0;
-  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
   for (int s = 0; s < sl->nslots; s++) {
+    remote[s] = (uint8_t)weft_regions_remote(d->regions, s);
     spans[s] = buf + (size_t)s * (size_t)per;
-    if (s == sl->self || !weft_regions_remote(d->regions, s)) continue;
-    in[nin++] = sl->stage_in[s];
-    nspans[s] = weft_dev_pinned_spans(&g, &sl->stage_out[s], 1, page, buf + (size_t)s * per, per);
   }
-  nspans[sl->self] = weft_dev_pinned_spans(&g, in, nin, page, buf + (size_t)sl->self * per, per);
-  weft_result_t rc = WEFT_SUCCESS;
-  for (int s = 0; s < sl->nslots && rc == WEFT_SUCCESS; s++)
-    if (nspans[s] < 0)
-      rc = weft_set_error(WEFT_ERR_INTERNAL, "weft_comm_init: slot %d's pinned runs overflow", s);
-  if (rc == WEFT_SUCCESS) rc = weft_regions_pin(d->regions, spans, nspans);
+  weft_result_t rc =
+      weft_dev_pinned_slots(&g, sl, remote, (uint64_t)sysconf(_SC_PAGESIZE), buf, per, nspans)
+          ? weft_set_error(WEFT_ERR_INTERNAL, "weft_comm_init: more pinned runs than %d", per)
+          : weft_regions_pin(d->regions, spans, nspans);
   free(buf);
   return rc;
 }

@@ -46,3 +46,19 @@ int weft_dev_pinned_spans(const weft_dev_geometry_t *g, const uint8_t *idx, int 
   }
   return m;
 }
+
+int weft_dev_pinned_slots(const weft_dev_geometry_t *g, const weft_dev_slots_t *sl,
+                          const uint8_t *remote, uint64_t page, weft_span_t *out, int per, int *n) {
+  uint8_t in[WEFT_DEV_MAX_RANKS];
+  int nin = 0;
+  for (int s = 0; s < sl->nslots; s++) {
+    n[s] = 0;
+    if (s == sl->self || !remote[s]) continue;
+    in[nin++] = sl->stage_in[s];
+    n[s] = weft_dev_pinned_spans(g, &sl->stage_out[s], 1, page, out + (size_t)s * per, per);
+    if (n[s] < 0) return -1;
+  }
+  if (!nin) return 0;
+  n[sl->self] = weft_dev_pinned_spans(g, in, nin, page, out + (size_t)sl->self * per, per);
+  return n[sl->self] < 0 ? -1 : 0;
+}

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "dev.h"
 #include "regions.h"
 
 /* A region's layout (layout.c, dev.h): the flags, then staging per channel and sender, then
@@ -23,5 +24,13 @@ typedef struct {
  * than max. */
 int weft_dev_pinned_spans(const weft_dev_geometry_t *g, const uint8_t *idx, int n, uint64_t page,
                           weft_span_t *out, int max);
+
+/* Per slot of a rank's table sl: the runs of the mirror of each slot on another host
+ * (remote[s]), what this rank's kernels write there (its stage_out), and of the inbox at
+ * sl->self, what every remote slot writes (their stage_in); n[s] 0 elsewhere, and for the
+ * inbox where no slot is remote. out holds per spans a slot. Returns 0, or -1 where per is
+ * too small. */
+int weft_dev_pinned_slots(const weft_dev_geometry_t *g, const weft_dev_slots_t *sl,
+                          const uint8_t *remote, uint64_t page, weft_span_t *out, int per, int *n);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "dev.h"
 #include "pinned.h"
+#include "slots.h"
 
 enum { PAGE = 4096, MAX = 2 + WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS };
 
@@ -41,20 +42,29 @@ static void check(const weft_dev_geometry_t *g, const uint8_t *idx, int n) {
   uint8_t mine[WEFT_DEV_MAX_RANKS] = {0};
   for (int i = 0; i < n; i++)
     mine[idx[i]] = 1;
+  const uint64_t run = (uint64_t)g->stages * g->chunk_bytes;
   for (int c = 0; c < g->coll_channels + WEFT_DEV_P2P_CHANNELS; c++) {
     int ch = c < g->coll_channels ? c : WEFT_DEV_COLL_CHANNELS + c - g->coll_channels;
-    for (int j = 0; j < g->nsrc; j++)
-      for (uint64_t seq = 0; seq < g->stages; seq++) {
-        uint64_t off =
-            weft_dev_stage_off(ch, g->coll_channels, g->nsrc, j, g->stages, g->chunk_bytes, seq);
-        if (mine[j]) {
-          assert_true(holder(sp, k, off, g->chunk_bytes) >= 0);
-        } else if (g->chunk_bytes >= 3 * PAGE) {
-          /* another sender's slot: only the pages it shares with a neighbour's may be pinned */
-          assert_false(covers(sp, k, off + g->chunk_bytes / 2) && seq > 0 && seq + 1 < g->stages);
-        }
+    for (int j = 0; j < g->nsrc; j++) {
+      uint64_t off =
+          weft_dev_stage_off(ch, g->coll_channels, g->nsrc, j, g->stages, g->chunk_bytes, 0);
+      if (mine[j]) {
+        assert_true(holder(sp, k, off, run) >= 0); /* every stage of it */
+        continue;
       }
+      /* another sender's: only the pages it shares with a neighbour's may be pinned */
+      for (uint64_t at = (off + PAGE - 1) / PAGE * PAGE; at + PAGE <= off + run; at += PAGE)
+        assert_false(covers(sp, k, at));
+    }
   }
+  /* so that a wider choice cannot pass: at most the flags, the senders' runs and the
+   * low-latency buffers, each widened to pages */
+  uint64_t total = 0, bound = (WEFT_DEV_STAGE_OFF + PAGE - 1) / PAGE * PAGE;
+  bound += (uint64_t)(g->coll_channels + WEFT_DEV_P2P_CHANNELS) * n * (run + 2 * PAGE);
+  if (g->end > g->ll_off) bound += g->end - g->ll_off + 2 * PAGE;
+  for (int i = 0; i < k; i++)
+    total += sp[i].bytes;
+  assert_true(total <= bound);
 }
 
 static void runs_cover_their_senders(void **st) {
@@ -98,6 +108,55 @@ static void a_mirror_pins_one_senders_share(void **st) {
                    1 + 16 + WEFT_DEV_P2P_CHANNELS);
 }
 
+/* Across every rank's slot table (identity to 8 ranks, ring neighbours past it) and a host
+ * layout: a rank's mirror of a remote peer pins where that peer's kernels read this rank's
+ * chunks (the peer's stage_in for it), and its inbox where each remote peer writes (the
+ * peer's stage_out for it); nothing for local slots, nor an inbox no remote slot writes. */
+static void slots_pin_where_peers_read_and_write(void **st) {
+  (void)st;
+  enum { PER = 2 + WEFT_DEV_MAX_CHANNELS * WEFT_DEV_MAX_RANKS };
+  static weft_span_t out[WEFT_DEV_MAX_RANKS * PER], peer_out[WEFT_DEV_MAX_RANKS * PER];
+  for (int nranks = 2; nranks <= 12; nranks++)
+    for (int hosts = 2; hosts <= 3; hosts++) {
+      weft_dev_slots_t all[12];
+      for (int r = 0; r < nranks; r++)
+        weft_dev_slots_make(r, nranks, &all[r]);
+      for (int r = 0; r < nranks; r++) {
+        const weft_dev_slots_t *me = &all[r];
+        weft_dev_geometry_t g = {
+            .coll_channels = 4, .nsrc = me->nsrc, .stages = 3, .chunk_bytes = 16384};
+        g.ll_off = g.end = layout_end(&g);
+        uint8_t remote[WEFT_DEV_MAX_RANKS] = {0};
+        int n[WEFT_DEV_MAX_RANKS], any = 0;
+        for (int s = 0; s < me->nslots; s++)
+          any |= remote[s] = (uint8_t)(me->rank[s] % hosts != r % hosts);
+        assert_int_equal(weft_dev_pinned_slots(&g, me, remote, PAGE, out, PER, n), 0);
+        if (!any) assert_int_equal(n[me->self], 0);
+        for (int s = 0; s < me->nslots; s++) {
+          if (s == me->self) continue;
+          if (!remote[s]) {
+            assert_int_equal(n[s], 0);
+            continue;
+          }
+          const weft_dev_slots_t *peer = &all[me->rank[s]];
+          int t = weft_dev_slot_of(peer, r);
+          uint64_t mine = weft_dev_stage_off(1, 4, g.nsrc, peer->stage_in[t], 3, 16384, 2);
+          assert_true(holder(out + s * PER, n[s], mine, 16384) >= 0);
+          uint64_t theirs = weft_dev_stage_off(WEFT_DEV_COLL_CHANNELS + 31, 4, g.nsrc,
+                                               peer->stage_out[t], 3, 16384, 1);
+          assert_true(holder(out + me->self * PER, n[me->self], theirs, 16384) >= 0);
+          /* and the peer's own mirror of this rank holds what this rank's inbox expects */
+          uint8_t pr[WEFT_DEV_MAX_RANKS] = {0};
+          int pn[WEFT_DEV_MAX_RANKS];
+          pr[t] = 1;
+          assert_int_equal(weft_dev_pinned_slots(&g, peer, pr, PAGE, peer_out, PER, pn), 0);
+          uint64_t at = weft_dev_stage_off(0, 4, g.nsrc, me->stage_in[s], 3, 16384, 0);
+          assert_true(holder(peer_out + t * PER, pn[t], at, 3 * 16384) >= 0);
+        }
+      }
+    }
+}
+
 static void too_many_runs_for_out(void **st) {
   (void)st;
   weft_dev_geometry_t g = {.coll_channels = 4, .nsrc = 2, .stages = 2, .chunk_bytes = 65536};
@@ -112,6 +171,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(runs_cover_their_senders),
       cmocka_unit_test(a_mirror_pins_one_senders_share),
+      cmocka_unit_test(slots_pin_where_peers_read_and_write),
       cmocka_unit_test(too_many_runs_for_out),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

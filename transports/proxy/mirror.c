@@ -80,7 +80,8 @@ static weft_result_t pin_run(weft_regions_t *m, char *at, size_t bytes, int r, c
  * base there); *dev the region's device address. */
 static weft_result_t pin_region(weft_regions_t *m, char *seg, const weft_span_t *sp, int n,
                                 int whole, int r, char **dev) {
-  if (whole || n < 1) return pin_run(m, seg, m->bytes, r, dev);
+  if (whole) return pin_run(m, seg, m->bytes, r, dev);
+  *dev = seg; /* the GPU's address is the host's (n = 0: an inbox no kernel reads) */
   long page = sysconf(_SC_PAGESIZE);
   size_t limit = (m->bytes + (size_t)page - 1) / (size_t)page * (size_t)page; /* mmap's length */
   for (int i = 0; i < n; i++) {
@@ -98,7 +99,6 @@ static weft_result_t pin_region(weft_regions_t *m, char *seg, const weft_span_t 
                             "though it says it uses the host's",
                             m->device);
   }
-  *dev = seg;
   return WEFT_SUCCESS;
 }
 
