@@ -168,10 +168,12 @@ static weft_result_t comm_setup(weft_comm_t c, const weft_id_body_t *id) {
   CHECK_GOTO(setup_transports(c, host_of), rc, out);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   c->spin = (int)weft_param_get_int(WEFT_PARAM_SPIN);
-  /* More ranks than cores: a waiting rank yields its core while it spins, since the peer
-   * it waits for may be the one that needs it (4 ranks on 2 cores: 2-4x faster than
-   * pausing, and than sleeping early). */
-  c->yield = cpus > 0 && c->nlocal > cpus;
+  /* More ranks on this machine than cores (fake hosts included): a waiting rank yields its
+   * core while it spins, since the peer it waits for may be the one that needs it (4 ranks
+   * on 2 cores: 2-4x faster than pausing, and than sleeping early; 4 fake hosts of one rank
+   * there took 2 ms an allreduce of 8 B while each counted only its own host). */
+  c->yield = cpus > 0 && weft_topo_machine_ranks((const char(*)[WEFT_HOSTID_BYTES])hosts, c->nranks,
+                                                 c->rank) > cpus;
   if (c->spin < 1) c->spin = 1;
   char names[64] = "";
   for (int t = 0; t < weft_ntransports; t++)

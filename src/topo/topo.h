@@ -115,8 +115,10 @@ weft_result_t weft_topo_pin_thread(pthread_t thread, const char *root, int numa)
 
 /* ---- hostid.c ---- */
 
-/* This host's identity: "id:<WEFT_HOSTID>" when set, else "<hostname>/<boot id>", NUL
- * padded to WEFT_HOSTID_BYTES; ranks with equal identities share memory. */
+/* This host's identity: "id:<WEFT_HOSTID>" when set (its first 43 characters), else
+ * "<hostname>/<boot id>", NUL padded to WEFT_HOSTID_BYTES; ranks with equal identities share
+ * memory. A forced one ends with the machine's key (weft_topo_machine_ranks), so that fake
+ * hosts on one machine, or one WEFT_HOSTID set on two, are still told apart by machine. */
 void weft_topo_host_identity(char out[WEFT_HOSTID_BYTES]);
 /* A 64-bit key of that identity (FNV-1a), for cards that must tell hosts apart. */
 uint64_t weft_topo_host_key(void);
@@ -127,5 +129,8 @@ void weft_topo_host_label(const char id[WEFT_HOSTID_BYTES], char out[WEFT_HOST_L
  * returns how many ranks share me's host. */
 int weft_topo_local_ranks(const char (*hosts)[WEFT_HOSTID_BYTES], int nranks, int me,
                           int *local_rank, int *host_of);
+/* How many ranks run on me's machine (one kernel: host name and boot id), whatever hosts
+ * WEFT_HOSTID makes of them: the ranks that compete for its cores. */
+int weft_topo_machine_ranks(const char (*hosts)[WEFT_HOSTID_BYTES], int nranks, int me);
 
 #endif
