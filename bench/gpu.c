@@ -99,29 +99,44 @@ static void trace_close(trace_t *t) {
   free(t->ev);
 }
 
+static int by_value(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
 /* One line per loop and rank, written at once so that the ranks' lines do not interleave;
- * CLOCK_MONOTONIC is one clock for every process of the host. */
+ * CLOCK_MONOTONIC is one clock for every process of the host. Where a call took more than 3x
+ * the median (a stall), every call's time follows, to show which ones and how many. */
 static void trace_report(const trace_t *t, cudaEvent_t e0, float total_ms, const char *lib,
                          int coll, size_t count, int rank) {
-  float first = -1, worst = -1, prev = 0;
-  int at = -1;
+  float first = -1, worst = -1, prev = 0, each[256], sorted[256];
+  int at = -1, n = t->n < 256 ? t->n : 256;
   for (int i = 0; i < t->n; i++) {
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, t->ev[i]);
     if (i == 0) first = ms;
     if (ms - prev > worst) worst = ms - prev, at = i;
+    if (i < n) each[i] = ms - prev;
     prev = ms;
   }
+  memcpy(sorted, each, sizeof *each * (size_t)n);
+  qsort(sorted, (size_t)n, sizeof *sorted, by_value);
   const double *st = t->stamp;
-  char line[512];
+  char line[2048];
   int len = snprintf(line, sizeof line,
                      "# trace rank %d %s %s count %zu: host barrier left at %.1f us, then +%.1f "
                      "event, +%.1f first call queued, +%.1f all queued, +%.1f synced; gpu first "
-                     "%.1f us, slowest call %d of %.1f us, total %.1f us\n",
+                     "%.1f us, slowest call %d of %.1f us, total %.1f us",
                      rank, lib, bench_colls[coll].name, count, st[0] * 1e6, (st[1] - st[0]) * 1e6,
                      (st[2] - st[0]) * 1e6, (st[3] - st[0]) * 1e6, (st[4] - st[0]) * 1e6,
                      first * 1e3, at, worst * 1e3, total_ms * 1e3);
-  if (len > 0) fwrite(line, 1, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1, stderr);
+  if (n > 0 && worst > 3 * sorted[n / 2])
+    for (int i = 0; i < n && len > 0 && (size_t)len < sizeof line - 16; i++)
+      len += snprintf(line + len, sizeof line - (size_t)len, "%s%.0f", i ? " " : "; calls (us) ",
+                      each[i] * 1e3);
+  if (len > (int)sizeof line - 2) len = (int)sizeof line - 2; /* cut short, still a line */
+  if (len >= 0) line[len++] = '\n';
+  if (len > 1) fwrite(line, 1, (size_t)len, stderr);
 }
 
 /* Seconds per call of `iters` calls after `warmup`, measured on the stream. peer != NULL
