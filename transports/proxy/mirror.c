@@ -50,8 +50,8 @@ static weft_result_t proxy_setup(weft_regions_t *m, const weft_dev_setup_t *in, 
   return WEFT_SUCCESS;
 }
 
-/* Pins [at, at + bytes) for every GPU of this process (portable) and keeps it for teardown;
- * its device address in *dev. */
+/* Pins [at, at + bytes) as weft_dev_register_host does and keeps it for teardown; its device
+ * address in *dev. */
 static weft_result_t pin_run(weft_regions_t *m, char *at, size_t bytes, int r, char **dev) {
   if (m->npins == m->pins_cap) {
     int cap = m->pins_cap ? 2 * m->pins_cap : 64;
@@ -59,20 +59,19 @@ static weft_result_t pin_run(weft_regions_t *m, char *at, size_t bytes, int r, c
     if (!p) return weft_set_error(WEFT_ERR_NO_MEMORY, "proxy: out of memory");
     m->pins = p, m->pins_cap = cap;
   }
-  cudaError_t e = cudaHostRegister(at, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
-  if (e != cudaSuccess)
-    return weft_set_error(
-        WEFT_ERR_SYSTEM,
-        "proxy: pinning %zu bytes of host memory for rank %d (%zu pinned so far): "
-        "%s; raise the locked-memory limit (ulimit -l) or " HINT,
-        bytes, r, m->pinned_bytes, cudaGetErrorString(e));
-  m->pins[m->npins++] = at;
-  m->pinned_bytes += bytes;
-  e = cudaHostGetDevicePointer((void **)dev, at, 0);
-  if (e != cudaSuccess)
-    return weft_set_error(WEFT_ERR_SYSTEM, "proxy: device address of rank %d's region: %s", r,
-                          cudaGetErrorString(e));
-  return WEFT_SUCCESS;
+  char registered = 0;
+  weft_result_t rc = weft_dev_register_host(at, bytes, "proxy", r, &registered, dev);
+  if (registered) {
+    m->pins[m->npins++] = at;
+    m->pinned_bytes += bytes;
+    return rc; /* a device address it could not give: its error as it is */
+  }
+  char why[512]; /* its text, copied: the new one is written where it lies */
+  snprintf(why, sizeof why, "%s", weft_thread_error());
+  return weft_set_error(rc,
+                        "%s (pinning %zu bytes, %zu pinned so far); raise the locked-memory limit "
+                        "(ulimit -l) or " HINT,
+                        why, bytes, m->pinned_bytes);
 }
 
 /* The runs of seg (one region) this rank uses, or all of it where the GPU's address of pinned
