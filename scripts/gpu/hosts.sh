@@ -3,7 +3,8 @@
 # between hosts goes through the region proxy over tcp, and ranks of one fake host use p2p):
 # under MPS the oracle matrix on 2 hosts x 1 rank, 2 x 2, 2 + 1 and 2 x 5 (past 8 ranks: rings
 # alone), test_dev_comm (graph replays,
-# several communicators, a group over 64, abort and a rank that never joins) on 2 hosts; the
+# several communicators, a group over 64, abort and a rank that never joins) and test_ll (the
+# small kernel's broadcasts and reduces, senders running ahead) on 2 hosts; the
 # matrix and test_dev_comm again with the small low-latency kernel across hosts to 16 and 64
 # KiB (WEFT_PROXY_LL_BYTES, 8 KiB by default), and the matrix with the general kernel alone; then
 # (BENCH=1) collbench on 2 fake hosts against NCCL's socket transport in the same run, with the
@@ -47,6 +48,10 @@ T=150 one mps_3 $t/test_collectives_gpu 3 --share --hosts=2 # ranks 0 and 2 on o
 # a rank, so that 10 ranks' spinning workers fit the cores
 WEFT_PROXY_THREADS=1 T=240 one mps_10_ring $t/test_collectives_gpu 10 --share --hosts=2
 WEFT_TEST_HOSTS=2 T=150 one mps_dev_comm_2x1 "$t/test_dev_comm" 2 --share
+# broadcasts and reduces by the small kernel through the proxy, ranks that only send ahead
+WEFT_TEST_HOSTS=2 T=90 one mps_ll_2x1 "$t/test_ll" 2 --share
+WEFT_TEST_HOSTS=2 T=90 one mps_ll_2x2 "$t/test_ll" 4 --share
+WEFT_LL_ROOTED_BYTES=65536 T=150 one mps_2x2_rooted $t/test_collectives_gpu 4 --share --hosts=2
 # the small low-latency kernel through the proxy to 16 and 64 KiB (8 by default), and the
 # general kernel alone: the matrix and graph replays
 WEFT_PROXY_LL_BYTES=0 T=150 one mps_2x1_general $t/test_collectives_gpu 2 --share --hosts=2

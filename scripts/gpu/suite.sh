@@ -66,7 +66,7 @@ pack_logs() {
 # Every test whose ranks share the one GPU, named MODE_*: the oracle matrix on 2, 3, 4, 8 and
 # 9 ranks (past 8: the ring slots), pairs split from 8 ranks running at once (the sharers' registry) and budgets too
 # small refused, graphs and concurrent communicators, windows, the MoE paths (staged, direct,
-# low-latency), the NCCL ABI, and a 2-minute soak of 4 ranks x 2 communicators.
+# low-latency), the small kernel's broadcasts and reduces running ahead, the NCCL ABI, and a 2-minute soak of 4 ranks x 2 communicators.
 shared_set() { # mode
   local m=$1 n
   for n in 2 3 4 8 9; do
@@ -75,6 +75,9 @@ shared_set() { # mode
   run "${m}_share_8" "$b/tests/gpu/test_share" 8
   run "${m}_refused_8" env WEFT_SHARED_SM_PERCENT=1 "$b/tests/gpu/test_share" 8 --refuse
   run "${m}_dev_comm_3" "$b/tests/gpu/test_dev_comm" 3 --share
+  run "${m}_ll_2" "$b/tests/gpu/test_ll" 2 --share
+  run "${m}_ll_3" "$b/tests/gpu/test_ll" 3 --share
+  WEFT_LL_ROOTED_BYTES=65536 run "${m}_collectives_3_rooted" "$b/tests/gpu/test_collectives_gpu" 3 --share
   run "${m}_window_3" "$b/tests/gpu/test_window" 3 --share
   for n in 2 3 4; do
     run "${m}_moe_$n" "$b/tests/mp/test_moe" "$n" --device
@@ -128,6 +131,7 @@ fi
 run dev_comm_2 "$b/tests/gpu/test_dev_comm" 2
 WEFT_P2P_SETS=1 run dev_comm_2_sets1 "$b/tests/gpu/test_dev_comm" 2
 run dev_comm_3_share "$b/tests/gpu/test_dev_comm" 3 --share
+run ll_2 "$b/tests/gpu/test_ll" 2
 # Windows: the allgather and alltoall into registered buffers must really take the direct path
 # (each rank logs it once).
 run window_2 bash -c 'logged_twice "$@"' _ 'straight into (or from) the peers' "$out/windows_2.txt" \

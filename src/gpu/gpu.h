@@ -39,6 +39,7 @@ struct weft_dev {
   uint64_t ll128_max[2]; /* 128-byte kernel past that, up to this (WEFT_LL128_MAX_BYTES) */
   uint64_t ll128_fit;    /* ... past this, rings (weft_dev_ll128_fit) */
   uint64_t ll_lim[2];    /* what the low-latency kernel takes: copies, reductions */
+  uint64_t ll_rooted;    /* ... and of broadcast and reduce (WEFT_LL_ROOTED_BYTES) */
   uint64_t ce_min;       /* WEFT_CE_MIN_BYTES as it applies here */
   uint64_t direct_min, direct_read_max; /* WEFT_DIRECT_MIN_BYTES, WEFT_DIRECT_READ_MAX_BYTES */
   int direct_channels;                  /* WEFT_DIRECT_CHANNELS */
@@ -53,6 +54,7 @@ struct weft_dev {
   weft_dev_ll_t ll;         /* likewise for the low-latency kernel */
   const void *checked[8];   /* device pointers validated lately (a call costs ~1 us) */
   int logged_ll128;
+  int logged_rooted; /* a broadcast or reduce by the small kernel, said once at INFO */
   int checked_next;
   struct weft_winset *wins;   /* registered windows (window.c), NULL until the first */
   uint64_t moe_window_bytes;  /* WEFT_MOE_WINDOW_BYTES */

@@ -25,6 +25,7 @@ weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d
           rounds = weft_param_get_int(WEFT_PARAM_P2P_ROUNDS),
           oneshot = weft_param_get_int(WEFT_PARAM_ONESHOT_MAX_BYTES),
           llmax = weft_param_get_int(WEFT_PARAM_LL_MAX_BYTES),
+          rooted = weft_param_get_int(WEFT_PARAM_LL_ROOTED_BYTES),
           sets = weft_param_get_int(WEFT_PARAM_P2P_SETS),
           ll128 = weft_dev_ll128_max(ll128s, ll_ranks, 0),
           ll128r = weft_dev_ll128_max(ll128s, ll_ranks, 1),
@@ -45,6 +46,9 @@ weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d
   if (llmax < 0 || llmax > WEFT_DEV_LL_MAX_BYTES)
     return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_LL_MAX_BYTES=%lld: use 0-%d",
                           (long long)llmax, WEFT_DEV_LL_MAX_BYTES);
+  if (rooted < 0 || rooted > WEFT_DEV_LL_MAX_BYTES)
+    return weft_set_error(WEFT_ERR_INVALID_ARG, "WEFT_LL_ROOTED_BYTES=%lld: use 0-%d",
+                          (long long)rooted, WEFT_DEV_LL_MAX_BYTES);
   if (ll128 < 0 && weft_dev_ll128_ring(ll_ranks))
     return weft_set_error(WEFT_ERR_INVALID_ARG,
                           "WEFT_LL128_MAX_BYTES=%s: use auto, 0 (never) or a byte count", ll128s);
@@ -93,6 +97,7 @@ weft_result_t weft_dev_read_params(const struct weft_comm *c, struct weft_dev *d
                                     : 256 * 1024;
   d->ll_max = llmax > 0 ? (uint64_t)llmax : WEFT_DEV_LL_MAX_BYTES;
   d->ll_max_set = llmax > 0;
+  d->ll_rooted = (uint64_t)rooted;
   d->ll128_max[0] = (uint64_t)ll128;
   d->ll128_max[1] = (uint64_t)ll128r;
   d->ll128_fit = weft_dev_ll128_fit(c->nranks);

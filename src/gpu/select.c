@@ -29,14 +29,19 @@ weft_result_t weft_dev_tune(const struct weft_comm *c, weft_task_t *t, weft_algo
 
 /* A lone small allreduce (one-shot), allgather, alltoall or reduce_scatter takes the
  * low-latency protocol up to d->ll_lim per peer, the 128-byte one past that up to
- * d->ll128_max; everything else, and a forced ring, the general kernel. */
+ * d->ll128_max; a lone broadcast or reduce the small one up to d->ll_rooted too (one way,
+ * sending twice its bytes costs more against the general kernel); everything else, and a
+ * forced ring, the general kernel. */
 weft_proto_t weft_dev_protocol(const struct weft_comm *c, const weft_task_t *tasks, int ntasks) {
   if (ntasks != 1 || c->nranks < 2 || tasks->algo == WEFT_ALGO_RING) return WEFT_PROTO_SIMPLE;
   const weft_task_t *t = tasks;
   const struct weft_dev *d = dev_of(c);
   size_t bytes = t->args.count * weft_dtype_size(t->dtype);
-  int reduces = t->args.coll == WEFT_COLL_ALLREDUCE || t->args.coll == WEFT_COLL_REDUCE_SCATTER;
+  int reduces = t->args.coll == WEFT_COLL_ALLREDUCE || t->args.coll == WEFT_COLL_REDUCE_SCATTER ||
+                t->args.coll == WEFT_COLL_REDUCE;
   uint64_t lim = d->ll_lim[reduces];
+  if (t->args.coll == WEFT_COLL_BROADCAST || t->args.coll == WEFT_COLL_REDUCE)
+    return bytes && bytes <= lim && bytes <= d->ll_rooted ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
   if (bytes == 0 || (bytes > lim && bytes > d->ll128_max[reduces])) return WEFT_PROTO_SIMPLE;
   switch (t->args.coll) {
   case WEFT_COLL_ALLREDUCE:

@@ -54,6 +54,7 @@ static weft_result_t check_buffers(weft_comm_t c, const weft_task_t *tasks, int 
 static int prepare_ll(struct weft_dev *d, const weft_task_t *t, int kind, int wide) {
   weft_dev_ll_t *P = &d->ll;
   P->kind = (uint8_t)kind;
+  P->root = t->args.root;
   P->send = t->sendbuf;
   P->recv = t->recvbuf;
   P->count = t->args.count;
@@ -141,6 +142,12 @@ static weft_result_t launch(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_
   }
   if (rc == WEFT_SUCCESS && ll) {
     nblocks = prepare_ll(d, tasks, llk, wide);
+    if ((llk == WEFT_DEV_BROADCAST || llk == WEFT_DEV_REDUCE) && !d->logged_rooted) {
+      d->logged_rooted = 1;
+      WEFT_INFO(WEFT_SUB_COLL, "rank %d: %s of %zu bytes by the small low-latency kernel", c->rank,
+                weft_coll_name(tasks->args.coll),
+                tasks->args.count * weft_dtype_size(tasks->dtype));
+    }
     if (wide && !d->logged_ll128) {
       d->logged_ll128 = 1;
       WEFT_INFO(WEFT_SUB_COLL,

@@ -648,7 +648,7 @@ static int rank_main(int rank, int n, weft_unique_id_t id, void *arg) {
                      (weft_stream_t)s) != WEFT_ERR_INVALID_ARG ||
       !strstr(weft_get_last_error(NULL), "overflows"))
     FAIL("alltoallv with displacement SIZE_MAX not refused: %s", weft_get_last_error(NULL));
-  /* a broadcast: the general kernel (the low-latency ones never take it); 256 floats of
+  /* a broadcast: the general kernel (past the small kernel's limit); 256 floats of
    * allreduce: the small one */
   cudaMemset(probe, 0, pn * sizeof *probe);
   cudaDeviceSynchronize();

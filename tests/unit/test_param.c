@@ -133,6 +133,7 @@ static void table_is_consistent(void **st) {
   }
   assert_null(weft_param_def(WEFT_PARAM_COUNT));
   assert_int_equal(weft_param_def(WEFT_PARAM_LL_MAX_BYTES)->max, WEFT_DEV_LL_MAX_BYTES);
+  assert_int_equal(weft_param_def(WEFT_PARAM_LL_ROOTED_BYTES)->max, WEFT_DEV_LL_MAX_BYTES);
   assert_int_equal(weft_param_def(WEFT_PARAM_LL_BLOCK_BYTES)->max, WEFT_DEV_LL_SLOT_BYTES / 2);
   assert_int_equal(weft_param_def(WEFT_PARAM_P2P_CHANNELS)->max, WEFT_DEV_COLL_CHANNELS);
   assert_int_equal(weft_param_def(WEFT_PARAM_DIRECT_CHANNELS)->max, WEFT_DEV_DIRECT_CHANNELS);
@@ -152,7 +153,7 @@ static const char *const dev_agreed[] = {
     "WEFT_DIRECT_MIN_BYTES",  "WEFT_DIRECT_CHANNELS",   "WEFT_DIRECT_READ_MAX_BYTES",
     "WEFT_MOE_WINDOW_BYTES",  "WEFT_SHARED_SM_PERCENT", "WEFT_PROXY_THREADS",
     "WEFT_PROXY_CHUNK_BYTES", "WEFT_PROXY_CHANNELS",    "WEFT_PROXY_STAGES",
-    "WEFT_PROXY_LL_BYTES"};
+    "WEFT_PROXY_LL_BYTES",    "WEFT_LL_ROOTED_BYTES"};
 enum { NDEV = sizeof dev_agreed / sizeof dev_agreed[0] };
 
 static void agreed_list_is_the_device_engines(void **st) {

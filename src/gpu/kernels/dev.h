@@ -204,11 +204,11 @@ typedef struct {
 } weft_dev_launch_t;
 
 /* The low-latency kernels (allreduce, allgather, alltoall, reduce_scatter from small to
- * large): payload travels with a flag in the same store, so the receiver polls the data
- * itself, with no fence or flag round trip. The small one sends every 8 bytes with two copies
- * of it in one 16-byte store; the 128-byte one (over NVLink only, where a warp's 128-byte
- * store arrives whole) sends 120 bytes and a flag in each 128-byte line. Parity buffers
- * alternate between operations. */
+ * large; broadcast and reduce small): payload travels with a flag in the same store, so the
+ * receiver polls the data itself, with no fence or flag round trip. The small one sends every
+ * 8 bytes with two copies of it in one 16-byte store; the 128-byte one (over NVLink only,
+ * where a warp's 128-byte store arrives whole) sends 120 bytes and a flag in each 128-byte
+ * line. Parity buffers alternate between operations. */
 typedef struct {
   char *region[WEFT_DEV_MAX_RANKS];
   /* where the lines of rank p land (weft_dev_launch_t.inbox): region[rank], or for p on
@@ -220,7 +220,7 @@ typedef struct {
   uint32_t remote;
   uint32_t pad_;
   uint64_t post_off;
-  uint64_t *seq;        /* private: per LL channel, operations so far */
+  uint64_t *seq;        /* private: per LL channel, operations so far (and ll.cu's owed mask) */
   uint64_t *seq128;     /* private: per LL128 channel, likewise (every launch runs all of them) */
   uint64_t ll128_off;   /* where the LL128 buffers start in each region */
   uint32_t ll128_lines; /* lines of each LL128 slot */
@@ -233,8 +233,10 @@ typedef struct {
   uint64_t count;       /* elements of each peer's payload */
   uint32_t block_bytes; /* payload per block, a multiple of 8, at most half a slot */
   int32_t rank, nranks;
+  int32_t root; /* broadcast's and reduce's (the small kernel only) */
   uint8_t dtype, op;
-  uint8_t kind; /* WEFT_DEV_ALLREDUCE_ONESHOT, _ALLGATHER, _ALLTOALL or _REDUCE_SCATTER */
+  uint8_t kind; /* WEFT_DEV_ALLREDUCE_ONESHOT, _ALLGATHER, _ALLTOALL, _REDUCE_SCATTER, and for
+                   the small kernel _BROADCAST and _REDUCE */
 } weft_dev_ll_t;
 
 /* What a direct item (weft_dev_item_t.direct) records as weft_dev_error_t.kind, or'd in. */
