@@ -64,6 +64,14 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
 }
 
 static void dev_release(weft_comm_t c, struct weft_dev *d) {
+  if (d->rproxy) { /* a pause while chunks wait is the kernels' wait too: a hiccup */
+    weft_proxy_stats_t st = weft_rproxy_stats(d->rproxy);
+    WEFT_INFO(WEFT_SUB_NET,
+              "rank %d: proxy: %llu passes, %llu naps, %llu pauses of over %d us between passes "
+              "(longest %lld us)",
+              c->rank, (unsigned long long)st.passes, (unsigned long long)st.naps,
+              (unsigned long long)st.pauses, WEFT_PUMP_PAUSE_US, (long long)st.longest_us);
+  }
   weft_rproxy_stop(d->rproxy); /* before the regions it writes go, and its connections */
   for (int i = 0; i < d->nlinks; i++)
     c->tr[d->link_tr]->teardown(d->links[i]);

@@ -38,11 +38,20 @@ static int kicked_since(weft_pump_t *P, uint64_t *seen) {
   return 1;
 }
 
+/* One pass ended `us` after the last: counted, and a pause where it is one. Relaxed: only
+ * this thread writes them, and readers want an estimate. */
+static void gap(weft_pump_t *P, int64_t us) {
+  atomic_fetch_add_explicit(&P->passes, 1, memory_order_relaxed);
+  if (us > WEFT_PUMP_PAUSE_US) atomic_fetch_add_explicit(&P->pauses, 1, memory_order_relaxed);
+  if (us > atomic_load_explicit(&P->longest_us, memory_order_relaxed))
+    atomic_store_explicit(&P->longest_us, us, memory_order_relaxed);
+}
+
 static void *pump_main(void *arg) {
   weft_pump_t *P = arg;
   const weft_proxy_link_t *in = &P->in.link;
   const int npeers = P->in.npeers > 0 ? P->in.npeers : in->nranks;
-  int64_t moved_us = weft_now_us(), last = moved_us / 1000, checked = last;
+  int64_t moved_us = weft_now_us(), last = moved_us / 1000, checked = last, pass_us = moved_us;
   uint64_t kicked = P->in.kicks ? atomic_load(P->in.kicks) : 0;
   while (!atomic_load(&P->stop)) {
     if (in->abort_flag && atomic_load(in->abort_flag)) {
@@ -61,6 +70,8 @@ static void *pump_main(void *arg) {
     if (rc != WEFT_SUCCESS && in->explain && !atomic_load(&P->heard))
       rc = in->explain(in->ctx, rc, P->in.peer_rank ? P->in.peer_rank[r - 1] : r - 1);
     int64_t now_us = weft_now_us(), now = now_us / 1000; /* one clock read a pass */
+    gap(P, now_us - pass_us);
+    pass_us = now_us;
     if (rc == WEFT_SUCCESS && now - checked >= CHECK_MS) {
       checked = now;
       weft_notice_t n;
@@ -97,6 +108,8 @@ static void *pump_main(void *arg) {
       else
         rc = in->tr->wait(in->tr_state, in->tr->arm(in->tr_state), 1);
       atomic_store(&P->napping, 0);
+      atomic_fetch_add_explicit(&P->naps, 1, memory_order_relaxed);
+      pass_us = weft_now_us(); /* a nap is no pause */
       if (P->in.kicks && P->in.kick_fd >= 0) drain(P->in.kick_fd);
     } else
       sched_yield();
@@ -173,6 +186,14 @@ weft_result_t weft_pump_status(weft_pump_t *p) {
 void weft_pump_counts(weft_pump_t *p, uint64_t *sent, uint64_t *received) {
   if (sent) *sent = atomic_load(&p->sent);
   if (received) *received = atomic_load(&p->received);
+}
+
+void weft_pump_stats(weft_pump_t *p, weft_proxy_stats_t *s) {
+  s->passes += atomic_load_explicit(&p->passes, memory_order_relaxed);
+  s->naps += atomic_load_explicit(&p->naps, memory_order_relaxed);
+  s->pauses += atomic_load_explicit(&p->pauses, memory_order_relaxed);
+  int64_t l = atomic_load_explicit(&p->longest_us, memory_order_relaxed);
+  if (l > s->longest_us) s->longest_us = l;
 }
 
 void weft_pump_stop(weft_pump_t *p) {

@@ -65,6 +65,15 @@ typedef struct {
   int kick_fd;
 } weft_pump_init_t;
 
+/* What a pump did (weft_pump_stats): its passes, its naps, and its pauses: gaps of more than
+ * WEFT_PUMP_PAUSE_US between two passes, naps aside, where the thread lost its core (another
+ * runnable thread on it, a hypervisor's steal) or blocked while the kernels may wait on it. */
+enum { WEFT_PUMP_PAUSE_US = 1000 };
+typedef struct {
+  uint64_t passes, naps, pauses;
+  int64_t longest_us; /* the longest gap between two passes, naps aside */
+} weft_proxy_stats_t;
+
 typedef struct {
   weft_pump_init_t in;
   pthread_t thread;
@@ -73,9 +82,11 @@ typedef struct {
   atomic_int status; /* weft_result_t; msg is written before it leaves WEFT_SUCCESS */
   atomic_int heard;  /* set by a pass before it returns a peer's notice: no echo to explain */
   char msg[1024];
-  _Atomic uint64_t sent, received; /* frames, counted by the passes */
-  int64_t spin_us;                 /* WEFT_PROXY_SPIN_US */
-  atomic_int napping;              /* in the transport's wait: a kick must write kick_fd */
+  _Atomic uint64_t sent, received;       /* frames, counted by the passes */
+  int64_t spin_us;                       /* WEFT_PROXY_SPIN_US */
+  atomic_int napping;                    /* in the transport's wait: a kick must write kick_fd */
+  _Atomic uint64_t passes, naps, pauses; /* weft_pump_stats's */
+  _Atomic int64_t longest_us;
 } weft_pump_t;
 
 weft_result_t weft_pump_start(weft_pump_t *p, const weft_pump_init_t *in);
@@ -91,6 +102,9 @@ weft_result_t weft_proxy_give(const weft_proxy_link_t *l, int peer, const void *
                               const void *body, size_t bn, size_t *at, int *moved);
 /* Frames sent and received so far (either may be NULL). */
 void weft_pump_counts(weft_pump_t *p, uint64_t *sent, uint64_t *received);
+/* Adds p's passes, naps and pauses to *s, and keeps the longer longest gap: so far, from any
+ * thread. */
+void weft_pump_stats(weft_pump_t *p, weft_proxy_stats_t *s);
 void weft_pump_stop(weft_pump_t *p);
 
 #endif

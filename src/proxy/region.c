@@ -528,6 +528,13 @@ void weft_rproxy_counts(weft_rproxy_t *p, uint64_t *sent, uint64_t *received) {
   if (received) *received = r;
 }
 
+weft_proxy_stats_t weft_rproxy_stats(weft_rproxy_t *p) {
+  weft_proxy_stats_t s = {0};
+  for (int w = 0; p && w < p->nworkers; w++)
+    weft_pump_stats(&p->workers[w].pump, &s);
+  return s;
+}
+
 void weft_rproxy_stop(weft_rproxy_t *p) {
   if (p) stop_workers(p);
 }

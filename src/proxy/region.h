@@ -62,6 +62,9 @@ weft_result_t weft_rproxy_status(weft_rproxy_t *p);
 void weft_rproxy_kick(weft_rproxy_t *p);
 /* Frames (chunks and credits) sent and received so far (either may be NULL). */
 void weft_rproxy_counts(weft_rproxy_t *p, uint64_t *sent, uint64_t *received);
+/* Its workers' passes, naps and pauses so far (pump.h's weft_proxy_stats_t), summed, with the
+ * longest gap of any; zeros for NULL. */
+weft_proxy_stats_t weft_rproxy_stats(weft_rproxy_t *p);
 /* Stops and frees (NULL: nothing); call it once this rank's kernels are done. */
 void weft_rproxy_stop(weft_rproxy_t *p);
 
