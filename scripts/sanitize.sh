@@ -8,7 +8,7 @@ threaded=(test_api collectives_3_shm collectives_4_tcp3 comm_3 resources_2 group
           faults_shm faults_tcp mismatch_shm moe_3_shm moe_4_tcp zero_2_stage1
           zero_3_stage3 ep_2_top2 rproxy_3 rproxy_3_links
           rproxy_2_abort rproxy_3_abort_stop rproxy_4_fail rproxy_3_kill rproxy_10_ring
-          proxy_pingpong_lines tcp_connect_4)
+          proxy_pingpong_lines tcp_connect_4 test_pump)
 # ASan and UBSan only: the schedule simulators (single-threaded), and the examples whose only
 # threads are weft's own (TSan covers those in the threaded list)
 asan_tests=(test_ring test_rhd test_tree test_direct test_pairwise test_chain test_p2p test_tuner test_dtype test_tcp test_socket

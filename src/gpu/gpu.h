@@ -54,7 +54,9 @@ struct weft_dev {
   weft_dev_ll_t ll;         /* likewise for the low-latency kernel */
   const void *checked[8];   /* device pointers validated lately (a call costs ~1 us) */
   int logged_ll128;
-  int logged_rooted; /* a broadcast or reduce by the small kernel, said once at INFO */
+  int logged_rooted;          /* a broadcast or reduce by the small kernel, said once at INFO */
+  int held;                   /* some capture holds the proxy awake: the last one's id below */
+  unsigned long long held_id; /* (submit.c's hold_for_graph) */
   int checked_next;
   struct weft_winset *wins;   /* registered windows (window.c), NULL until the first */
   uint64_t moe_window_bytes;  /* WEFT_MOE_WINDOW_BYTES */

@@ -92,6 +92,42 @@ static weft_result_t one_rank(const weft_task_t *tasks, int ntasks, cudaStream_t
   return WEFT_SUCCESS;
 }
 
+static void release_hold(void *token) { weft_rproxy_release(token); }
+
+/* Captured into a CUDA graph across hosts: the graph holds the proxy awake while it lives,
+ * since a replay queues nothing on the host to kick a napping worker before its first chunk
+ * (as NCCL's proxy keeps polling for the operations of live graphs). Once per capture; where
+ * CUDA will not, replays may find the proxy napping, as before, and INFO says so. */
+static void hold_for_graph(const struct weft_comm *c, struct weft_dev *d, cudaStream_t s) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t g = NULL;
+  cudaUserObject_t obj;
+  if (cudaStreamGetCaptureInfo(s, &st, &id, &g, NULL, NULL, NULL) != cudaSuccess) {
+    cudaGetLastError(); /* not an error of the operation's */
+    return;
+  }
+  if (st != cudaStreamCaptureStatusActive || !g || (d->held && d->held_id == id)) return;
+  void *token = weft_rproxy_hold(d->rproxy);
+  if (!token || cudaUserObjectCreate(&obj, token, release_hold, 1,
+                                     cudaUserObjectNoDestructorSync) != cudaSuccess) {
+    weft_rproxy_release(token);
+    token = NULL;
+  } else if (cudaGraphRetainUserObject(g, obj, 1, cudaGraphUserObjectMove) != cudaSuccess) {
+    cudaUserObjectRelease(obj, 1); /* its destructor releases the hold */
+    token = NULL;
+  }
+  if (!token) {
+    cudaGetLastError();
+    WEFT_INFO(WEFT_SUB_NET,
+              "rank %d: a CUDA graph could not hold the proxy awake: its replays may find it "
+              "napping (up to 1 ms before their first chunk)",
+              c->rank);
+    return;
+  }
+  d->held = 1, d->held_id = id;
+}
+
 static weft_result_t launch(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream,
                             uint64_t seq) {
   struct weft_dev *d = dev_of(c);
@@ -165,6 +201,8 @@ static weft_result_t launch(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_
    * shared); a stream being captured into a graph orders itself. */
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(s, &cap);
+  if (rc == WEFT_SUCCESS && cap == cudaStreamCaptureStatusActive && d->rproxy)
+    hold_for_graph(c, d, s);
   if (rc == WEFT_SUCCESS && (nblocks > 0 || more) && d->launched && d->last != s &&
       cap == cudaStreamCaptureStatusNone && cudaStreamWaitEvent(s, d->order, 0) != cudaSuccess)
     rc = weft_set_error(WEFT_ERR_SYSTEM, "ordering after the previous stream failed");
@@ -173,7 +211,7 @@ static weft_result_t launch(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_
   for (int launched = 0; rc == WEFT_SUCCESS;) {
     if (nblocks > 0) {
       /* before the launch, which takes microseconds: a napping proxy is up by the time the
-       * kernel posts its first chunk (a graph's replay kicks nothing: WEFT_PROXY_SPIN_US) */
+       * kernel posts its first chunk (a graph's replay kicks nothing: hold_for_graph) */
       weft_rproxy_kick(d->rproxy);
       int e = !ll    ? weft_dev_launch(&d->launch, nblocks, s)
               : wide ? weft_dev_launch_ll128(&d->ll, s)

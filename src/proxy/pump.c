@@ -99,9 +99,10 @@ static void *pump_main(void *arg) {
      * network (a chunk posted meanwhile waits up to 1 ms, unless the host kicks), else keep
      * polling. The nap is announced before the last look at the kicks, and a kick counts
      * before it looks for nappers: one of the two sees the other. */
+    int held = P->in.holds && atomic_load(P->in.holds) > 0; /* a graph may replay: no naps */
     if (moved || kicked_since(P, &kicked))
       moved_us = now_us;
-    else if (rc == WEFT_SUCCESS && now_us - moved_us > P->spin_us) {
+    else if (rc == WEFT_SUCCESS && !held && now_us - moved_us > P->spin_us) {
       atomic_store(&P->napping, 1);
       if (kicked_since(P, &kicked))
         moved_us = now_us;

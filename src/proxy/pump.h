@@ -63,6 +63,9 @@ typedef struct {
    * spin_us, as after traffic, so the kernels' first flags find it awake. */
   const _Atomic uint64_t *kicks;
   int kick_fd;
+  /* Optional: while *holds is above 0 the pump never naps (weft_rproxy_hold: a CUDA graph
+   * that may replay work through it, with no host step to kick it). */
+  const _Atomic int64_t *holds;
 } weft_pump_init_t;
 
 /* What a pump did (weft_pump_stats): its passes, its naps, and its pauses: gaps of more than

@@ -70,6 +70,17 @@ typedef struct {
   weft_pump_t pump;
 } worker_t;
 
+/* What holds keep (weft_rproxy_hold): the count the pumps read, shared with tokens that may
+ * outlive the proxy; the last reference frees it. */
+typedef struct {
+  _Atomic int64_t holds;
+  _Atomic int refs;
+} awake_t;
+
+static void awake_put(awake_t *a) {
+  if (a && atomic_fetch_sub(&a->refs, 1) == 1) free(a);
+}
+
 /* Peers are slots of this rank's table (dev.h's weft_dev_slots_t); the transport names them
  * by rank (slots.rank). */
 struct weft_rproxy {
@@ -80,6 +91,7 @@ struct weft_rproxy {
   worker_t workers[WEFT_RPROXY_MAX_LINKS];
   int nworkers;
   _Atomic uint64_t kicks;             /* weft_rproxy_kick's, read by the workers' pumps */
+  awake_t *awake;                     /* weft_rproxy_hold's, read by them too */
   int kick_fd[WEFT_RPROXY_MAX_LINKS]; /* each worker's (-1: none) */
 };
 
@@ -405,6 +417,7 @@ static void stop_workers(weft_rproxy_t *P) {
     weft_pump_stop(&P->workers[w].pump);
     free(P->workers[w].peers);
   }
+  awake_put(P->awake);
   free(P);
 }
 
@@ -437,7 +450,9 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
                           "proxy: regions of %zu bytes cannot hold the staging (%llu bytes)",
                           in->region_bytes, (unsigned long long)need);
   weft_rproxy_t *P = calloc(1, sizeof *P);
+  if (P && !(P->awake = calloc(1, sizeof *P->awake))) free(P), P = NULL;
   if (!P) return weft_set_error(WEFT_ERR_NO_MEMORY, "proxy: out of memory");
+  atomic_store(&P->awake->refs, 1);
   P->in = *in;
   P->slots = *sl;
   memcpy(P->remote, in->remote, (size_t)sl->nslots);
@@ -479,6 +494,7 @@ weft_result_t weft_rproxy_start(const weft_rproxy_init_t *in, weft_rproxy_t **ou
                             .npeers = sl->nslots,
                             .peer_rank = P->slots.rank,
                             .kicks = &P->kicks,
+                            .holds = &P->awake->holds,
                             .kick_fd = P->kick_fd[w]};
     rc = weft_pump_start(&W->pump, &pin);
     P->nworkers = w + 1; /* stopped and freed with the others, started or not */
@@ -515,6 +531,20 @@ void weft_rproxy_kick(weft_rproxy_t *p) {
       ssize_t r = write(p->kick_fd[w], &one, sizeof one);
       (void)r; /* EAGAIN: the counter is full, a wake is pending anyway */
     }
+}
+
+void *weft_rproxy_hold(weft_rproxy_t *p) {
+  if (!p) return NULL;
+  atomic_fetch_add(&p->awake->refs, 1);
+  atomic_fetch_add(&p->awake->holds, 1);
+  return p->awake;
+}
+
+void weft_rproxy_release(void *token) {
+  awake_t *a = token;
+  if (!a) return;
+  atomic_fetch_sub(&a->holds, 1);
+  awake_put(a);
 }
 
 void weft_rproxy_counts(weft_rproxy_t *p, uint64_t *sent, uint64_t *received) {

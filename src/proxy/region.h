@@ -60,6 +60,13 @@ weft_result_t weft_rproxy_status(weft_rproxy_t *p);
  * WEFT_PROXY_SPIN_US, and those napping are woken (one eventfd write, only then), so that
  * the first chunk after a quiet spell does not wait out a nap. Any thread; NULL: nothing. */
 void weft_rproxy_kick(weft_rproxy_t *p);
+/* Keeps every worker polling, never napping, until the token returned is released
+ * (weft_rproxy_release): for a CUDA graph holding work that the proxy carries, whose replays
+ * queue nothing on the host to kick it. The token outlives the proxy (a graph may), so it
+ * may be released from any thread, before or after weft_rproxy_stop. NULL: out of memory
+ * (p NULL too). */
+void *weft_rproxy_hold(weft_rproxy_t *p);
+void weft_rproxy_release(void *token);
 /* Frames (chunks and credits) sent and received so far (either may be NULL). */
 void weft_rproxy_counts(weft_rproxy_t *p, uint64_t *sent, uint64_t *received);
 /* Its workers' passes, naps and pauses so far (pump.h's weft_proxy_stats_t), summed, with the

@@ -1,6 +1,7 @@
 /* The proxies' thread (src/proxy/pump.c) on a stand-in transport and pass: it counts its
  * passes and naps, a pass that stalls 30 ms counts as a pause and as the longest gap, and a
- * nap (200 ms here) does not; stopped, it counts no more. */
+ * nap (200 ms here) does not; while held (a CUDA graph's hold) it never naps, and naps again
+ * once the hold goes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -77,9 +78,44 @@ static void counts_passes_naps_and_pauses(void **st) {
   assert_int_equal(b.longest_us, 10 * NAP_US);
 }
 
+/* No traffic at all: held, the pump polls on past WEFT_PROXY_SPIN_US (20 ms); let go, it naps. */
+static weft_result_t idle(void *self, int peer, int *moved, int *busy) {
+  (void)peer, (void)moved, (void)busy;
+  atomic_fetch_add(&((stand_in_t *)self)->passes, 1);
+  return WEFT_SUCCESS;
+}
+
+static void never_naps_while_held(void **st) {
+  (void)st;
+  static weft_transport_t tr;
+  memset(&tr, 0, sizeof tr);
+  tr.name = "stand-in", tr.arm = arm, tr.wait = nap;
+  stand_in_t s = {0};
+  _Atomic int64_t holds = 1;
+  weft_pump_t p;
+  weft_pump_init_t in = {
+      .link = {.rank = 0, .nranks = 2, .tr = &tr, .tr_state = &s, .timeout_ms = 60000},
+      .pass = idle,
+      .self = &s,
+      .npeers = 1,
+      .kick_fd = -1,
+      .holds = &holds};
+  assert_int_equal(weft_pump_start(&p, &in), WEFT_SUCCESS);
+  usleep(100000); /* five times the spin */
+  int held_waits = atomic_load(&s.waits);
+  atomic_store(&holds, 0);
+  for (int64_t t = weft_now_us(); atomic_load(&s.waits) < 1 && weft_now_us() - t < 10000000;)
+    usleep(1000);
+  weft_pump_stop(&p);
+  assert_int_equal(held_waits, 0);
+  assert_true(atomic_load(&s.waits) >= 1);
+  assert_true(atomic_load(&s.passes) > 0);
+}
+
 int main(void) {
   /* naps after 20 ms without traffic, as by default, but said here: the test counts on it */
   setenv("WEFT_PROXY_SPIN_US", "20000", 1);
-  const struct CMUnitTest tests[] = {cmocka_unit_test(counts_passes_naps_and_pauses)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(counts_passes_naps_and_pauses),
+                                     cmocka_unit_test(never_naps_while_held)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
