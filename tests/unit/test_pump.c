@@ -8,7 +8,6 @@
 #include <cmocka.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -43,20 +42,25 @@ static weft_result_t pass(void *self, int peer, int *moved, int *busy) {
   return WEFT_SUCCESS;
 }
 
+/* A pump over one peer on the stand-in transport (state s), with pass fn and holds. */
+static void start(weft_pump_t *p, stand_in_t *s, weft_result_t (*fn)(void *, int, int *, int *),
+                  const _Atomic int64_t *holds) {
+  static const weft_transport_t tr = {.name = "stand-in", .arm = arm, .wait = nap};
+  weft_pump_init_t in = {
+      .link = {.rank = 0, .nranks = 2, .tr = &tr, .tr_state = s, .timeout_ms = 60000},
+      .pass = fn,
+      .self = s,
+      .npeers = 1,
+      .kick_fd = -1,
+      .holds = holds};
+  assert_int_equal(weft_pump_start(p, &in), WEFT_SUCCESS);
+}
+
 static void counts_passes_naps_and_pauses(void **st) {
   (void)st;
-  static weft_transport_t tr;
-  memset(&tr, 0, sizeof tr);
-  tr.name = "stand-in", tr.arm = arm, tr.wait = nap;
   stand_in_t s = {0};
   weft_pump_t p;
-  weft_pump_init_t in = {
-      .link = {.rank = 0, .nranks = 2, .tr = &tr, .tr_state = &s, .timeout_ms = 60000},
-      .pass = pass,
-      .self = &s,
-      .npeers = 1,
-      .kick_fd = -1};
-  assert_int_equal(weft_pump_start(&p, &in), WEFT_SUCCESS);
+  start(&p, &s, pass, NULL);
   for (int64_t t = weft_now_us(); atomic_load(&s.waits) < 2 && weft_now_us() - t < 10000000;)
     usleep(1000);
   weft_pump_stop(&p);
@@ -87,20 +91,10 @@ static weft_result_t idle(void *self, int peer, int *moved, int *busy) {
 
 static void never_naps_while_held(void **st) {
   (void)st;
-  static weft_transport_t tr;
-  memset(&tr, 0, sizeof tr);
-  tr.name = "stand-in", tr.arm = arm, tr.wait = nap;
   stand_in_t s = {0};
   _Atomic int64_t holds = 1;
   weft_pump_t p;
-  weft_pump_init_t in = {
-      .link = {.rank = 0, .nranks = 2, .tr = &tr, .tr_state = &s, .timeout_ms = 60000},
-      .pass = idle,
-      .self = &s,
-      .npeers = 1,
-      .kick_fd = -1,
-      .holds = &holds};
-  assert_int_equal(weft_pump_start(&p, &in), WEFT_SUCCESS);
+  start(&p, &s, idle, &holds);
   usleep(100000); /* five times the spin */
   int held_waits = atomic_load(&s.waits);
   atomic_store(&holds, 0);
