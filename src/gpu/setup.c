@@ -63,16 +63,22 @@ static weft_result_t dev_init(weft_comm_t c, struct weft_dev *d, int device) {
   return WEFT_SUCCESS;
 }
 
+/* Stops the proxy (if any), first saying what its workers did: a pause while chunks wait is
+ * the kernels' wait too, a hiccup. */
+static void stop_proxy(weft_comm_t c, struct weft_dev *d) {
+  if (!d->rproxy) return;
+  weft_proxy_stats_t st = weft_rproxy_stats(d->rproxy);
+  WEFT_INFO(WEFT_SUB_NET,
+            "rank %d: proxy: %llu passes, %llu naps, %llu pauses of over %d us between passes "
+            "(longest %lld us)",
+            c->rank, (unsigned long long)st.passes, (unsigned long long)st.naps,
+            (unsigned long long)st.pauses, WEFT_PUMP_PAUSE_US, (long long)st.longest_us);
+  weft_rproxy_stop(d->rproxy);
+  d->rproxy = NULL;
+}
+
 static void dev_release(weft_comm_t c, struct weft_dev *d) {
-  if (d->rproxy) { /* a pause while chunks wait is the kernels' wait too: a hiccup */
-    weft_proxy_stats_t st = weft_rproxy_stats(d->rproxy);
-    WEFT_INFO(WEFT_SUB_NET,
-              "rank %d: proxy: %llu passes, %llu naps, %llu pauses of over %d us between passes "
-              "(longest %lld us)",
-              c->rank, (unsigned long long)st.passes, (unsigned long long)st.naps,
-              (unsigned long long)st.pauses, WEFT_PUMP_PAUSE_US, (long long)st.longest_us);
-  }
-  weft_rproxy_stop(d->rproxy); /* before the regions it writes go, and its connections */
+  stop_proxy(c, d); /* before the regions it writes go, and its connections */
   for (int i = 0; i < d->nlinks; i++)
     c->tr[d->link_tr]->teardown(d->links[i]);
   for (int i = 0; i < 8; i++)
@@ -340,8 +346,7 @@ void weft_dev_free(weft_comm_t c) {
    * runs on until every rank's kernels are done, and every proxy stops before any socket
    * closes (an unread credit would reset the stream under a proxy still reading it). */
   if (d->rproxy && healthy && c->boot && weft_bootstrap_barrier(c->boot) == WEFT_SUCCESS) {
-    weft_rproxy_stop(d->rproxy);
-    d->rproxy = NULL;
+    stop_proxy(c, d);
     weft_bootstrap_barrier(c->boot);
   }
   int device = d->device;

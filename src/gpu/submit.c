@@ -103,7 +103,12 @@ static void hold_for_graph(const struct weft_comm *c, struct weft_dev *d, cudaSt
   unsigned long long id = 0;
   cudaGraph_t g = NULL;
   cudaUserObject_t obj;
-  if (cudaStreamGetCaptureInfo(s, &st, &id, &g, NULL, NULL, NULL) != cudaSuccess) {
+#if CUDART_VERSION >= 13000 /* the call took more outputs in CUDA 13 */
+  cudaError_t e = cudaStreamGetCaptureInfo(s, &st, &id, &g, NULL, NULL, NULL);
+#else
+  cudaError_t e = cudaStreamGetCaptureInfo_v2(s, &st, &id, &g, NULL, NULL);
+#endif
+  if (e != cudaSuccess) {
     cudaGetLastError(); /* not an error of the operation's */
     return;
   }
@@ -117,15 +122,14 @@ static void hold_for_graph(const struct weft_comm *c, struct weft_dev *d, cudaSt
     cudaUserObjectRelease(obj, 1); /* its destructor releases the hold */
     token = NULL;
   }
+  d->held = 1, d->held_id = id; /* taken or refused: once per capture either way */
   if (!token) {
     cudaGetLastError();
     WEFT_INFO(WEFT_SUB_NET,
               "rank %d: a CUDA graph could not hold the proxy awake: its replays may find it "
               "napping (up to 1 ms before their first chunk)",
               c->rank);
-    return;
   }
-  d->held = 1, d->held_id = id;
 }
 
 static weft_result_t launch(weft_comm_t c, weft_task_t *tasks, int ntasks, weft_stream_t stream,

@@ -63,8 +63,8 @@ void weft_rproxy_kick(weft_rproxy_t *p);
 /* Keeps every worker polling, never napping, until the token returned is released
  * (weft_rproxy_release): for a CUDA graph holding work that the proxy carries, whose replays
  * queue nothing on the host to kick it. The token outlives the proxy (a graph may), so it
- * may be released from any thread, before or after weft_rproxy_stop. NULL: out of memory
- * (p NULL too). */
+ * may be released from any thread, before or after weft_rproxy_stop. NULL for p NULL (and
+ * releasing NULL does nothing). */
 void *weft_rproxy_hold(weft_rproxy_t *p);
 void weft_rproxy_release(void *token);
 /* Frames (chunks and credits) sent and received so far (either may be NULL). */
