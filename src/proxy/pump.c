@@ -38,11 +38,16 @@ static int kicked_since(weft_pump_t *P, uint64_t *seen) {
   return 1;
 }
 
-/* One pass ended `us` after the last: counted, and a pause where it is one. Relaxed: only
- * this thread writes them, and readers want an estimate. */
+/* Adds one to a count only this thread writes: a relaxed load and store, no locked
+ * read-modify-write on every pass (readers want an estimate). */
+static void bump(_Atomic uint64_t *n) {
+  atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1, memory_order_relaxed);
+}
+
+/* One pass ended `us` after the last: counted, and a pause where it is one. */
 static void gap(weft_pump_t *P, int64_t us) {
-  atomic_fetch_add_explicit(&P->passes, 1, memory_order_relaxed);
-  if (us > WEFT_PUMP_PAUSE_US) atomic_fetch_add_explicit(&P->pauses, 1, memory_order_relaxed);
+  bump(&P->passes);
+  if (us > WEFT_PUMP_PAUSE_US) bump(&P->pauses);
   if (us > atomic_load_explicit(&P->longest_us, memory_order_relaxed))
     atomic_store_explicit(&P->longest_us, us, memory_order_relaxed);
 }
@@ -109,7 +114,7 @@ static void *pump_main(void *arg) {
       else
         rc = in->tr->wait(in->tr_state, in->tr->arm(in->tr_state), 1);
       atomic_store(&P->napping, 0);
-      atomic_fetch_add_explicit(&P->naps, 1, memory_order_relaxed);
+      bump(&P->naps);
       pass_us = weft_now_us(); /* a nap is no pause */
       if (P->in.kicks && P->in.kick_fd >= 0) drain(P->in.kick_fd);
     } else
